@@ -1,0 +1,32 @@
+# Debian's libtrilinos-kokkos-dev (Kokkos 3.4) exports Kokkos::kokkos with
+# INTERFACE_INCLUDE_DIRECTORIES pointing at <prefix>/lib/include, which does not exist; the headers
+# live in ${Kokkos_INCLUDE_DIRS} (/usr/include/trilinos). Point the target at the real directory.
+# A correct install (Kokkos 4.x from spack or source) has an existing directory and is left alone.
+function(fsdp_fix_kokkos_target)
+  if(NOT TARGET Kokkos::kokkos)
+    message(FATAL_ERROR "fsdp: find_package(Kokkos) did not define Kokkos::kokkos")
+  endif()
+  get_target_property(_aliased Kokkos::kokkos ALIASED_TARGET)
+  if(_aliased)
+    set(_target ${_aliased})
+  else()
+    set(_target Kokkos::kokkos)
+  endif()
+  get_target_property(_dirs ${_target} INTERFACE_INCLUDE_DIRECTORIES)
+  set(_broken FALSE)
+  if(_dirs)
+    foreach(_d IN LISTS _dirs)
+      if(NOT _d MATCHES "^\\$<" AND NOT EXISTS "${_d}")
+        set(_broken TRUE)
+      endif()
+    endforeach()
+  endif()
+  if(_broken)
+    if(NOT Kokkos_INCLUDE_DIRS OR NOT EXISTS "${Kokkos_INCLUDE_DIRS}")
+      message(FATAL_ERROR "fsdp: Kokkos::kokkos has missing include directories (${_dirs}) and "
+                          "Kokkos_INCLUDE_DIRS is not set; set it to the folder of Kokkos_Core.hpp")
+    endif()
+    set_target_properties(${_target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
+    message(STATUS "fsdp: Kokkos::kokkos include directory fixed to ${Kokkos_INCLUDE_DIRS}")
+  endif()
+endfunction()

@@ -1,0 +1,60 @@
+// Backend: the interface a communication library (MPI, NCCL) implements for ProcessGroup.
+// Sharding code talks to ProcessGroup only and never learns which backend moves the bytes.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "fsdp/comm/reduce_op.hpp"
+#include "fsdp/comm/work.hpp"
+#include "fsdp/core/dtype.hpp"
+
+namespace fsdp {
+
+// Where a backend expects its buffers to live.
+enum class MemoryKind { host, cuda_device };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const = 0;
+  virtual MemoryKind memory_kind() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The MPI communicator the backend was built on (a duplicate private to fsdp): for MPI interop
+  // such as parallel HDF5, and for backends' own bootstrap.
+  virtual MPI_Comm mpi_comm() const = 0;
+
+  // Counts are elements of dtype. Buffers must stay valid until the returned operation completes;
+  // ProcessGroup takes care of that for Views.
+  // recv holds size() * count elements, rank r's chunk at r * count.
+  virtual std::unique_ptr<PendingOperation> all_gather(const void* send, void* recv,
+                                                       std::size_t count, DType dtype) = 0;
+  // Rank r contributes counts[r] elements (send_count must equal counts[rank()]); recv holds their
+  // sum, rank r's chunk at the sum of counts[0..r).
+  virtual std::unique_ptr<PendingOperation> all_gather_v(const void* send, std::size_t send_count,
+                                                         void* recv,
+                                                         const std::vector<std::size_t>& counts,
+                                                         DType dtype) = 0;
+  // send holds size() * count elements; rank r receives the reduction of every rank's chunk r.
+  virtual std::unique_ptr<PendingOperation> reduce_scatter(const void* send, void* recv,
+                                                           std::size_t count, DType dtype,
+                                                           ReduceOp op) = 0;
+  // send may equal recv (in place).
+  virtual std::unique_ptr<PendingOperation> all_reduce(const void* send, void* recv,
+                                                       std::size_t count, DType dtype,
+                                                       ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOperation> broadcast(void* data, std::size_t count, DType dtype,
+                                                      int root) = 0;
+  virtual std::unique_ptr<PendingOperation> barrier() = 0;
+
+  // New backends of the same kind over sub-communicators; collective over this group.
+  virtual std::shared_ptr<Backend> split(int color, int key) const = 0;
+  virtual std::shared_ptr<Backend> split_node_local() const = 0;
+};
+
+}  // namespace fsdp

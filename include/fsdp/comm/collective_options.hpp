@@ -1,0 +1,20 @@
+// How a process group guards its collectives against ranks that disagree or never arrive.
+#pragma once
+
+namespace fsdp {
+
+struct CollectiveOptions {
+  // Before each collective, exchange (operation, element count, dtype, root) among the ranks and
+  // raise fsdp::Error on every rank if they differ, instead of corrupting data or hanging. Costs one
+  // small all-gather per collective. Default: on in Debug builds, else FSDP_CHECK_COLLECTIVES=1.
+  bool check_arguments = false;
+  // Seconds a rank waits for a collective to complete before it raises fsdp::Error naming the
+  // operation and the ranks that did not arrive. 0 waits forever. FSDP_COLLECTIVE_TIMEOUT_S.
+  double timeout_s = 600.0;
+
+  // The defaults above, overridden by FSDP_CHECK_COLLECTIVES (0/1) and FSDP_COLLECTIVE_TIMEOUT_S
+  // (seconds); a malformed value is an error that says what is accepted.
+  static CollectiveOptions from_environment();
+};
+
+}  // namespace fsdp

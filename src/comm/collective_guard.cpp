@@ -1,0 +1,278 @@
+#include "collective_guard.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "fsdp/core/error.hpp"
+#include "mpi_types.hpp"
+
+namespace fsdp {
+namespace {
+
+constexpr int kNoticeTag = 7301;
+constexpr std::size_t kSignatureFields = 7;
+constexpr int kMaxRanksNamed = 8;
+
+using Clock = std::chrono::steady_clock;
+
+std::string id_text(const OperationId& id) {
+  return std::string(name_of(id.collective)) + " #" + std::to_string(id.sequence);
+}
+
+// "0, 2, 5" with at most kMaxRanksNamed names.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream text;
+  for (std::size_t i = 0; i < ranks.size() && i < kMaxRanksNamed; ++i) {
+    text << (i ? ", " : "") << ranks[i];
+  }
+  if (ranks.size() > kMaxRanksNamed) {
+    text << " and " << ranks.size() - kMaxRanksNamed << " more";
+  }
+  return text.str();
+}
+
+}  // namespace
+
+const char* name_of(Collective collective) {
+  switch (collective) {
+    case Collective::all_gather:
+      return "all_gather";
+    case Collective::all_gather_v:
+      return "all_gather_v";
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::all_reduce:
+      return "all_reduce";
+    case Collective::broadcast:
+      return "broadcast";
+    case Collective::barrier:
+      return "barrier";
+  }
+  return "unknown collective";
+}
+
+CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options)
+    : options_(options) {
+  mpi::check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  mpi::check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  mpi::check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  mpi::check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+CollectiveGuard::~CollectiveGuard() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // After a timeout, notices may still be in flight on comm_: leave it to MPI_Finalize/Abort.
+  if (!finalized && failure_.empty() && comm_ != MPI_COMM_NULL) {
+    MPI_Comm_free(&comm_);
+  }
+}
+
+void CollectiveGuard::ensure_usable(Collective collective) const {
+  if (!failure_.empty()) {
+    throw Error(std::string("fsdp: ") + name_of(collective) +
+                " on a process group that an earlier failure made unusable (" + failure_ +
+                "); end the job with MPI_Abort");
+  }
+}
+
+std::string CollectiveGuard::describe(const CollectiveCall& call) const {
+  std::ostringstream text;
+  text << name_of(call.collective) << "(";
+  if (call.collective != Collective::barrier) {
+    text << (call.collective == Collective::all_gather_v ? "send_count=" : "count=") << call.count
+         << ", dtype=" << name_of(call.dtype);
+  }
+  if (call.collective == Collective::broadcast) {
+    text << ", root=" << call.root;
+  }
+  if (call.reduce >= 0) {
+    text << ", op=" << name_of(static_cast<ReduceOp>(call.reduce));
+  }
+  if (call.collective == Collective::all_gather_v) {
+    text << ", counts hash=" << std::hex << call.layout << std::dec;
+  }
+  text << ")";
+  return text.str();
+}
+
+OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string& problem) {
+  ensure_usable(call.collective);
+  const OperationId id{call.collective, next_sequence_++};
+  if (!options_.check_arguments) {
+    if (!problem.empty()) {
+      throw Error(problem);
+    }
+    return id;
+  }
+
+  const std::int64_t mine[kSignatureFields] = {static_cast<std::int64_t>(call.collective),
+                                               static_cast<std::int64_t>(call.dtype),
+                                               call.count,
+                                               call.root,
+                                               call.reduce,
+                                               static_cast<std::int64_t>(call.layout),
+                                               problem.empty() ? 0 : 1};
+  std::vector<std::int64_t> all(kSignatureFields * static_cast<std::size_t>(size_));
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Iallgather(mine, kSignatureFields, MPI_INT64_T, all.data(), kSignatureFields,
+                            MPI_INT64_T, comm_, &request),
+             "MPI_Iallgather (collective argument check)", rank_);
+  wait(id, request);
+
+  auto call_of = [&](int r) {
+    const std::int64_t* s = &all[kSignatureFields * static_cast<std::size_t>(r)];
+    CollectiveCall c;
+    c.collective = static_cast<Collective>(s[0]);
+    c.dtype = static_cast<DType>(s[1]);
+    c.count = s[2];
+    c.root = s[3];
+    c.reduce = s[4];
+    c.layout = static_cast<std::uint64_t>(s[5]);
+    return c;
+  };
+  std::vector<int> complaining;
+  for (int r = 0; r < size_; ++r) {
+    if (all[kSignatureFields * static_cast<std::size_t>(r) + 6] != 0) {
+      complaining.push_back(r);
+    }
+  }
+  if (!complaining.empty()) {
+    if (!problem.empty()) {
+      throw Error(problem);
+    }
+    throw Error("fsdp: " + id_text(id) + ": rank(s) " + rank_list(complaining) +
+                " passed invalid arguments (their error says which); no rank entered the "
+                "collective");
+  }
+
+  // all_gather_v ranks legitimately send different counts; everything else must be identical.
+  const bool count_may_differ = call.collective == Collective::all_gather_v;
+  std::map<std::string, std::vector<int>> ranks_by_call;
+  for (int r = 0; r < size_; ++r) {
+    CollectiveCall c = call_of(r);
+    if (count_may_differ) {
+      c.count = 0;
+    }
+    ranks_by_call[describe(c)].push_back(r);
+  }
+  if (ranks_by_call.size() > 1) {
+    std::ostringstream text;
+    text << "fsdp: ranks disagree on collective #" << id.sequence << " of a group of " << size_
+         << ":";
+    for (const auto& [description, ranks] : ranks_by_call) {
+      text << " rank" << (ranks.size() > 1 ? "s " : " ") << rank_list(ranks) << " called "
+           << description << ";";
+    }
+    text << " every rank must call the same collective with the same "
+         << (count_may_differ ? "counts vector" : "count") << ", dtype, root and op";
+    throw Error(text.str());
+  }
+  return id;
+}
+
+void CollectiveGuard::wait(const OperationId& id, MPI_Request& request) {
+  if (options_.timeout_s <= 0) {
+    mpi::check(MPI_Wait(&request, MPI_STATUS_IGNORE), name_of(id.collective), rank_);
+    return;
+  }
+  wait_until(id, [&] {
+    int done = 0;
+    mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), name_of(id.collective), rank_);
+    return done != 0;
+  });
+}
+
+void CollectiveGuard::wait_until(const OperationId& id, const std::function<bool()>& poll) {
+  if (poll()) {
+    return;
+  }
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(options_.timeout_s));
+  for (unsigned polls = 1;; ++polls) {
+    if (poll()) {
+      return;
+    }
+    // Reading the clock costs more than a poll; look at it now and then.
+    if (options_.timeout_s > 0 && polls % 256 == 0 && Clock::now() > deadline) {
+      fail_after_timeout(id);
+    }
+  }
+}
+
+void CollectiveGuard::fail_after_timeout(const OperationId& id) {
+  // Tell every other rank where this one is stuck, then listen for a while to learn where they
+  // are: a rank that says nothing never reached a collective of this group.
+  notice_.sequence = id.sequence;
+  std::snprintf(notice_.operation, sizeof notice_.operation, "%s", name_of(id.collective));
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) {
+      continue;
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Isend(&notice_, sizeof notice_, MPI_BYTE, r, kNoticeTag, comm_, &request) ==
+        MPI_SUCCESS) {
+      MPI_Request_free(&request);
+    }
+  }
+  const double grace_s = std::clamp(options_.timeout_s / 4, 0.5, 5.0);
+  const auto listen_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(grace_s));
+  std::map<int, Notice> heard;
+  while (Clock::now() < listen_until && static_cast<int>(heard.size()) < size_ - 1) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, comm_, &flag, &status) != MPI_SUCCESS) {
+      break;
+    }
+    if (flag) {
+      Notice notice{};
+      if (MPI_Recv(&notice, sizeof notice, MPI_BYTE, status.MPI_SOURCE, kNoticeTag, comm_,
+                   MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        break;
+      }
+      notice.operation[sizeof notice.operation - 1] = '\0';
+      heard[status.MPI_SOURCE] = notice;
+    }
+  }
+
+  std::vector<int> missing;
+  std::vector<int> arrived{rank_};
+  std::ostringstream elsewhere;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) {
+      continue;
+    }
+    auto it = heard.find(r);
+    if (it == heard.end()) {
+      missing.push_back(r);
+    } else if (it->second.sequence == id.sequence) {
+      arrived.push_back(r);
+    } else {
+      elsewhere << "; rank " << r << " is waiting in " << it->second.operation << " #"
+                << it->second.sequence;
+    }
+  }
+  std::sort(arrived.begin(), arrived.end());
+  std::ostringstream text;
+  text << "fsdp: " << id_text(id) << " timed out after " << options_.timeout_s << " s on rank "
+       << rank_ << " of " << size_ << ": ";
+  if (!missing.empty()) {
+    text << "rank" << (missing.size() > 1 ? "s " : " ") << rank_list(missing)
+         << " did not arrive";
+  } else {
+    text << "every rank arrived but the operation did not complete";
+  }
+  text << elsewhere.str() << " (arrived: " << rank_list(arrived)
+       << "). Every rank must call the same collectives in the same order; if a rank is only "
+          "slow, raise FSDP_COLLECTIVE_TIMEOUT_S. This process group can no longer be used.";
+  failure_ = id_text(id) + " timed out";
+  throw Error(text.str());
+}
+
+}  // namespace fsdp

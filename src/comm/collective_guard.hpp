@@ -1,0 +1,87 @@
+// CollectiveGuard: what keeps a collective from corrupting data or hanging when ranks misbehave.
+// Backends call begin() before issuing an operation and wait_until() to complete it. Works on a
+// private MPI communicator of its own, so it serves the NCCL backend as well as the MPI one.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "fsdp/comm/collective_options.hpp"
+#include "fsdp/comm/reduce_op.hpp"
+#include "fsdp/core/dtype.hpp"
+
+namespace fsdp {
+
+enum class Collective : std::int64_t {
+  all_gather = 1,
+  all_gather_v,
+  reduce_scatter,
+  all_reduce,
+  broadcast,
+  barrier
+};
+const char* name_of(Collective collective);
+
+// What every rank must agree on for one collective.
+struct CollectiveCall {
+  Collective collective = Collective::barrier;
+  DType dtype = DType::f32;
+  std::int64_t count = 0;   // elements this rank sends (all_gather_v) or per rank
+  std::int64_t root = -1;   // broadcast only
+  std::int64_t reduce = -1; // ReduceOp for reductions
+  std::uint64_t layout = 0; // all_gather_v: hash of the counts vector
+};
+
+// Identifies an operation in messages: "all_gather #12".
+struct OperationId {
+  Collective collective;
+  std::int64_t sequence;
+};
+
+class CollectiveGuard {
+ public:
+  // Duplicates comm for its own messages. Collective over comm.
+  CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options);
+  ~CollectiveGuard();
+  CollectiveGuard(const CollectiveGuard&) = delete;
+  CollectiveGuard& operator=(const CollectiveGuard&) = delete;
+
+  const CollectiveOptions& options() const { return options_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Numbers the operation and, when checks are on, verifies that every rank calls the same
+  // collective with the same arguments and that none found its own arguments invalid (problem is
+  // this rank's complaint, empty when none). Throws fsdp::Error on every rank on a mismatch; with
+  // checks off a local problem throws on this rank only.
+  OperationId begin(const CollectiveCall& call, const std::string& problem);
+
+  // Calls poll() until it returns true. Throws fsdp::Error naming the operation and the ranks that
+  // did not arrive when options().timeout_s passes first; the group is unusable afterwards.
+  void wait_until(const OperationId& id, const std::function<bool()>& poll);
+  // wait_until for one MPI request, with MPI_Wait when there is no timeout.
+  void wait(const OperationId& id, MPI_Request& request);
+
+  // Throws if an earlier timeout made this group unusable.
+  void ensure_usable(Collective collective) const;
+
+ private:
+  [[noreturn]] void fail_after_timeout(const OperationId& id);
+  std::string describe(const CollectiveCall& call) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  CollectiveOptions options_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::int64_t next_sequence_ = 0;
+  std::string failure_;  // non-empty once a timeout broke the group
+  struct Notice {
+    std::int64_t sequence;
+    char operation[32];
+  } notice_{};  // outlives the sends of fail_after_timeout()
+};
+
+}  // namespace fsdp

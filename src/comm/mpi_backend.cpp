@@ -1,0 +1,278 @@
+#include "mpi_backend.hpp"
+
+#include <functional>
+#include <numeric>
+#include <utility>
+
+#include "collective_guard.hpp"
+#include "fsdp/core/error.hpp"
+#include "mpi_types.hpp"
+
+namespace fsdp {
+
+struct MpiGroupState {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  CollectiveGuard guard;
+
+  MpiGroupState(MPI_Comm owned, const CollectiveOptions& options)
+      : comm(owned), guard(owned, options) {
+    mpi::check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    mpi::check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  }
+  ~MpiGroupState() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm != MPI_COMM_NULL) {
+      MPI_Comm_free(&comm);
+    }
+  }
+  MpiGroupState(const MpiGroupState&) = delete;
+  MpiGroupState& operator=(const MpiGroupState&) = delete;
+};
+
+namespace {
+
+// One MPI request in flight, plus what must happen when it completes (the division of avg) and
+// what must live until then (all_gather_v's int count arrays).
+class MpiOperation final : public PendingOperation {
+ public:
+  MpiOperation(std::shared_ptr<MpiGroupState> state, OperationId id,
+               std::function<void()> on_complete, std::shared_ptr<void> scratch)
+      : state_(std::move(state)),
+        id_(id),
+        on_complete_(std::move(on_complete)),
+        scratch_(std::move(scratch)) {}
+
+  MPI_Request* request() { return &request_; }
+
+  bool test() override {
+    if (!done_) {
+      int flag = 0;
+      mpi::check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), name_of(id_.collective),
+                 state_->rank);
+      if (flag) {
+        complete();
+      }
+    }
+    return done_;
+  }
+
+  void wait() override {
+    if (!done_) {
+      state_->guard.wait(id_, request_);
+      complete();
+    }
+  }
+
+ private:
+  void complete() {
+    done_ = true;
+    if (on_complete_) {
+      on_complete_();
+    }
+    scratch_.reset();
+  }
+
+  std::shared_ptr<MpiGroupState> state_;
+  OperationId id_;
+  std::function<void()> on_complete_;
+  std::shared_ptr<void> scratch_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+std::uint64_t hash_counts(const std::vector<std::size_t>& counts) {
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a: the same on every rank and platform
+  for (std::size_t count : counts) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (static_cast<std::uint64_t>(count) >> (8 * byte)) & 0xffu;
+      hash *= 1099511628211ull;
+    }
+  }
+  return hash >> 1;  // fits in int64 for the signature exchange
+}
+
+std::string problem_if(bool bad, const std::string& message) { return bad ? message : ""; }
+
+// Issues the request through issue() after the guard's checks, and wraps it.
+template <class Issue>
+std::unique_ptr<PendingOperation> start(const std::shared_ptr<MpiGroupState>& state,
+                                        const CollectiveCall& call, const std::string& problem,
+                                        const char* mpi_name, Issue&& issue,
+                                        std::function<void()> on_complete = {},
+                                        std::shared_ptr<void> scratch = {}) {
+  const OperationId id = state->guard.begin(call, problem);
+  auto operation =
+      std::make_unique<MpiOperation>(state, id, std::move(on_complete), std::move(scratch));
+  mpi::check(issue(operation->request()), mpi_name, state->rank);
+  return operation;
+}
+
+std::string where(const MpiGroupState& state, Collective collective) {
+  return std::string("fsdp: ") + name_of(collective) + " on rank " + std::to_string(state.rank) +
+         ": ";
+}
+
+std::function<void()> average_after(const MpiGroupState& state, void* data, std::size_t count,
+                                    DType dtype, ReduceOp op) {
+  if (op != ReduceOp::avg) {
+    return {};
+  }
+  const double factor = 1.0 / state.size;
+  return [=] { mpi::scale(data, count, dtype, factor); };
+}
+
+std::string reduce_problem(const MpiGroupState& state, Collective collective, DType dtype,
+                           ReduceOp op) {
+  return problem_if(op == ReduceOp::avg && !is_floating(dtype),
+                    where(state, collective) + "ReduceOp::avg needs a floating dtype, got " +
+                        name_of(dtype) + "; use ReduceOp::sum and divide yourself");
+}
+
+}  // namespace
+
+MpiBackend::MpiBackend(MPI_Comm comm, const CollectiveOptions& options) {
+  require(comm != MPI_COMM_NULL, "fsdp: ProcessGroup needs a valid communicator, got MPI_COMM_NULL");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  require(initialized != 0,
+          "fsdp: ProcessGroup created before MPI_Init; initialize MPI (and Kokkos) first");
+  MPI_Comm duplicate = MPI_COMM_NULL;
+  mpi::check(MPI_Comm_dup(comm, &duplicate), "MPI_Comm_dup");
+  mpi::check(MPI_Comm_set_errhandler(duplicate, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  state_ = std::make_shared<MpiGroupState>(duplicate, options);
+}
+
+MpiBackend::MpiBackend(Adopt, MPI_Comm owned, const CollectiveOptions& options) {
+  mpi::check(MPI_Comm_set_errhandler(owned, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  state_ = std::make_shared<MpiGroupState>(owned, options);
+}
+
+MpiBackend::~MpiBackend() = default;
+
+int MpiBackend::rank() const { return state_->rank; }
+int MpiBackend::size() const { return state_->size; }
+MPI_Comm MpiBackend::mpi_comm() const { return state_->comm; }
+
+std::unique_ptr<PendingOperation> MpiBackend::all_gather(const void* send, void* recv,
+                                                         std::size_t count, DType dtype) {
+  CollectiveCall call{Collective::all_gather, dtype, static_cast<std::int64_t>(count)};
+  const int n = mpi::to_int_count(count, "all_gather");
+  mpi::to_int_count(count * static_cast<std::size_t>(state_->size), "all_gather (receive size)");
+  return start(state_, call, "", "MPI_Iallgather", [&](MPI_Request* request) {
+    return MPI_Iallgather(send, n, mpi::datatype_of(dtype), recv, n, mpi::datatype_of(dtype),
+                          state_->comm, request);
+  });
+}
+
+std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send,
+                                                           std::size_t send_count, void* recv,
+                                                           const std::vector<std::size_t>& counts,
+                                                           DType dtype) {
+  CollectiveCall call{Collective::all_gather_v, dtype, static_cast<std::int64_t>(send_count)};
+  call.layout = hash_counts(counts);
+  std::string problem;
+  if (counts.size() != static_cast<std::size_t>(state_->size)) {
+    problem = where(*state_, Collective::all_gather_v) + "counts has " +
+              std::to_string(counts.size()) + " entries; it needs one per rank (" +
+              std::to_string(state_->size) + ")";
+  } else if (counts[static_cast<std::size_t>(state_->rank)] != send_count) {
+    problem = where(*state_, Collective::all_gather_v) + "send_count " +
+              std::to_string(send_count) + " differs from counts[" +
+              std::to_string(state_->rank) + "] = " +
+              std::to_string(counts[static_cast<std::size_t>(state_->rank)]);
+  }
+  // int counts and displacements for MPI, alive until completion.
+  auto layout = std::make_shared<std::vector<int>>(2 * static_cast<std::size_t>(state_->size), 0);
+  if (problem.empty()) {
+    std::size_t offset = 0;
+    for (int r = 0; r < state_->size; ++r) {
+      (*layout)[static_cast<std::size_t>(r)] =
+          mpi::to_int_count(counts[static_cast<std::size_t>(r)], "all_gather_v");
+      (*layout)[static_cast<std::size_t>(state_->size + r)] =
+          mpi::to_int_count(offset, "all_gather_v (displacement)");
+      offset += counts[static_cast<std::size_t>(r)];
+    }
+  }
+  return start(
+      state_, call, problem, "MPI_Iallgatherv",
+      [&](MPI_Request* request) {
+        return MPI_Iallgatherv(send, static_cast<int>(send_count), mpi::datatype_of(dtype), recv,
+                               layout->data(), layout->data() + state_->size,
+                               mpi::datatype_of(dtype), state_->comm, request);
+      },
+      {}, layout);
+}
+
+std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, void* recv,
+                                                             std::size_t count, DType dtype,
+                                                             ReduceOp op) {
+  CollectiveCall call{Collective::reduce_scatter, dtype, static_cast<std::int64_t>(count), -1,
+                      static_cast<std::int64_t>(op)};
+  const int n = mpi::to_int_count(count, "reduce_scatter");
+  return start(
+      state_, call, reduce_problem(*state_, Collective::reduce_scatter, dtype, op),
+      "MPI_Ireduce_scatter_block",
+      [&](MPI_Request* request) {
+        return MPI_Ireduce_scatter_block(send, recv, n, mpi::datatype_of(dtype),
+                                         mpi::op_of(op, dtype), state_->comm, request);
+      },
+      average_after(*state_, recv, count, dtype, op));
+}
+
+std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void* recv,
+                                                         std::size_t count, DType dtype,
+                                                         ReduceOp op) {
+  CollectiveCall call{Collective::all_reduce, dtype, static_cast<std::int64_t>(count), -1,
+                      static_cast<std::int64_t>(op)};
+  const int n = mpi::to_int_count(count, "all_reduce");
+  return start(
+      state_, call, reduce_problem(*state_, Collective::all_reduce, dtype, op),
+      "MPI_Iallreduce",
+      [&](MPI_Request* request) {
+        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n,
+                              mpi::datatype_of(dtype), mpi::op_of(op, dtype), state_->comm,
+                              request);
+      },
+      average_after(*state_, recv, count, dtype, op));
+}
+
+std::unique_ptr<PendingOperation> MpiBackend::broadcast(void* data, std::size_t count, DType dtype,
+                                                        int root) {
+  CollectiveCall call{Collective::broadcast, dtype, static_cast<std::int64_t>(count), root};
+  const int n = mpi::to_int_count(count, "broadcast");
+  const std::string problem =
+      problem_if(root < 0 || root >= state_->size,
+                 where(*state_, Collective::broadcast) + "root " + std::to_string(root) +
+                     " is not a rank of this group (0.." + std::to_string(state_->size - 1) +
+                     ")");
+  return start(state_, call, problem, "MPI_Ibcast", [&](MPI_Request* request) {
+    return MPI_Ibcast(data, n, mpi::datatype_of(dtype), root, state_->comm, request);
+  });
+}
+
+std::unique_ptr<PendingOperation> MpiBackend::barrier() {
+  return start(state_, CollectiveCall{}, "", "MPI_Ibarrier", [&](MPI_Request* request) {
+    return MPI_Ibarrier(state_->comm, request);
+  });
+}
+
+std::shared_ptr<Backend> MpiBackend::split(int color, int key) const {
+  require(color >= 0, "fsdp: ProcessGroup::split: color must be >= 0, got " +
+                          std::to_string(color));
+  MPI_Comm sub = MPI_COMM_NULL;
+  mpi::check(MPI_Comm_split(state_->comm, color, key, &sub), "MPI_Comm_split", state_->rank);
+  return std::shared_ptr<Backend>(new MpiBackend(Adopt{}, sub, state_->guard.options()));
+}
+
+std::shared_ptr<Backend> MpiBackend::split_node_local() const {
+  MPI_Comm sub = MPI_COMM_NULL;
+  mpi::check(MPI_Comm_split_type(state_->comm, MPI_COMM_TYPE_SHARED, state_->rank, MPI_INFO_NULL,
+                                 &sub),
+             "MPI_Comm_split_type", state_->rank);
+  return std::shared_ptr<Backend>(new MpiBackend(Adopt{}, sub, state_->guard.options()));
+}
+
+}  // namespace fsdp

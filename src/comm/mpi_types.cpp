@@ -1,0 +1,150 @@
+#include "mpi_types.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "fsdp/core/error.hpp"
+
+namespace fsdp::mpi {
+namespace {
+
+template <class Half, ReduceOp kOp>
+void reduce_half(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const Half*>(in);
+  auto* b = static_cast<Half*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = to_float(a[i]);
+    const float y = to_float(b[i]);
+    float r;
+    if constexpr (kOp == ReduceOp::max) {
+      r = std::max(x, y);
+    } else if constexpr (kOp == ReduceOp::min) {
+      r = std::min(x, y);
+    } else {
+      r = x + y;
+    }
+    if constexpr (std::is_same_v<Half, bfloat16>) {
+      b[i] = to_bfloat16(r);
+    } else {
+      b[i] = to_float16(r);
+    }
+  }
+}
+
+// Frees the user-defined operators when MPI_Finalize destroys MPI_COMM_SELF's attributes.
+int free_ops_at_finalize(MPI_Comm, int, void* attribute, void*);
+
+struct HalfOps {
+  MPI_Op ops[2][3];  // [bf16, fp16][sum, max, min]
+
+  HalfOps() {
+    create(ops[0][0], &reduce_half<bfloat16, ReduceOp::sum>);
+    create(ops[0][1], &reduce_half<bfloat16, ReduceOp::max>);
+    create(ops[0][2], &reduce_half<bfloat16, ReduceOp::min>);
+    create(ops[1][0], &reduce_half<float16, ReduceOp::sum>);
+    create(ops[1][1], &reduce_half<float16, ReduceOp::max>);
+    create(ops[1][2], &reduce_half<float16, ReduceOp::min>);
+    int keyval = MPI_KEYVAL_INVALID;
+    check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_ops_at_finalize, &keyval, nullptr),
+          "MPI_Comm_create_keyval");
+    check(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, this), "MPI_Comm_set_attr");
+  }
+  static void create(MPI_Op& op, MPI_User_function* function) {
+    check(MPI_Op_create(function, /*commute=*/1, &op), "MPI_Op_create");
+  }
+};
+
+int free_ops_at_finalize(MPI_Comm, int, void* attribute, void*) {
+  auto* half_ops = static_cast<HalfOps*>(attribute);
+  for (auto& row : half_ops->ops) {
+    for (MPI_Op& op : row) {
+      MPI_Op_free(&op);
+    }
+  }
+  return MPI_SUCCESS;
+}
+
+template <class T>
+void scale_typed(void* data, std::size_t count, double factor) {
+  T* values = static_cast<T*>(data);
+  for (std::size_t i = 0; i < count; ++i) {
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      values[i] = to_bfloat16(static_cast<float>(to_float(values[i]) * factor));
+    } else if constexpr (std::is_same_v<T, float16>) {
+      values[i] = to_float16(static_cast<float>(to_float(values[i]) * factor));
+    } else {
+      values[i] = static_cast<T>(values[i] * factor);
+    }
+  }
+}
+
+}  // namespace
+
+MPI_Datatype datatype_of(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::bf16:
+    case DType::f16:
+      return MPI_UINT16_T;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
+      return MPI_INT64_T;
+  }
+  throw Error("fsdp: invalid DType value " + std::to_string(static_cast<int>(dtype)));
+}
+
+MPI_Op op_of(ReduceOp op, DType dtype) {
+  const int column = op == ReduceOp::max ? 1 : op == ReduceOp::min ? 2 : 0;
+  if (dtype == DType::bf16 || dtype == DType::f16) {
+    static HalfOps half_ops;  // thread-safe one-time creation, after MPI_Init
+    return half_ops.ops[dtype == DType::bf16 ? 0 : 1][column];
+  }
+  return column == 1 ? MPI_MAX : column == 2 ? MPI_MIN : MPI_SUM;
+}
+
+void check(int rc, const char* operation, int rank) {
+  if (rc == MPI_SUCCESS) {
+    return;
+  }
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) {
+    std::snprintf(text, sizeof text, "MPI error code %d", rc);
+  }
+  std::string where = rank >= 0 ? " on rank " + std::to_string(rank) : std::string();
+  throw Error(std::string("fsdp: ") + operation + where + " failed: " + text);
+}
+
+int to_int_count(std::size_t count, const char* operation) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    throw Error(std::string("fsdp: ") + operation + ": " + std::to_string(count) +
+                " elements exceed MPI's int count limit (" + std::to_string(INT_MAX) +
+                "); split the buffer into smaller collectives");
+  }
+  return static_cast<int>(count);
+}
+
+void scale(void* data, std::size_t count, DType dtype, double factor) {
+  switch (dtype) {
+    case DType::f32:
+      return scale_typed<float>(data, count, factor);
+    case DType::f64:
+      return scale_typed<double>(data, count, factor);
+    case DType::bf16:
+      return scale_typed<bfloat16>(data, count, factor);
+    case DType::f16:
+      return scale_typed<float16>(data, count, factor);
+    case DType::i32:
+    case DType::i64:
+      break;
+  }
+  throw Error(std::string("fsdp: ReduceOp::avg needs a floating dtype, got ") + name_of(dtype) +
+              "; use ReduceOp::sum and divide yourself");
+}
+
+}  // namespace fsdp::mpi
