@@ -1,0 +1,52 @@
+// Rank 1 never enters an all_gather that ranks 0 and 2 wait in. Run on 3 ranks with
+// FSDP_COLLECTIVE_TIMEOUT_S=2: ranks 0 and 2 must raise fsdp::Error naming the operation and rank 1
+// after about 2 s. CTest matches the message; the job then ends with MPI_Abort because the
+// abandoned collective can never complete.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "fsdp/comm/process_group.hpp"
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  Kokkos::initialize(argc, argv);
+  int code = 0;
+  {
+    fsdp::ProcessGroup group(MPI_COMM_WORLD);
+    std::vector<float> send(16, 1.0f), recv(16 * group.size());
+    group.barrier();  // collective #0: everyone arrives
+    if (group.rank() == 1) {
+      // Sleeps through the others' timeout, as a rank stuck in its own computation would.
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+      std::printf("UNEXPECTED: rank 1 was not aborted by the others' timeout\n");
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        group.all_gather(send.data(), recv.data(), send.size());
+        std::printf("UNEXPECTED: all_gather completed on rank %d without rank 1\n", group.rank());
+      } catch (const fsdp::Error& error) {
+        const double waited =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::printf("rank %d got: %s\n(after %.1f s)\n", group.rank(), error.what(), waited);
+        if (waited > 20) {
+          std::printf("UNEXPECTED: the timeout took %.1f s\n", waited);
+        }
+        // The group is unusable now, and says so.
+        try {
+          group.barrier();
+          std::printf("UNEXPECTED: a failed group accepted another collective\n");
+        } catch (const fsdp::Error& again) {
+          std::printf("rank %d then: %s\n", group.rank(), again.what());
+        }
+      }
+      std::fflush(stdout);
+      code = 3;
+    }
+  }
+  MPI_Abort(MPI_COMM_WORLD, code);
+  return code;
+}
