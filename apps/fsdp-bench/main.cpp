@@ -1,0 +1,75 @@
+// fsdp-bench: benchmark programs. Each prints a figure and its baseline measured in the same run.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "benchmark.hpp"
+#include "fsdp/core/error.hpp"
+
+namespace fsdp::bench {
+
+double median(std::vector<double> samples) {
+  if (samples.empty()) {
+    return 0.0;
+  }
+  std::sort(samples.begin(), samples.end());
+  const std::size_t mid = samples.size() / 2;
+  return samples.size() % 2 ? samples[mid] : 0.5 * (samples[mid - 1] + samples[mid]);
+}
+
+std::vector<double> slowest_rank(const std::vector<double>& local, MPI_Comm comm) {
+  std::vector<double> slowest(local.size());
+  const int rc = MPI_Allreduce(local.data(), slowest.data(), static_cast<int>(local.size()),
+                               MPI_DOUBLE, MPI_MAX, comm);
+  if (rc != MPI_SUCCESS) {
+    throw Error("fsdp-bench: MPI_Allreduce of timings failed with code " + std::to_string(rc));
+  }
+  return slowest;
+}
+
+void emit(const CommonOptions& common, int rank, const nlohmann::json& result,
+          const std::function<void()>& print_text) {
+  if (rank != 0) {
+    return;
+  }
+  if (common.json) {
+    std::printf("%s\n", result.dump().c_str());
+  } else {
+    print_text();
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace fsdp::bench
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int code = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    CLI::App app{"fsdp-bench: fsdp's figures against their baselines, measured in the same run"};
+    app.require_subcommand(1);
+    fsdp::bench::CommonOptions common;
+    app.add_flag("--json", common.json, "one JSON object per line instead of a table");
+    fsdp::bench::add_collectives(app, common);
+    try {
+      app.parse(argc, argv);  // runs the chosen subcommand's callback
+    } catch (const CLI::ParseError& error) {
+      code = rank == 0 ? app.exit(error) : (error.get_exit_code() != 0 ? 1 : 0);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "fsdp-bench: rank %d: %s\n", rank, error.what());
+      code = 1;
+    }
+  }
+  if (code != 0) {
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  MPI_Finalize();
+  return 0;
+}
