@@ -27,8 +27,8 @@ void check(int rc, const char* what) {
 // Repeats: many at small sizes where noise dominates, fewer where one transfer takes long.
 int repeats_for(std::size_t bytes, const CollectivesOptions& options) {
   const std::size_t by_size = (std::size_t{512} << 20) / std::max<std::size_t>(bytes, 1);
-  return static_cast<int>(std::clamp<std::size_t>(by_size, options.min_repeats,
-                                                  options.max_repeats));
+  return static_cast<int>(
+      std::clamp<std::size_t>(by_size, options.min_repeats, options.max_repeats));
 }
 
 template <class Raw, class Wrapped>
@@ -58,14 +58,10 @@ void measure(const char* operation, std::size_t bytes, int repeats, ProcessGroup
   const double raw_median = median(slowest_rank(raw_s, group.mpi_comm()));
   const double wrapped_median = median(slowest_rank(wrapped_s, group.mpi_comm()));
   const double ratio = raw_median / wrapped_median;  // wrapper throughput / raw throughput
-  nlohmann::json result = {{"benchmark", "collectives"},
-                           {"operation", operation},
-                           {"ranks", group.size()},
-                           {"bytes_per_rank", bytes},
-                           {"repeats", repeats},
-                           {"process_group_s", wrapped_median},
-                           {"raw_mpi_s", raw_median},
-                           {"throughput_ratio", ratio}};
+  nlohmann::json result = {{"benchmark", "collectives"}, {"operation", operation},
+                           {"ranks", group.size()},      {"bytes_per_rank", bytes},
+                           {"repeats", repeats},         {"process_group_s", wrapped_median},
+                           {"raw_mpi_s", raw_median},    {"throughput_ratio", ratio}};
   emit(common, group.rank(), result, [&] {
     std::printf("%-15s %12zu %8d %14.6f %14.6f %10.3f\n", operation, bytes, repeats,
                 wrapped_median * 1e3, raw_median * 1e3, ratio);
@@ -78,9 +74,10 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
   ProcessGroup group(MPI_COMM_WORLD);
   const int n = group.size();
   if (group.rank() == 0 && !common.json) {
-    std::printf("fsdp-bench collectives: %d ranks, median of repeats of the slowest rank, ratio = "
-                "raw MPI time / ProcessGroup time (1.0 = as fast as raw MPI)\n",
-                n);
+    std::printf(
+        "fsdp-bench collectives: %d ranks, median of repeats of the slowest rank, ratio = "
+        "raw MPI time / ProcessGroup time (1.0 = as fast as raw MPI)\n",
+        n);
     std::printf("%-15s %12s %8s %14s %14s %10s\n", "operation", "bytes/rank", "repeats",
                 "group (ms)", "raw MPI (ms)", "ratio");
   }
@@ -116,7 +113,8 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
 void add_collectives(CLI::App& app, const CommonOptions& common) {
   auto options = std::make_shared<CollectivesOptions>();
   CLI::App* sub = app.add_subcommand(
-      "collectives", "all_gather and reduce_scatter (fp32 sum) through ProcessGroup against raw MPI");
+      "collectives",
+      "all_gather and reduce_scatter (fp32 sum) through ProcessGroup against raw MPI");
   sub->add_option("--min-bytes", options->min_bytes, "smallest message per rank (bytes)");
   sub->add_option("--max-bytes", options->max_bytes, "largest message per rank (bytes); sizes x4");
   sub->add_option("--max-repeats", options->max_repeats, "repeats at small sizes");

@@ -191,9 +191,8 @@ void CollectiveGuard::wait_until(const OperationId& id, const std::function<bool
   if (poll()) {
     return;
   }
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(options_.timeout_s));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(options_.timeout_s));
   for (unsigned polls = 1;; ++polls) {
     if (poll()) {
       return;
@@ -263,8 +262,7 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
   text << "fsdp: " << id_text(id) << " timed out after " << options_.timeout_s << " s on rank "
        << rank_ << " of " << size_ << ": ";
   if (!missing.empty()) {
-    text << "rank" << (missing.size() > 1 ? "s " : " ") << rank_list(missing)
-         << " did not arrive";
+    text << "rank" << (missing.size() > 1 ? "s " : " ") << rank_list(missing) << " did not arrive";
   } else {
     text << "every rank arrived but the operation did not complete";
   }

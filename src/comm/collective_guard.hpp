@@ -29,10 +29,10 @@ const char* name_of(Collective collective);
 struct CollectiveCall {
   Collective collective = Collective::barrier;
   DType dtype = DType::f32;
-  std::int64_t count = 0;   // elements this rank sends (all_gather_v) or per rank
-  std::int64_t root = -1;   // broadcast only
-  std::int64_t reduce = -1; // ReduceOp for reductions
-  std::uint64_t layout = 0; // all_gather_v: hash of the counts vector
+  std::int64_t count = 0;    // elements this rank sends (all_gather_v) or per rank
+  std::int64_t root = -1;    // broadcast only
+  std::int64_t reduce = -1;  // ReduceOp for reductions
+  std::uint64_t layout = 0;  // all_gather_v: hash of the counts vector
 };
 
 // Identifies an operation in messages: "all_gather #12".

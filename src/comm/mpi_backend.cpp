@@ -94,7 +94,9 @@ std::uint64_t hash_counts(const std::vector<std::size_t>& counts) {
   return hash >> 1;  // fits in int64 for the signature exchange
 }
 
-std::string problem_if(bool bad, const std::string& message) { return bad ? message : ""; }
+std::string problem_if(bool bad, const std::string& message) {
+  return bad ? message : "";
+}
 
 // Issues the request through issue() after the guard's checks, and wraps it.
 template <class Issue>
@@ -134,7 +136,8 @@ std::string reduce_problem(const MpiGroupState& state, Collective collective, DT
 }  // namespace
 
 MpiBackend::MpiBackend(MPI_Comm comm, const CollectiveOptions& options) {
-  require(comm != MPI_COMM_NULL, "fsdp: ProcessGroup needs a valid communicator, got MPI_COMM_NULL");
+  require(comm != MPI_COMM_NULL,
+          "fsdp: ProcessGroup needs a valid communicator, got MPI_COMM_NULL");
   int initialized = 0;
   MPI_Initialized(&initialized);
   require(initialized != 0,
@@ -152,9 +155,15 @@ MpiBackend::MpiBackend(Adopt, MPI_Comm owned, const CollectiveOptions& options) 
 
 MpiBackend::~MpiBackend() = default;
 
-int MpiBackend::rank() const { return state_->rank; }
-int MpiBackend::size() const { return state_->size; }
-MPI_Comm MpiBackend::mpi_comm() const { return state_->comm; }
+int MpiBackend::rank() const {
+  return state_->rank;
+}
+int MpiBackend::size() const {
+  return state_->size;
+}
+MPI_Comm MpiBackend::mpi_comm() const {
+  return state_->comm;
+}
 
 std::unique_ptr<PendingOperation> MpiBackend::all_gather(const void* send, void* recv,
                                                          std::size_t count, DType dtype) {
@@ -167,8 +176,8 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather(const void* send, void*
   });
 }
 
-std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send,
-                                                           std::size_t send_count, void* recv,
+std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send, std::size_t send_count,
+                                                           void* recv,
                                                            const std::vector<std::size_t>& counts,
                                                            DType dtype) {
   CollectiveCall call{Collective::all_gather_v, dtype, static_cast<std::int64_t>(send_count)};
@@ -180,9 +189,8 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send,
               std::to_string(state_->size) + ")";
   } else if (counts[static_cast<std::size_t>(state_->rank)] != send_count) {
     problem = where(*state_, Collective::all_gather_v) + "send_count " +
-              std::to_string(send_count) + " differs from counts[" +
-              std::to_string(state_->rank) + "] = " +
-              std::to_string(counts[static_cast<std::size_t>(state_->rank)]);
+              std::to_string(send_count) + " differs from counts[" + std::to_string(state_->rank) +
+              "] = " + std::to_string(counts[static_cast<std::size_t>(state_->rank)]);
   }
   // int counts and displacements for MPI, alive until completion.
   auto layout = std::make_shared<std::vector<int>>(2 * static_cast<std::size_t>(state_->size), 0);
@@ -229,12 +237,10 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
                       static_cast<std::int64_t>(op)};
   const int n = mpi::to_int_count(count, "all_reduce");
   return start(
-      state_, call, reduce_problem(*state_, Collective::all_reduce, dtype, op),
-      "MPI_Iallreduce",
+      state_, call, reduce_problem(*state_, Collective::all_reduce, dtype, op), "MPI_Iallreduce",
       [&](MPI_Request* request) {
-        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n,
-                              mpi::datatype_of(dtype), mpi::op_of(op, dtype), state_->comm,
-                              request);
+        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi::datatype_of(dtype),
+                              mpi::op_of(op, dtype), state_->comm, request);
       },
       average_after(*state_, recv, count, dtype, op));
 }
@@ -246,22 +252,20 @@ std::unique_ptr<PendingOperation> MpiBackend::broadcast(void* data, std::size_t 
   const std::string problem =
       problem_if(root < 0 || root >= state_->size,
                  where(*state_, Collective::broadcast) + "root " + std::to_string(root) +
-                     " is not a rank of this group (0.." + std::to_string(state_->size - 1) +
-                     ")");
+                     " is not a rank of this group (0.." + std::to_string(state_->size - 1) + ")");
   return start(state_, call, problem, "MPI_Ibcast", [&](MPI_Request* request) {
     return MPI_Ibcast(data, n, mpi::datatype_of(dtype), root, state_->comm, request);
   });
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::barrier() {
-  return start(state_, CollectiveCall{}, "", "MPI_Ibarrier", [&](MPI_Request* request) {
-    return MPI_Ibarrier(state_->comm, request);
-  });
+  return start(state_, CollectiveCall{}, "", "MPI_Ibarrier",
+               [&](MPI_Request* request) { return MPI_Ibarrier(state_->comm, request); });
 }
 
 std::shared_ptr<Backend> MpiBackend::split(int color, int key) const {
-  require(color >= 0, "fsdp: ProcessGroup::split: color must be >= 0, got " +
-                          std::to_string(color));
+  require(color >= 0,
+          "fsdp: ProcessGroup::split: color must be >= 0, got " + std::to_string(color));
   MPI_Comm sub = MPI_COMM_NULL;
   mpi::check(MPI_Comm_split(state_->comm, color, key, &sub), "MPI_Comm_split", state_->rank);
   return std::shared_ptr<Backend>(new MpiBackend(Adopt{}, sub, state_->guard.options()));
@@ -269,9 +273,9 @@ std::shared_ptr<Backend> MpiBackend::split(int color, int key) const {
 
 std::shared_ptr<Backend> MpiBackend::split_node_local() const {
   MPI_Comm sub = MPI_COMM_NULL;
-  mpi::check(MPI_Comm_split_type(state_->comm, MPI_COMM_TYPE_SHARED, state_->rank, MPI_INFO_NULL,
-                                 &sub),
-             "MPI_Comm_split_type", state_->rank);
+  mpi::check(
+      MPI_Comm_split_type(state_->comm, MPI_COMM_TYPE_SHARED, state_->rank, MPI_INFO_NULL, &sub),
+      "MPI_Comm_split_type", state_->rank);
   return std::shared_ptr<Backend>(new MpiBackend(Adopt{}, sub, state_->guard.options()));
 }
 

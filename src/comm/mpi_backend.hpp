@@ -28,12 +28,10 @@ class MpiBackend final : public Backend {
   std::unique_ptr<PendingOperation> all_gather(const void* send, void* recv, std::size_t count,
                                                DType dtype) override;
   std::unique_ptr<PendingOperation> all_gather_v(const void* send, std::size_t send_count,
-                                                 void* recv,
-                                                 const std::vector<std::size_t>& counts,
+                                                 void* recv, const std::vector<std::size_t>& counts,
                                                  DType dtype) override;
-  std::unique_ptr<PendingOperation> reduce_scatter(const void* send, void* recv,
-                                                   std::size_t count, DType dtype,
-                                                   ReduceOp op) override;
+  std::unique_ptr<PendingOperation> reduce_scatter(const void* send, void* recv, std::size_t count,
+                                                   DType dtype, ReduceOp op) override;
   std::unique_ptr<PendingOperation> all_reduce(const void* send, void* recv, std::size_t count,
                                                DType dtype, ReduceOp op) override;
   std::unique_ptr<PendingOperation> broadcast(void* data, std::size_t count, DType dtype,

@@ -166,9 +166,9 @@ class NcclBackend final : public Backend {
                "MPI_Allreduce (NCCL bootstrap)", state_->rank);
     if (!all_have_device) {
       throw Error("fsdp: ProcessGroup::nccl: " +
-                  std::string(have_device ? "another rank has" : "this rank (" +
-                                                                     std::to_string(state_->rank) +
-                                                                     ") has") +
+                  std::string(have_device
+                                  ? "another rank has"
+                                  : "this rank (" + std::to_string(state_->rank) + ") has") +
                   " no CUDA device (" + cudaGetErrorString(rc) +
                   "); run one rank per GPU or use the MPI ProcessGroup");
     }
@@ -178,10 +178,10 @@ class NcclBackend final : public Backend {
     if (state_->rank == 0) {
       check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", state_->rank);
     }
-    mpi::check(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, state_->comm),
-               "MPI_Bcast (ncclUniqueId)", state_->rank);
-    check_nccl(ncclCommInitRank(&state_->nccl, state_->size, id, state_->rank),
-               "ncclCommInitRank", state_->rank);
+    mpi::check(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, state_->comm), "MPI_Bcast (ncclUniqueId)",
+               state_->rank);
+    check_nccl(ncclCommInitRank(&state_->nccl, state_->size, id, state_->rank), "ncclCommInitRank",
+               state_->rank);
     mpi::check(MPI_Barrier(state_->comm), "MPI_Barrier (after ncclCommInitRank)", state_->rank);
   }
 
@@ -193,16 +193,13 @@ class NcclBackend final : public Backend {
 
   std::unique_ptr<PendingOperation> all_gather(const void* send, void* recv, std::size_t count,
                                                DType dtype) override {
-    return start({Collective::all_gather, dtype, static_cast<std::int64_t>(count)}, "",
-                 [&] {
-                   return ncclAllGather(send, recv, count, nccl_type(dtype), state_->nccl,
-                                        state_->stream);
-                 });
+    return start({Collective::all_gather, dtype, static_cast<std::int64_t>(count)}, "", [&] {
+      return ncclAllGather(send, recv, count, nccl_type(dtype), state_->nccl, state_->stream);
+    });
   }
 
   std::unique_ptr<PendingOperation> all_gather_v(const void* send, std::size_t send_count,
-                                                 void* recv,
-                                                 const std::vector<std::size_t>& counts,
+                                                 void* recv, const std::vector<std::size_t>& counts,
                                                  DType dtype) override {
     CollectiveCall call{Collective::all_gather_v, dtype, static_cast<std::int64_t>(send_count)};
     std::string problem;
@@ -232,9 +229,8 @@ class NcclBackend final : public Backend {
     });
   }
 
-  std::unique_ptr<PendingOperation> reduce_scatter(const void* send, void* recv,
-                                                   std::size_t count, DType dtype,
-                                                   ReduceOp op) override {
+  std::unique_ptr<PendingOperation> reduce_scatter(const void* send, void* recv, std::size_t count,
+                                                   DType dtype, ReduceOp op) override {
     return start({Collective::reduce_scatter, dtype, static_cast<std::int64_t>(count), -1,
                   static_cast<std::int64_t>(op)},
                  avg_problem(dtype, op), [&] {
@@ -287,9 +283,9 @@ class NcclBackend final : public Backend {
 
   std::shared_ptr<Backend> split_node_local() const override {
     MPI_Comm sub = MPI_COMM_NULL;
-    mpi::check(MPI_Comm_split_type(state_->comm, MPI_COMM_TYPE_SHARED, state_->rank,
-                                   MPI_INFO_NULL, &sub),
-               "MPI_Comm_split_type", state_->rank);
+    mpi::check(
+        MPI_Comm_split_type(state_->comm, MPI_COMM_TYPE_SHARED, state_->rank, MPI_INFO_NULL, &sub),
+        "MPI_Comm_split_type", state_->rank);
     auto backend = std::make_shared<NcclBackend>(sub, state_->stream, state_->guard->options());
     MPI_Comm_free(&sub);
     return backend;

@@ -29,7 +29,9 @@ ProcessGroup ProcessGroup::split(int color, int key) const {
   return ProcessGroup(backend_->split(color, key));
 }
 
-ProcessGroup ProcessGroup::node_local() const { return ProcessGroup(backend_->split_node_local()); }
+ProcessGroup ProcessGroup::node_local() const {
+  return ProcessGroup(backend_->split_node_local());
+}
 
 Work ProcessGroup::all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) {
   return Work(backend_->all_gather(send, recv, count, dtype));
@@ -54,6 +56,8 @@ Work ProcessGroup::broadcast_async(void* data, std::size_t count, DType dtype, i
   return Work(backend_->broadcast(data, count, dtype, root));
 }
 
-Work ProcessGroup::barrier_async() { return Work(backend_->barrier()); }
+Work ProcessGroup::barrier_async() {
+  return Work(backend_->barrier());
+}
 
 }  // namespace fsdp

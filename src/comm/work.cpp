@@ -17,7 +17,9 @@ Work& Work::operator=(Work&& other) noexcept {
   return *this;
 }
 
-Work::~Work() { wait_noexcept(); }
+Work::~Work() {
+  wait_noexcept();
+}
 
 void Work::wait() {
   if (operation_) {

@@ -31,7 +31,9 @@ bfloat16 to_bfloat16(float value) {
   return bfloat16{static_cast<std::uint16_t>((bits + rounding) >> 16)};
 }
 
-float to_float(bfloat16 value) { return float_of(static_cast<std::uint32_t>(value.bits) << 16); }
+float to_float(bfloat16 value) {
+  return float_of(static_cast<std::uint32_t>(value.bits) << 16);
+}
 
 float16 to_float16(float value) {
   const std::uint32_t bits = bits_of(value);
@@ -122,10 +124,10 @@ DType parse_dtype(const std::string& name) {
     DType dtype;
   };
   static const Alias aliases[] = {
-      {"fp32", DType::f32},  {"float32", DType::f32}, {"float", DType::f32},
-      {"fp64", DType::f64},  {"float64", DType::f64}, {"double", DType::f64},
-      {"bf16", DType::bf16}, {"bfloat16", DType::bf16}, {"fp16", DType::f16},
-      {"float16", DType::f16}, {"half", DType::f16},  {"int32", DType::i32},
+      {"fp32", DType::f32},    {"float32", DType::f32},   {"float", DType::f32},
+      {"fp64", DType::f64},    {"float64", DType::f64},   {"double", DType::f64},
+      {"bf16", DType::bf16},   {"bfloat16", DType::bf16}, {"fp16", DType::f16},
+      {"float16", DType::f16}, {"half", DType::f16},      {"int32", DType::i32},
       {"int64", DType::i64},
   };
   for (const Alias& alias : aliases) {
@@ -138,6 +140,8 @@ DType parse_dtype(const std::string& name) {
               "float64, double, bfloat16, float16, half)");
 }
 
-bool is_floating(DType dtype) { return dtype != DType::i32 && dtype != DType::i64; }
+bool is_floating(DType dtype) {
+  return dtype != DType::i32 && dtype != DType::i64;
+}
 
 }  // namespace fsdp

@@ -1,5 +1,6 @@
-// Ranks that disagree on a collective's arguments get fsdp::Error on every rank, and the group stays
-// usable because no rank entered the mismatched collective. Bad local arguments are clear errors.
+// Ranks that disagree on a collective's arguments get fsdp::Error on every rank, and the group
+// stays usable because no rank entered the mismatched collective. Bad local arguments are clear
+// errors.
 #include <boost/test/unit_test.hpp>
 #include <string>
 #include <vector>
@@ -51,13 +52,13 @@ BOOST_AUTO_TEST_CASE(dtype_and_operation_mismatch) {
   }
   std::vector<double> buffer(8, 1.0);
   if (group.rank() == 0) {
-    BOOST_CHECK_EXCEPTION(group.all_reduce(buffer.data(), buffer.data(), 8, DType::f32,
-                                           ReduceOp::sum),
-                          Error, message_has("ranks disagree on collective"));
+    BOOST_CHECK_EXCEPTION(
+        group.all_reduce(buffer.data(), buffer.data(), 8, DType::f32, ReduceOp::sum), Error,
+        message_has("ranks disagree on collective"));
   } else {
-    BOOST_CHECK_EXCEPTION(group.all_reduce(buffer.data(), buffer.data(), 8, DType::f64,
-                                           ReduceOp::sum),
-                          Error, message_has("rank 0 called all_reduce(count=8, dtype=fp32"));
+    BOOST_CHECK_EXCEPTION(
+        group.all_reduce(buffer.data(), buffer.data(), 8, DType::f64, ReduceOp::sum), Error,
+        message_has("rank 0 called all_reduce(count=8, dtype=fp32"));
   }
   // A different collective altogether.
   if (group.rank() == 0) {

@@ -17,7 +17,9 @@ using AllTypes = boost::mpl::list<float, double, bfloat16, float16, std::int32_t
 using FloatTypes = boost::mpl::list<float, double, bfloat16, float16>;
 
 namespace {
-ProcessGroup world() { return ProcessGroup(MPI_COMM_WORLD); }
+ProcessGroup world() {
+  return ProcessGroup(MPI_COMM_WORLD);
+}
 const std::size_t kCounts[] = {0, 1, 7, 1000};
 }  // namespace
 
@@ -127,9 +129,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_reduce_in_place, T, AllTypes) {
       double expected = op == ReduceOp::sum ? 0 : value_of(0, i);
       for (int r = 0; r < n; ++r) {
         const double v = value_of(r, i);
-        expected = op == ReduceOp::sum ? expected + v
+        expected = op == ReduceOp::sum   ? expected + v
                    : op == ReduceOp::max ? std::max(expected, v)
-                                          : std::min(expected, v);
+                                         : std::min(expected, v);
       }
       BOOST_TEST(as_double(data(i)) == expected, "op " << name_of(op) << " element " << i);
     }
@@ -168,8 +170,8 @@ BOOST_AUTO_TEST_CASE(two_dimensional_views_are_flattened) {
   Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace> send("send", 3, 4);
   Kokkos::View<double***, Kokkos::LayoutRight, Kokkos::HostSpace> recv("recv", group.size(), 3, 4);
   Kokkos::parallel_for(
-      "fill", Kokkos::MDRangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Rank<2>>({0, 0},
-                                                                                       {3, 4}),
+      "fill",
+      Kokkos::MDRangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Rank<2>>({0, 0}, {3, 4}),
       KOKKOS_LAMBDA(int i, int j) { send(i, j) = 100 * group.rank() + 10 * i + j; });
   group.all_gather(send, recv);
   for (int r = 0; r < group.size(); ++r) {

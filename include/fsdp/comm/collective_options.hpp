@@ -5,8 +5,9 @@ namespace fsdp {
 
 struct CollectiveOptions {
   // Before each collective, exchange (operation, element count, dtype, root) among the ranks and
-  // raise fsdp::Error on every rank if they differ, instead of corrupting data or hanging. Costs one
-  // small all-gather per collective. Default: on in Debug builds, else FSDP_CHECK_COLLECTIVES=1.
+  // raise fsdp::Error on every rank if they differ, instead of corrupting data or hanging. Costs
+  // one small all-gather per collective. Default: on in Debug builds, else
+  // FSDP_CHECK_COLLECTIVES=1.
   bool check_arguments = false;
   // Seconds a rank waits for a collective to complete before it raises fsdp::Error naming the
   // operation and the ranks that did not arrive. 0 waits forever. FSDP_COLLECTIVE_TIMEOUT_S.

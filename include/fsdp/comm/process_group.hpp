@@ -39,16 +39,29 @@ class ProcessGroup {
   // The NCCL backend over the ranks of comm: rank 0 creates the ncclUniqueId, MPI broadcasts it,
   // every rank calls ncclCommInitRank on its current CUDA device. Buffers are device pointers;
   // operations are enqueued on cuda_stream (a cudaStream_t; nullptr for the default stream).
-  static ProcessGroup nccl(MPI_Comm comm, void* cuda_stream = nullptr,
-                           const CollectiveOptions& options = CollectiveOptions::from_environment());
+  static ProcessGroup nccl(
+      MPI_Comm comm, void* cuda_stream = nullptr,
+      const CollectiveOptions& options = CollectiveOptions::from_environment());
 #endif
 
-  int rank() const { return backend_->rank(); }
-  int size() const { return backend_->size(); }
-  const char* backend_name() const { return backend_->name(); }
-  MemoryKind memory_kind() const { return backend_->memory_kind(); }
-  MPI_Comm mpi_comm() const { return backend_->mpi_comm(); }
-  const std::shared_ptr<Backend>& backend() const { return backend_; }
+  int rank() const {
+    return backend_->rank();
+  }
+  int size() const {
+    return backend_->size();
+  }
+  const char* backend_name() const {
+    return backend_->name();
+  }
+  MemoryKind memory_kind() const {
+    return backend_->memory_kind();
+  }
+  MPI_Comm mpi_comm() const {
+    return backend_->mpi_comm();
+  }
+  const std::shared_ptr<Backend>& backend() const {
+    return backend_;
+  }
 
   // Sub-groups; collective over this group. Ranks with the same color form a group, ordered by
   // key then by rank here. color must be >= 0.
@@ -82,7 +95,9 @@ class ProcessGroup {
   void broadcast(void* data, std::size_t count, DType dtype, int root) {
     broadcast_async(data, count, dtype, root).wait();
   }
-  void barrier() { barrier_async().wait(); }
+  void barrier() {
+    barrier_async().wait();
+  }
 
   // ---- typed pointers ----
   template <class T>
@@ -200,9 +215,9 @@ class ProcessGroup {
     static_assert(std::is_same_v<typename SendView::non_const_value_type,
                                  typename RecvView::non_const_value_type>,
                   "fsdp: send and recv Views must have the same element type");
-    static_assert(std::is_same_v<typename RecvView::value_type,
-                                 typename RecvView::non_const_value_type>,
-                  "fsdp: the receiving View must not be const");
+    static_assert(
+        std::is_same_v<typename RecvView::value_type, typename RecvView::non_const_value_type>,
+        "fsdp: the receiving View must not be const");
     require(send.span_is_contiguous() && recv.span_is_contiguous(),
             std::string("fsdp: ") + operation + ": Views " + label_of(send) + " and " +
                 label_of(recv) + " must be contiguous; deep_copy a strided View into a " +

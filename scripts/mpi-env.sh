@@ -1,0 +1,7 @@
+# Sourced by the scripts: how Open MPI must run on these machines.
+# As root, Open MPI refuses to start unless both variables are set.
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+# More ranks than cores (4 ranks on 2 cores): allowed, and without a hostfile that would make
+# ranks busy-poll on a core they do not have.
+export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
