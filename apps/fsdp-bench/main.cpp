@@ -51,25 +51,29 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int code = 0;
+  bool failed_while_running = false;
   {
     Kokkos::ScopeGuard kokkos(argc, argv);
     CLI::App app{"fsdp-bench: fsdp's figures against their baselines, measured in the same run"};
     app.require_subcommand(1);
+    app.fallthrough();  // common options are accepted after the subcommand too
     fsdp::bench::CommonOptions common;
     app.add_flag("--json", common.json, "one JSON object per line instead of a table");
     fsdp::bench::add_collectives(app, common);
     try {
       app.parse(argc, argv);  // runs the chosen subcommand's callback
     } catch (const CLI::ParseError& error) {
-      code = rank == 0 ? app.exit(error) : (error.get_exit_code() != 0 ? 1 : 0);
+      // Every rank parsed the same arguments: rank 0 reports, all end normally.
+      code = rank == 0 ? app.exit(error) : error.get_exit_code();
     } catch (const std::exception& error) {
       std::fprintf(stderr, "fsdp-bench: rank %d: %s\n", rank, error.what());
       code = 1;
+      failed_while_running = true;
     }
   }
-  if (code != 0) {
-    MPI_Abort(MPI_COMM_WORLD, code);
+  if (failed_while_running) {
+    MPI_Abort(MPI_COMM_WORLD, code);  // other ranks may be waiting in a collective
   }
   MPI_Finalize();
-  return 0;
+  return code;
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Starts a private one-node SLURM cluster, runs fsdp-bench through srun and through the sbatch
+# script, checks their output, and stops the cluster whatever happens.
+# Usage: run_under_slurm.sh <source-dir> <fsdp-bench>   (exit 77 = skipped: no SLURM or not root)
+set -euo pipefail
+source_dir=$1
+bench=$2
+
+if [[ $(id -u) -ne 0 ]] || ! command -v slurmctld > /dev/null || ! command -v munged > /dev/null; then
+  echo "SKIPPED: needs root and slurm-wlm + munge (scripts/install-deps --with-slurm)"
+  exit 77
+fi
+
+state=$(mktemp -d /tmp/fsdp-slurm-test.XXXXXX)
+cleanup() {
+  "$source_dir/slurm/local-cluster/stop" "$state" > /dev/null
+  rm -rf "$state"
+}
+trap cleanup EXIT
+
+FSDP_SLURM_PORT=${FSDP_SLURM_PORT:-16817} "$source_dir/slurm/local-cluster/start" "$state"
+export SLURM_CONF=$state/slurm.conf
+export OMPI_MCA_mpi_yield_when_idle=1
+
+echo "== srun --mpi=pmix -n 4 fsdp-bench collectives"
+out=$(timeout 120 srun --mpi=pmix -n 4 "$bench" collectives --max-bytes 65536 --json)
+echo "$out"
+lines=$(grep -c '"ranks":4' <<< "$out" || true)
+if [[ $lines -ne 6 ]]; then
+  echo "FAILED: expected 6 results over 4 ranks from srun, got $lines"
+  exit 1
+fi
+
+echo "== sbatch --wait slurm/collectives.sbatch"
+cd "$state"
+timeout 180 sbatch --wait --export="ALL,FSDP_BIN=$(dirname "$bench")" \
+  "$source_dir/slurm/collectives.sbatch" --max-bytes 16384 --json
+job_out=$(cat "$state"/fsdp-collectives-*.out)
+echo "$job_out"
+lines=$(grep -c '"ranks":4' <<< "$job_out" || true)
+if [[ $lines -ne 4 ]]; then
+  echo "FAILED: expected 4 results over 4 ranks from the batch job, got $lines"
+  exit 1
+fi
+echo "PASSED: srun and sbatch ran fsdp-bench on 4 ranks"
