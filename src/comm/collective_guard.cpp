@@ -55,6 +55,56 @@ const char* name_of(Collective collective) {
   return "unknown collective";
 }
 
+namespace {
+std::string where(Collective collective, int rank) {
+  return std::string("fsdp: ") + name_of(collective) + " on rank " + std::to_string(rank) + ": ";
+}
+}  // namespace
+
+std::string all_gather_v_problem(const std::vector<std::size_t>& counts, std::size_t send_count,
+                                 int rank, int size) {
+  if (counts.size() != static_cast<std::size_t>(size)) {
+    return where(Collective::all_gather_v, rank) + "counts has " + std::to_string(counts.size()) +
+           " entries; it needs one per rank (" + std::to_string(size) + ")";
+  }
+  if (counts[static_cast<std::size_t>(rank)] != send_count) {
+    return where(Collective::all_gather_v, rank) + "send_count " + std::to_string(send_count) +
+           " differs from counts[" + std::to_string(rank) +
+           "] = " + std::to_string(counts[static_cast<std::size_t>(rank)]);
+  }
+  return "";
+}
+
+std::string root_problem(Collective collective, int root, int rank, int size) {
+  if (root >= 0 && root < size) {
+    return "";
+  }
+  return where(collective, rank) + "root " + std::to_string(root) +
+         " is not a rank of this group (0.." + std::to_string(size - 1) + ")";
+}
+
+std::string reduce_problem(Collective collective, DType dtype, ReduceOp op, int rank) {
+  if (op != ReduceOp::avg || is_floating(dtype)) {
+    return "";
+  }
+  return where(collective, rank) + "ReduceOp::avg needs a floating dtype, got " + name_of(dtype) +
+         "; use ReduceOp::sum and divide yourself";
+}
+
+CollectiveCall all_gather_v_call(const std::vector<std::size_t>& counts, std::size_t send_count,
+                                 DType dtype) {
+  CollectiveCall call{Collective::all_gather_v, dtype, static_cast<std::int64_t>(send_count)};
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over the counts' bytes
+  for (std::size_t count : counts) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (static_cast<std::uint64_t>(count) >> (8 * byte)) & 0xffu;
+      hash *= 1099511628211ull;
+    }
+  }
+  call.layout = hash >> 1;  // fits the int64 of the signature exchange
+  return call;
+}
+
 CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options)
     : options_(options) {
   mpi::check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");

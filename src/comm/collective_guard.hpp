@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "fsdp/comm/collective_options.hpp"
 #include "fsdp/comm/reduce_op.hpp"
@@ -34,6 +35,17 @@ struct CollectiveCall {
   std::int64_t reduce = -1;  // ReduceOp for reductions
   std::uint64_t layout = 0;  // all_gather_v: hash of the counts vector
 };
+
+// Argument checks every backend makes before a collective. Each returns an empty string when the
+// arguments are fine, else what is wrong and what would be right (CollectiveGuard::begin makes
+// every rank fail on it when checks are on).
+std::string all_gather_v_problem(const std::vector<std::size_t>& counts, std::size_t send_count,
+                                 int rank, int size);
+std::string root_problem(Collective collective, int root, int rank, int size);
+std::string reduce_problem(Collective collective, DType dtype, ReduceOp op, int rank);
+// The all_gather_v call, with a hash of counts that is the same on every rank and platform.
+CollectiveCall all_gather_v_call(const std::vector<std::size_t>& counts, std::size_t send_count,
+                                 DType dtype);
 
 // Identifies an operation in messages: "all_gather #12".
 struct OperationId {

@@ -83,19 +83,14 @@ class MpiOperation final : public PendingOperation {
   bool done_ = false;
 };
 
-std::uint64_t hash_counts(const std::vector<std::size_t>& counts) {
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a: the same on every rank and platform
-  for (std::size_t count : counts) {
-    for (int byte = 0; byte < 8; ++byte) {
-      hash ^= (static_cast<std::uint64_t>(count) >> (8 * byte)) & 0xffu;
-      hash *= 1099511628211ull;
+// The first non-empty problem.
+std::string first_of(std::initializer_list<std::string> problems) {
+  for (const std::string& problem : problems) {
+    if (!problem.empty()) {
+      return problem;
     }
   }
-  return hash >> 1;  // fits in int64 for the signature exchange
-}
-
-std::string problem_if(bool bad, const std::string& message) {
-  return bad ? message : "";
+  return "";
 }
 
 // Issues the request through issue() after the guard's checks, and wraps it.
@@ -112,11 +107,6 @@ std::unique_ptr<PendingOperation> start(const std::shared_ptr<MpiGroupState>& st
   return operation;
 }
 
-std::string where(const MpiGroupState& state, Collective collective) {
-  return std::string("fsdp: ") + name_of(collective) + " on rank " + std::to_string(state.rank) +
-         ": ";
-}
-
 std::function<void()> average_after(const MpiGroupState& state, void* data, std::size_t count,
                                     DType dtype, ReduceOp op) {
   if (op != ReduceOp::avg) {
@@ -124,13 +114,6 @@ std::function<void()> average_after(const MpiGroupState& state, void* data, std:
   }
   const double factor = 1.0 / state.size;
   return [=] { mpi::scale(data, count, dtype, factor); };
-}
-
-std::string reduce_problem(const MpiGroupState& state, Collective collective, DType dtype,
-                           ReduceOp op) {
-  return problem_if(op == ReduceOp::avg && !is_floating(dtype),
-                    where(state, collective) + "ReduceOp::avg needs a floating dtype, got " +
-                        name_of(dtype) + "; use ReduceOp::sum and divide yourself");
 }
 
 }  // namespace
@@ -165,12 +148,15 @@ MPI_Comm MpiBackend::mpi_comm() const {
   return state_->comm;
 }
 
+// Counts are converted to int only after the guard has passed: a count that does not fit is a
+// problem reported through it.
 std::unique_ptr<PendingOperation> MpiBackend::all_gather(const void* send, void* recv,
                                                          std::size_t count, DType dtype) {
-  CollectiveCall call{Collective::all_gather, dtype, static_cast<std::int64_t>(count)};
-  const int n = mpi::to_int_count(count, "all_gather");
-  mpi::to_int_count(count * static_cast<std::size_t>(state_->size), "all_gather (receive size)");
-  return start(state_, call, "", "MPI_Iallgather", [&](MPI_Request* request) {
+  const CollectiveCall call{Collective::all_gather, dtype, static_cast<std::int64_t>(count)};
+  const std::string problem = mpi::count_problem(count * static_cast<std::size_t>(state_->size),
+                                                 "all_gather (receive size)", state_->rank);
+  return start(state_, call, problem, "MPI_Iallgather", [&](MPI_Request* request) {
+    const int n = static_cast<int>(count);
     return MPI_Iallgather(send, n, mpi::datatype_of(dtype), recv, n, mpi::datatype_of(dtype),
                           state_->comm, request);
   });
@@ -180,32 +166,23 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send, std
                                                            void* recv,
                                                            const std::vector<std::size_t>& counts,
                                                            DType dtype) {
-  CollectiveCall call{Collective::all_gather_v, dtype, static_cast<std::int64_t>(send_count)};
-  call.layout = hash_counts(counts);
-  std::string problem;
-  if (counts.size() != static_cast<std::size_t>(state_->size)) {
-    problem = where(*state_, Collective::all_gather_v) + "counts has " +
-              std::to_string(counts.size()) + " entries; it needs one per rank (" +
-              std::to_string(state_->size) + ")";
-  } else if (counts[static_cast<std::size_t>(state_->rank)] != send_count) {
-    problem = where(*state_, Collective::all_gather_v) + "send_count " +
-              std::to_string(send_count) + " differs from counts[" + std::to_string(state_->rank) +
-              "] = " + std::to_string(counts[static_cast<std::size_t>(state_->rank)]);
+  std::string problem = all_gather_v_problem(counts, send_count, state_->rank, state_->size);
+  if (problem.empty()) {
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    problem = mpi::count_problem(total, "all_gather_v (receive size)", state_->rank);
   }
   // int counts and displacements for MPI, alive until completion.
   auto layout = std::make_shared<std::vector<int>>(2 * static_cast<std::size_t>(state_->size), 0);
   if (problem.empty()) {
     std::size_t offset = 0;
-    for (int r = 0; r < state_->size; ++r) {
-      (*layout)[static_cast<std::size_t>(r)] =
-          mpi::to_int_count(counts[static_cast<std::size_t>(r)], "all_gather_v");
-      (*layout)[static_cast<std::size_t>(state_->size + r)] =
-          mpi::to_int_count(offset, "all_gather_v (displacement)");
-      offset += counts[static_cast<std::size_t>(r)];
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      (*layout)[r] = static_cast<int>(counts[r]);
+      (*layout)[counts.size() + r] = static_cast<int>(offset);
+      offset += counts[r];
     }
   }
   return start(
-      state_, call, problem, "MPI_Iallgatherv",
+      state_, all_gather_v_call(counts, send_count, dtype), problem, "MPI_Iallgatherv",
       [&](MPI_Request* request) {
         return MPI_Iallgatherv(send, static_cast<int>(send_count), mpi::datatype_of(dtype), recv,
                                layout->data(), layout->data() + state_->size,
@@ -217,15 +194,18 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send, std
 std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, void* recv,
                                                              std::size_t count, DType dtype,
                                                              ReduceOp op) {
-  CollectiveCall call{Collective::reduce_scatter, dtype, static_cast<std::int64_t>(count), -1,
-                      static_cast<std::int64_t>(op)};
-  const int n = mpi::to_int_count(count, "reduce_scatter");
+  const CollectiveCall call{Collective::reduce_scatter, dtype, static_cast<std::int64_t>(count), -1,
+                            static_cast<std::int64_t>(op)};
+  const std::string problem =
+      first_of({reduce_problem(Collective::reduce_scatter, dtype, op, state_->rank),
+                mpi::count_problem(count * static_cast<std::size_t>(state_->size),
+                                   "reduce_scatter (send size)", state_->rank)});
   return start(
-      state_, call, reduce_problem(*state_, Collective::reduce_scatter, dtype, op),
-      "MPI_Ireduce_scatter_block",
+      state_, call, problem, "MPI_Ireduce_scatter_block",
       [&](MPI_Request* request) {
-        return MPI_Ireduce_scatter_block(send, recv, n, mpi::datatype_of(dtype),
-                                         mpi::op_of(op, dtype), state_->comm, request);
+        return MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count),
+                                         mpi::datatype_of(dtype), mpi::op_of(op, dtype),
+                                         state_->comm, request);
       },
       average_after(*state_, recv, count, dtype, op));
 }
@@ -233,28 +213,30 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, v
 std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void* recv,
                                                          std::size_t count, DType dtype,
                                                          ReduceOp op) {
-  CollectiveCall call{Collective::all_reduce, dtype, static_cast<std::int64_t>(count), -1,
-                      static_cast<std::int64_t>(op)};
-  const int n = mpi::to_int_count(count, "all_reduce");
+  const CollectiveCall call{Collective::all_reduce, dtype, static_cast<std::int64_t>(count), -1,
+                            static_cast<std::int64_t>(op)};
+  const std::string problem =
+      first_of({reduce_problem(Collective::all_reduce, dtype, op, state_->rank),
+                mpi::count_problem(count, "all_reduce", state_->rank)});
   return start(
-      state_, call, reduce_problem(*state_, Collective::all_reduce, dtype, op), "MPI_Iallreduce",
+      state_, call, problem, "MPI_Iallreduce",
       [&](MPI_Request* request) {
-        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi::datatype_of(dtype),
-                              mpi::op_of(op, dtype), state_->comm, request);
+        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                              mpi::datatype_of(dtype), mpi::op_of(op, dtype), state_->comm,
+                              request);
       },
       average_after(*state_, recv, count, dtype, op));
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::broadcast(void* data, std::size_t count, DType dtype,
                                                         int root) {
-  CollectiveCall call{Collective::broadcast, dtype, static_cast<std::int64_t>(count), root};
-  const int n = mpi::to_int_count(count, "broadcast");
+  const CollectiveCall call{Collective::broadcast, dtype, static_cast<std::int64_t>(count), root};
   const std::string problem =
-      problem_if(root < 0 || root >= state_->size,
-                 where(*state_, Collective::broadcast) + "root " + std::to_string(root) +
-                     " is not a rank of this group (0.." + std::to_string(state_->size - 1) + ")");
+      first_of({root_problem(Collective::broadcast, root, state_->rank, state_->size),
+                mpi::count_problem(count, "broadcast", state_->rank)});
   return start(state_, call, problem, "MPI_Ibcast", [&](MPI_Request* request) {
-    return MPI_Ibcast(data, n, mpi::datatype_of(dtype), root, state_->comm, request);
+    return MPI_Ibcast(data, static_cast<int>(count), mpi::datatype_of(dtype), root, state_->comm,
+                      request);
   });
 }
 

@@ -120,13 +120,13 @@ void check(int rc, const char* operation, int rank) {
   throw Error(std::string("fsdp: ") + operation + where + " failed: " + text);
 }
 
-int to_int_count(std::size_t count, const char* operation) {
-  if (count > static_cast<std::size_t>(INT_MAX)) {
-    throw Error(std::string("fsdp: ") + operation + ": " + std::to_string(count) +
-                " elements exceed MPI's int count limit (" + std::to_string(INT_MAX) +
-                "); split the buffer into smaller collectives");
+std::string count_problem(std::size_t count, const char* operation, int rank) {
+  if (count <= static_cast<std::size_t>(INT_MAX)) {
+    return "";
   }
-  return static_cast<int>(count);
+  return std::string("fsdp: ") + operation + " on rank " + std::to_string(rank) + ": " +
+         std::to_string(count) + " elements exceed MPI's int count limit (" +
+         std::to_string(INT_MAX) + "); split the buffer into smaller collectives";
 }
 
 void scale(void* data, std::size_t count, DType dtype, double factor) {

@@ -20,8 +20,8 @@ MPI_Op op_of(ReduceOp op, DType dtype);
 // Throws fsdp::Error "fsdp: <operation> on rank <r>: <MPI's error text>" unless rc is MPI_SUCCESS.
 void check(int rc, const char* operation, int rank = -1);
 
-// MPI counts are int: throws an Error naming the operation when count does not fit.
-int to_int_count(std::size_t count, const char* operation);
+// MPI counts and displacements are int: what is wrong when count does not fit, else empty.
+std::string count_problem(std::size_t count, const char* operation, int rank);
 
 // data[i] *= factor for count elements of a floating dtype (host memory).
 void scale(void* data, std::size_t count, DType dtype, double factor);

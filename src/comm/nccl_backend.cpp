@@ -201,19 +201,10 @@ class NcclBackend final : public Backend {
   std::unique_ptr<PendingOperation> all_gather_v(const void* send, std::size_t send_count,
                                                  void* recv, const std::vector<std::size_t>& counts,
                                                  DType dtype) override {
-    CollectiveCall call{Collective::all_gather_v, dtype, static_cast<std::int64_t>(send_count)};
-    std::string problem;
-    if (counts.size() != static_cast<std::size_t>(state_->size) ||
-        counts[static_cast<std::size_t>(state_->rank)] != send_count) {
-      problem = "fsdp: all_gather_v on rank " + std::to_string(state_->rank) +
-                ": counts must have one entry per rank and counts[rank] must equal send_count";
-    }
-    for (std::size_t count : counts) {
-      call.layout = (call.layout ^ count) * 1099511628211ull;
-    }
-    call.layout >>= 1;
+    const std::string problem =
+        all_gather_v_problem(counts, send_count, state_->rank, state_->size);
     // One broadcast per rank inside a group: NCCL has no all-gather with uneven counts.
-    return start(call, problem, [&] {
+    return start(all_gather_v_call(counts, send_count, dtype), problem, [&] {
       ncclResult_t rc = ncclGroupStart();
       std::size_t offset = 0;
       const std::size_t bytes = size_of(dtype);
@@ -233,7 +224,7 @@ class NcclBackend final : public Backend {
                                                    DType dtype, ReduceOp op) override {
     return start({Collective::reduce_scatter, dtype, static_cast<std::int64_t>(count), -1,
                   static_cast<std::int64_t>(op)},
-                 avg_problem(dtype, op), [&] {
+                 reduce_problem(Collective::reduce_scatter, dtype, op, state_->rank), [&] {
                    return ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op),
                                             state_->nccl, state_->stream);
                  });
@@ -243,7 +234,7 @@ class NcclBackend final : public Backend {
                                                DType dtype, ReduceOp op) override {
     return start({Collective::all_reduce, dtype, static_cast<std::int64_t>(count), -1,
                   static_cast<std::int64_t>(op)},
-                 avg_problem(dtype, op), [&] {
+                 reduce_problem(Collective::all_reduce, dtype, op, state_->rank), [&] {
                    return ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op),
                                         state_->nccl, state_->stream);
                  });
@@ -252,9 +243,7 @@ class NcclBackend final : public Backend {
   std::unique_ptr<PendingOperation> broadcast(void* data, std::size_t count, DType dtype,
                                               int root) override {
     const std::string problem =
-        root < 0 || root >= state_->size
-            ? "fsdp: broadcast: root " + std::to_string(root) + " is not a rank of this group"
-            : "";
+        root_problem(Collective::broadcast, root, state_->rank, state_->size);
     return start({Collective::broadcast, dtype, static_cast<std::int64_t>(count), root}, problem,
                  [&] {
                    return ncclBroadcast(data, data, count, nccl_type(dtype), root, state_->nccl,
@@ -292,12 +281,6 @@ class NcclBackend final : public Backend {
   }
 
  private:
-  std::string avg_problem(DType dtype, ReduceOp op) const {
-    return op == ReduceOp::avg && !is_floating(dtype)
-               ? std::string("fsdp: ReduceOp::avg needs a floating dtype, got ") + name_of(dtype)
-               : std::string();
-  }
-
   template <class Enqueue>
   std::unique_ptr<PendingOperation> start(const CollectiveCall& call, const std::string& problem,
                                           Enqueue&& enqueue) {

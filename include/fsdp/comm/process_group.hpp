@@ -229,8 +229,12 @@ class ProcessGroup {
                   " backend needs host-accessible Views; use a ProcessGroup::nccl group for " +
                   "device memory or copy to a HostSpace mirror");
     }
-    // The bytes must be final before the backend reads them.
+    // Kernels still writing either View must finish before the backend touches the bytes.
     typename SendView::execution_space().fence();
+    if constexpr (!std::is_same_v<typename SendView::execution_space,
+                                  typename RecvView::execution_space>) {
+      typename RecvView::execution_space().fence();
+    }
   }
   template <class SendView, class RecvView>
   static void hold(Work& work, const SendView& send, const RecvView& recv) {
