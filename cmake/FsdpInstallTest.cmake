@@ -19,6 +19,8 @@ endfunction()
 
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install" -B "${consumer}"
-    "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_BUILD_TYPE=Release")
+    "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_BUILD_TYPE=Release"
+    # the Kokkos fsdp was built with, not whichever the consumer would find first
+    "-DKokkos_DIR=${Kokkos_DIR}")
 run(${CMAKE_COMMAND} --build "${consumer}")
 run(${MPIEXEC} ${NUMPROC_FLAG} 2 "${consumer}/consumer")

@@ -11,6 +11,16 @@ if [[ $(id -u) -ne 0 ]] || ! command -v slurmctld > /dev/null || ! command -v mu
   exit 77
 fi
 
+# expect_results <what> <count> <output>: the output holds <count> JSON results over 4 ranks.
+expect_results() {
+  local found
+  found=$(grep -c '"ranks":4' <<< "$3" || true)
+  if [[ $found -ne $2 ]]; then
+    echo "FAILED: expected $2 results over 4 ranks from $1, got $found"
+    exit 1
+  fi
+}
+
 state=$(mktemp -d /tmp/fsdp-slurm-test.XXXXXX)
 cleanup() {
   "$source_dir/slurm/local-cluster/stop" "$state" > /dev/null
@@ -25,11 +35,7 @@ export OMPI_MCA_mpi_yield_when_idle=1
 echo "== srun --mpi=pmix -n 4 fsdp-bench collectives"
 out=$(timeout 120 srun --mpi=pmix -n 4 "$bench" collectives --max-bytes 65536 --json)
 echo "$out"
-lines=$(grep -c '"ranks":4' <<< "$out" || true)
-if [[ $lines -ne 6 ]]; then
-  echo "FAILED: expected 6 results over 4 ranks from srun, got $lines"
-  exit 1
-fi
+expect_results srun 6 "$out"
 
 echo "== sbatch --wait slurm/collectives.sbatch"
 cd "$state"
@@ -37,9 +43,5 @@ timeout 180 sbatch --wait --export="ALL,FSDP_BIN=$(dirname "$bench")" \
   "$source_dir/slurm/collectives.sbatch" --max-bytes 16384 --json
 job_out=$(cat "$state"/fsdp-collectives-*.out)
 echo "$job_out"
-lines=$(grep -c '"ranks":4' <<< "$job_out" || true)
-if [[ $lines -ne 4 ]]; then
-  echo "FAILED: expected 4 results over 4 ranks from the batch job, got $lines"
-  exit 1
-fi
+expect_results "the batch job" 4 "$job_out"
 echo "PASSED: srun and sbatch ran fsdp-bench on 4 ranks"
