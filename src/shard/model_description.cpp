@@ -31,16 +31,16 @@ ParameterInfo parameter_from_json(const nlohmann::json& entry, std::size_t index
                                   const std::string& source) {
   std::string where = "fsdp: " + source + ": parameter #" + std::to_string(index);
   require(entry.is_object(), where + " must be an object with name, shape, dtype and layer");
+  ParameterInfo parameter;
+  require(entry.contains("name") && entry["name"].is_string(), where + " needs a \"name\" string");
+  parameter.name = entry["name"].get<std::string>();
+  where += " '" + parameter.name + "'";
   static const std::set<std::string> known = {"name", "shape", "dtype", "layer", "always_gather"};
   for (const auto& item : entry.items()) {
     require(known.count(item.key()) != 0,
             where + " has an unknown field \"" + item.key() +
                 "\"; the fields are name, shape, dtype, layer, always_gather");
   }
-  ParameterInfo parameter;
-  require(entry.contains("name") && entry["name"].is_string(), where + " needs a \"name\" string");
-  parameter.name = entry["name"].get<std::string>();
-  where += " '" + parameter.name + "'";
   require(entry.contains("shape") && entry["shape"].is_array(),
           where + " needs a \"shape\" array of positive integers ([] for a scalar)");
   for (const nlohmann::json& extent : entry["shape"]) {
