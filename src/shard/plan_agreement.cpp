@@ -22,6 +22,9 @@ ShardingPlan agree_on_plan(const std::function<ShardingPlan()>& make_on_root,
     } catch (const std::exception& error) {
       root_failed = 1;
       payload = error.what();
+    } catch (...) {
+      root_failed = 1;
+      payload = "an exception that is not a std::exception";
     }
   }
   group.broadcast(&root_failed, 1, 0);

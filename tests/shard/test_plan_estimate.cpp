@@ -83,7 +83,8 @@ BOOST_AUTO_TEST_CASE(zero3_per_rank_memory_is_16_psi_over_n) {
 
 BOOST_AUTO_TEST_CASE(layerwise_traffic_broadcast_and_reduce_through_the_owner) {
   // A (8 elements) on rank 0, B (4) on rank 1; fp32 SGD; blocks ceil(8/2) = 4 and ceil(4/2) = 2.
-  const ShardingPlan plan = LayerWiseSharding().make_plan({param("a", {8}, "A"), param("b", {4}, "B")}, 2);
+  const ShardingPlan plan =
+      LayerWiseSharding().make_plan({param("a", {8}, "A"), param("b", {4}, "B")}, 2);
   BOOST_REQUIRE(plan.placement("a").owner_rank == 0);
   BOOST_REQUIRE(plan.placement("b").owner_rank == 1);
   const PlanEstimate e = estimate(plan, {OptimizerKind::sgd, Precision::fp32});
@@ -122,8 +123,8 @@ BOOST_AUTO_TEST_CASE(replicated_parameters_all_reduce_their_gradients) {
 BOOST_AUTO_TEST_CASE(one_rank_sends_nothing) {
   const auto model = transformer_parameters(TransformerConfig::gpt2_small());
   for (const auto& name : {"full", "layerwise"}) {
-    const PlanEstimate e =
-        estimate(make_strategy(name)->make_plan(model, 1), {OptimizerKind::adamw, Precision::mixed});
+    const PlanEstimate e = estimate(make_strategy(name)->make_plan(model, 1),
+                                    {OptimizerKind::adamw, Precision::mixed});
     BOOST_TEST(e.ranks[0].send_bytes() == 0);
     BOOST_TEST(e.ranks[0].persistent_bytes() == 16 * 124439808LL);
   }

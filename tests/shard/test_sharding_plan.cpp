@@ -1,7 +1,7 @@
 // Strategies and plans on one process: shard arithmetic, LayerWise balance and determinism,
 // Hybrid patterns, the factory, invalid input, model descriptions and presets.
-#include <boost/test/unit_test.hpp>
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <map>
 #include <numeric>
 
@@ -268,17 +268,17 @@ BOOST_AUTO_TEST_CASE(invalid_input_names_the_parameter_and_the_reason) {
                           (MessageHas{{"world size 0"}}));
     BOOST_CHECK_EXCEPTION(strategy->make_plan(small_model(), -3), Error,
                           (MessageHas{{"world size -3"}}));
-    BOOST_CHECK_EXCEPTION(strategy->make_plan({param("a", {2}), param("b", {2}), param("a", {3})}, 2),
-                          Error, (MessageHas{{"'a'", "twice", "#0", "#2"}}));
+    BOOST_CHECK_EXCEPTION(
+        strategy->make_plan({param("a", {2}), param("b", {2}), param("a", {3})}, 2), Error,
+        (MessageHas{{"'a'", "twice", "#0", "#2"}}));
     BOOST_CHECK_EXCEPTION(strategy->make_plan({param("a", {2}), param("w", {4, 0})}, 2), Error,
                           (MessageHas{{"'w'", "dimension 1 is 0", ">= 1"}}));
     BOOST_CHECK_EXCEPTION(strategy->make_plan({param("neg", {-5})}, 2), Error,
                           (MessageHas{{"'neg'", "dimension 0 is -5"}}));
     BOOST_CHECK_EXCEPTION(strategy->make_plan({param("", {5})}, 2), Error,
                           (MessageHas{{"#0", "empty name"}}));
-    BOOST_CHECK_EXCEPTION(
-        strategy->make_plan({param("odd", {5}, "", static_cast<DType>(42))}, 2), Error,
-        (MessageHas{{"'odd'", "unknown dtype", "42"}}));
+    BOOST_CHECK_EXCEPTION(strategy->make_plan({param("odd", {5}, "", static_cast<DType>(42))}, 2),
+                          Error, (MessageHas{{"'odd'", "unknown dtype", "42"}}));
     BOOST_CHECK_EXCEPTION(strategy->make_plan({param("huge", {1LL << 40, 1LL << 40})}, 2), Error,
                           (MessageHas{{"'huge'", "overflows"}}));
   }
@@ -322,15 +322,15 @@ BOOST_AUTO_TEST_CASE(model_description_json) {
       parameters_from_json(R"({"parameters": [{"name": "w", "shape": [4], "dtype": "fp8"}]})",
                            "m.json"),
       Error, (MessageHas{{"m.json", "#0 'w'", "fp8"}}));
-  BOOST_CHECK_EXCEPTION(parameters_from_json(R"({"parameters": [{"name": "w"}]})", "m.json"),
-                        Error, (MessageHas{{"'w'", "\"shape\""}}));
+  BOOST_CHECK_EXCEPTION(parameters_from_json(R"({"parameters": [{"name": "w"}]})", "m.json"), Error,
+                        (MessageHas{{"'w'", "\"shape\""}}));
   BOOST_CHECK_EXCEPTION(
       parameters_from_json(R"({"parameters": [{"name": "w", "shape": [4], "layr": "x"}]})",
                            "m.json"),
       Error, (MessageHas{{"'w'", "unknown field \"layr\""}}));
   BOOST_CHECK_EXCEPTION(
-      parameters_from_json(R"({"parameters": [{"name": "w", "shape": [4, 0]}]})", "m.json"),
-      Error, (MessageHas{{"m.json", "'w'", "dimension 1 is 0"}}));
+      parameters_from_json(R"({"parameters": [{"name": "w", "shape": [4, 0]}]})", "m.json"), Error,
+      (MessageHas{{"m.json", "'w'", "dimension 1 is 0"}}));
   BOOST_CHECK_EXCEPTION(parameters_from_json(R"({"parameters": []})", "m.json"), Error,
                         (MessageHas{{"m.json", "empty"}}));
   BOOST_CHECK_EXCEPTION(parameters_from_json(R"([1, 2])", "m.json"), Error,
@@ -340,7 +340,8 @@ BOOST_AUTO_TEST_CASE(model_description_json) {
 BOOST_AUTO_TEST_CASE(transformer_presets_have_the_published_sizes) {
   const auto count = [](const std::vector<ParameterInfo>& parameters) {
     std::int64_t total = 0;
-    for (const auto& p : parameters) total += p.numel();
+    for (const auto& p : parameters)
+      total += p.numel();
     return total;
   };
   const auto gpt2 = transformer_parameters(TransformerConfig::gpt2_small());
