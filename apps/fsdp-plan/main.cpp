@@ -83,9 +83,21 @@ std::vector<fsdp::ParameterInfo> model_parameters(const Options& o, std::string&
   return fsdp::transformer_parameters(config);
 }
 
-std::string mib(std::int64_t bytes) {
+// Bytes in the largest binary unit that keeps the figure >= 1: "7.42 MiB".
+std::string human(std::int64_t bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 5) {
+    value /= 1024.0;
+    ++unit;
+  }
   char text[64];
-  std::snprintf(text, sizeof text, "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  if (unit == 0) {
+    std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof text, "%.2f %s", value, units[unit]);
+  }
   return text;
 }
 
@@ -167,8 +179,8 @@ void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
     });
     shown.insert(fullest->rank);
   }
-  std::printf("%6s %16s %12s %12s %12s %12s %12s %12s %12s\n", "rank", "elements", "params MiB",
-              "grads MiB", "optim MiB", "total MiB", "fwd ag MiB", "bwd ag MiB", "grad rs MiB");
+  std::printf("%6s %16s %11s %11s %11s %11s %11s %11s %11s\n", "rank", "elements", "params",
+              "grads", "optimizer", "persistent", "fwd gather", "bwd gather", "grad reduce");
   int previous = -1;
   std::int64_t elements = 0, p = 0, g = 0, o = 0, fwd = 0, bwd = 0, rs = 0;
   for (const auto& r : e.ranks) {
@@ -187,27 +199,27 @@ void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
                   r.rank - previous - 1);
     }
     previous = r.rank;
-    std::printf("%6d %16s %12s %12s %12s %12s %12s %12s %12s\n", r.rank,
-                grouped(r.elements).c_str(), mib(r.parameter_bytes).c_str(),
-                mib(r.gradient_bytes).c_str(), mib(r.optimizer_bytes).c_str(),
-                mib(r.persistent_bytes()).c_str(), mib(r.forward_gather_send_bytes).c_str(),
-                mib(r.backward_gather_send_bytes).c_str(), mib(r.gradient_send_bytes).c_str());
+    std::printf("%6d %16s %11s %11s %11s %11s %11s %11s %11s\n", r.rank,
+                grouped(r.elements).c_str(), human(r.parameter_bytes).c_str(),
+                human(r.gradient_bytes).c_str(), human(r.optimizer_bytes).c_str(),
+                human(r.persistent_bytes()).c_str(), human(r.forward_gather_send_bytes).c_str(),
+                human(r.backward_gather_send_bytes).c_str(), human(r.gradient_send_bytes).c_str());
   }
   if (previous != n - 1) {
     std::printf("%6s (%d ranks not shown; --all-ranks shows them)\n", "...", n - 1 - previous);
   }
-  std::printf("%6s %16s %12s %12s %12s %12s %12s %12s %12s\n\n", "all", grouped(elements).c_str(),
-              mib(p).c_str(), mib(g).c_str(), mib(o).c_str(), mib(p + g + o).c_str(),
-              mib(fwd).c_str(), mib(bwd).c_str(), mib(rs).c_str());
+  std::printf("%6s %16s %11s %11s %11s %11s %11s %11s %11s\n\n", "all", grouped(elements).c_str(),
+              human(p).c_str(), human(g).c_str(), human(o).c_str(), human(p + g + o).c_str(),
+              human(fwd).c_str(), human(bwd).c_str(), human(rs).c_str());
   std::printf("imbalance (max owned bytes / mean): %.4f\n", plan.imbalance());
   std::printf("always gathered (replicated): %zu tensors\n", plan.always_gathered().size());
-  std::printf("largest unit: '%s', %s elements; gathered working set (params + grads): %s MiB\n",
+  std::printf("largest unit: '%s', %s elements; gathered working set (params + grads): %s\n",
               e.largest_unit.c_str(), grouped(e.largest_unit_elements).c_str(),
-              mib(e.gathered_working_set_bytes).c_str());
-  std::printf("peak per rank before activations (fullest rank + working set): %s MiB\n",
-              mib(e.peak_bytes()).c_str());
-  std::printf("without sharding, every rank would hold: %s MiB\n",
-              mib(e.unsharded_persistent_bytes).c_str());
+              human(e.gathered_working_set_bytes).c_str());
+  std::printf("peak per rank before activations (fullest rank + working set): %s\n",
+              human(e.peak_bytes()).c_str());
+  std::printf("without sharding, every rank would hold: %s\n",
+              human(e.unsharded_persistent_bytes).c_str());
 }
 
 int run(const Options& o) {
@@ -265,20 +277,21 @@ int main(int argc, char** argv) {
   model->excludes(preset)->excludes(preset_config)->excludes(plan_file);
   preset->excludes(preset_config)->excludes(plan_file);
   preset_config->excludes(plan_file);
-  app.add_option("--layers", o.layers, "preset: transformer blocks")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", o.hidden, "preset: hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--heads", o.heads, "preset: attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--layers", o.layers, "preset: transformer blocks")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--hidden", o.hidden, "preset: hidden size")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--heads", o.heads, "preset: attention heads")->check(CLI::Range(1, 1 << 30));
   app.add_option("--kv-heads", o.kv_heads, "preset (llama): key/value heads")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--vocab", o.vocab, "preset: vocabulary size")->check(CLI::PositiveNumber);
-  app.add_option("--intermediate", o.intermediate, "preset: MLP width")->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--vocab", o.vocab, "preset: vocabulary size")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--intermediate", o.intermediate, "preset: MLP width")
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--max-positions", o.max_positions, "preset (gpt2): position embeddings")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--dtype", o.dtype, "preset: parameter dtype (fp32, bf16, fp16, fp64)");
   auto* strategy =
       app.add_option("--strategy", o.strategy, "full, layerwise or hybrid")->capture_default_str();
   auto* world = app.add_option("--world-size,-n", o.world_size, "ranks to plan for")
-                    ->check(CLI::PositiveNumber);
+                    ->check(CLI::Range(1, 1 << 30));
   app.add_option("--full-shard", o.full_shard_patterns,
                  "hybrid: layer-name globs to shard fully ('*' and '?')");
   app.add_option("--layer-wise", o.layer_wise_patterns,
@@ -305,7 +318,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "fsdp-plan: %s\n", error.what());
+    std::string message = error.what();
+    if (message.rfind("fsdp: ", 0) == 0) {
+      message.erase(0, 6);
+    }
+    std::fprintf(stderr, "fsdp-plan: %s\n", message.c_str());
     return 1;
   }
 }

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "../shard/broadcast_text.hpp"
+#include "../shard/message.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
 
@@ -403,7 +404,7 @@ ShardingPlan read_hdf5(const std::string& path) {
     }
     return plan;
   } catch (const Error& error) {
-    throw Error("fsdp: plan file '" + path + "' is inconsistent: " + error.what());
+    throw Error("fsdp: plan file '" + path + "' is inconsistent: " + detail::unprefixed(error));
   }
 }
 
@@ -493,7 +494,7 @@ void save_plan(const std::string& path, const ShardingPlan& plan, ProcessGroup& 
     try {
       save_plan(path, plan);
     } catch (const std::exception& error) {
-      failure = error.what();
+      failure = detail::unprefixed(error);
       if (failure.empty()) {
         failure = "unknown error";
       }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "fsdp/core/error.hpp"
+#include "message.hpp"
 
 namespace fsdp {
 namespace {
@@ -53,7 +54,7 @@ ParameterInfo parameter_from_json(const nlohmann::json& entry, std::size_t index
     try {
       parameter.dtype = parse_dtype(entry["dtype"].get<std::string>());
     } catch (const Error& error) {
-      throw Error(where + ": " + error.what());
+      throw Error(where + ": " + detail::unprefixed(error));
     }
   }
   if (entry.contains("layer")) {
@@ -92,7 +93,7 @@ std::vector<ParameterInfo> parameters_from_json(const std::string& text,
   try {
     validate_parameters(parameters);
   } catch (const Error& error) {
-    throw Error("fsdp: " + source + ": " + error.what());
+    throw Error("fsdp: " + source + ": " + detail::unprefixed(error));
   }
   return parameters;
 }
@@ -155,7 +156,7 @@ TransformerConfig transformer_config_from_json(const std::string& text, const st
                  ? TransformerConfig::llama2_7b()
                  : TransformerConfig::gpt2_small();
   } catch (const Error& error) {
-    throw Error(where + ": " + error.what());
+    throw Error(where + ": " + detail::unprefixed(error));
   }
   for (const auto& item : document.items()) {
     const std::string& key = item.key();

@@ -6,6 +6,7 @@
 
 #include "broadcast_text.hpp"
 #include "fsdp/core/error.hpp"
+#include "message.hpp"
 
 namespace fsdp {
 using detail::broadcast_text;
@@ -21,7 +22,7 @@ ShardingPlan agree_on_plan(const std::function<ShardingPlan()>& make_on_root,
       payload = plan_to_json(make_on_root());
     } catch (const std::exception& error) {
       root_failed = 1;
-      payload = error.what();
+      payload = detail::unprefixed(error);
     } catch (...) {
       root_failed = 1;
       payload = "an exception that is not a std::exception";
@@ -41,7 +42,7 @@ ShardingPlan agree_on_plan(const std::function<ShardingPlan()>& make_on_root,
     problem =
         first_difference(plan->parameters(), parameters, "rank 0", "rank " + std::to_string(rank));
   } catch (const std::exception& error) {
-    problem = ParameterListDifference{0, error.what()};
+    problem = ParameterListDifference{0, detail::unprefixed(error)};
   }
 
   // 3. The lowest (parameter index, rank) with a problem wins, so every rank reports the same

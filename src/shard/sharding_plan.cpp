@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.hpp"
+#include "message.hpp"
 
 namespace fsdp {
 namespace {
@@ -263,7 +264,7 @@ ShardingPlan plan_from_json(const std::string& text, const std::string& source) 
     if (message.rfind(where, 0) == 0) {
       throw;
     }
-    throw Error(where + ": " + message);
+    throw Error(where + ": " + detail::unprefixed(error));
   }
 }
 
