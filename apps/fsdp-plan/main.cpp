@@ -277,17 +277,25 @@ int main(int argc, char** argv) {
   model->excludes(preset)->excludes(preset_config)->excludes(plan_file);
   preset->excludes(preset_config)->excludes(plan_file);
   preset_config->excludes(plan_file);
-  app.add_option("--layers", o.layers, "preset: transformer blocks")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--hidden", o.hidden, "preset: hidden size")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--heads", o.heads, "preset: attention heads")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--kv-heads", o.kv_heads, "preset (llama): key/value heads")
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--vocab", o.vocab, "preset: vocabulary size")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--intermediate", o.intermediate, "preset: MLP width")
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--max-positions", o.max_positions, "preset (gpt2): position embeddings")
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--dtype", o.dtype, "preset: parameter dtype (fp32, bf16, fp16, fp64)");
+  std::vector<CLI::Option*> preset_overrides;
+  preset_overrides.push_back(app.add_option("--layers", o.layers, "preset: transformer blocks")
+                                 ->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--hidden", o.hidden, "preset: hidden size")->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--heads", o.heads, "preset: attention heads")->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--kv-heads", o.kv_heads, "preset (llama): key/value heads")
+          ->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--vocab", o.vocab, "preset: vocabulary size")->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(app.add_option("--intermediate", o.intermediate, "preset: MLP width")
+                                 ->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--max-positions", o.max_positions, "preset (gpt2): position embeddings")
+          ->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--dtype", o.dtype, "preset: parameter dtype (fp32, bf16, fp16, fp64)"));
   auto* strategy =
       app.add_option("--strategy", o.strategy, "full, layerwise or hybrid")->capture_default_str();
   auto* world = app.add_option("--world-size,-n", o.world_size, "ranks to plan for")
@@ -306,6 +314,9 @@ int main(int argc, char** argv) {
   app.add_flag("--all-ranks", o.all_ranks, "print every rank's row, however many");
   app.add_option("--output,-o", o.output, "save the plan (.h5/.hdf5 or .json)");
   plan_file->excludes(strategy)->excludes(world);
+  for (CLI::Option* option : preset_overrides) {
+    option->excludes(model)->excludes(plan_file);  // they change presets, not a given model
+  }
   try {
     app.parse(argc, argv);
     if (o.plan_path.empty()) {
