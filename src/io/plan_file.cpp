@@ -53,16 +53,16 @@ class Handle {
 class QuietErrorStack {
  public:
   QuietErrorStack() {
-    saved_ = H5Eget_auto2(H5E_DEFAULT, &function_, &data_) >= 0;
-    if (saved_) {
-      H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    }
+    // Both return codes are checked: without the saved handler there is nothing to restore, and
+    // if switching printing off fails the stack is merely printed, which loses nothing.
+    saved_ = H5Eget_auto2(H5E_DEFAULT, &function_, &data_) >= 0 &&
+             H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0;
   }
   QuietErrorStack(const QuietErrorStack&) = delete;
   QuietErrorStack& operator=(const QuietErrorStack&) = delete;
   ~QuietErrorStack() {
-    if (saved_) {
-      H5Eset_auto2(H5E_DEFAULT, function_, data_);
+    if (saved_ && H5Eset_auto2(H5E_DEFAULT, function_, data_) < 0) {
+      std::fprintf(stderr, "fsdp: could not restore HDF5's error printing (H5Eset_auto2)\n");
     }
   }
 
