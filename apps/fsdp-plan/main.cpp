@@ -1,0 +1,339 @@
+// fsdp-plan: makes a sharding plan for a model at any world size and prints what each rank holds
+// and sends per step. Runs on one process, without mpiexec: the plan and its estimates are
+// arithmetic, so a plan for 1024 ranks needs no 1024 ranks.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fsdp/core/error.hpp"
+#include "fsdp/io/plan_file.hpp"
+#include "fsdp/shard/model_description.hpp"
+#include "fsdp/shard/plan_estimate.hpp"
+#include "fsdp/shard/sharding_strategy.hpp"
+
+namespace {
+
+struct Options {
+  std::string model_path;
+  std::string preset;
+  std::string preset_config;
+  std::string plan_path;
+  int layers = 0, heads = 0, kv_heads = 0;
+  std::int64_t hidden = 0, vocab = 0, intermediate = 0, max_positions = 0;
+  std::string dtype;
+  std::string strategy = "full";
+  std::vector<std::string> full_shard_patterns, layer_wise_patterns;
+  int world_size = 0;
+  std::string optimizer = "adam";
+  std::string precision = "fp32";
+  bool json = false;
+  bool all_ranks = false;
+  std::string output;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  fsdp::require(static_cast<bool>(in), "cannot open '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The model: a description file, or a preset with the user's overrides.
+std::vector<fsdp::ParameterInfo> model_parameters(const Options& o, std::string& description) {
+  if (!o.model_path.empty()) {
+    description = "model '" + o.model_path + "'";
+    return fsdp::read_model_description(o.model_path);
+  }
+  fsdp::TransformerConfig config;
+  if (!o.preset_config.empty()) {
+    config = fsdp::transformer_config_from_json(read_text(o.preset_config),
+                                                "preset config '" + o.preset_config + "'");
+  } else {
+    config = fsdp::parse_family(o.preset) == fsdp::TransformerFamily::llama
+                 ? fsdp::TransformerConfig::llama2_7b()
+                 : fsdp::TransformerConfig::gpt2_small();
+  }
+  if (o.layers > 0)
+    config.layers = o.layers;
+  if (o.hidden > 0)
+    config.hidden = o.hidden;
+  if (o.heads > 0)
+    config.heads = o.heads;
+  if (o.kv_heads > 0)
+    config.kv_heads = o.kv_heads;
+  if (o.vocab > 0)
+    config.vocab = o.vocab;
+  if (o.intermediate > 0)
+    config.intermediate = o.intermediate;
+  if (o.max_positions > 0)
+    config.max_positions = o.max_positions;
+  if (!o.dtype.empty())
+    config.dtype = fsdp::parse_dtype(o.dtype);
+  description = std::string(fsdp::name_of(config.family)) + " preset (layers " +
+                std::to_string(config.layers) + ", hidden " + std::to_string(config.hidden) +
+                ", heads " + std::to_string(config.heads) + ", vocab " +
+                std::to_string(config.vocab) + ", " + fsdp::name_of(config.dtype) + ")";
+  return fsdp::transformer_parameters(config);
+}
+
+// Bytes in the largest binary unit that keeps the figure >= 1: "7.42 MiB".
+std::string human(std::int64_t bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 5) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[64];
+  if (unit == 0) {
+    std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof text, "%.2f %s", value, units[unit]);
+  }
+  return text;
+}
+
+std::string grouped(std::int64_t value) {
+  std::string digits = std::to_string(value), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) {
+      out += ',';
+    }
+    out += digits[i];
+  }
+  return out;
+}
+
+nlohmann::json rank_json(const fsdp::RankEstimate& r) {
+  return {{"rank", r.rank},
+          {"elements", r.elements},
+          {"parameter_bytes", r.parameter_bytes},
+          {"gradient_bytes", r.gradient_bytes},
+          {"optimizer_bytes", r.optimizer_bytes},
+          {"persistent_bytes", r.persistent_bytes()},
+          {"forward_gather_send_bytes", r.forward_gather_send_bytes},
+          {"backward_gather_send_bytes", r.backward_gather_send_bytes},
+          {"gradient_send_bytes", r.gradient_send_bytes},
+          {"send_bytes", r.send_bytes()}};
+}
+
+void print_json(const std::string& model, const fsdp::ShardingPlan& plan,
+                const fsdp::PlanEstimate& e) {
+  nlohmann::json ranks = nlohmann::json::array();
+  std::int64_t persistent_total = 0, send_total = 0;
+  for (const auto& r : e.ranks) {
+    ranks.push_back(rank_json(r));
+    persistent_total += r.persistent_bytes();
+    send_total += r.send_bytes();
+  }
+  const nlohmann::json out = {
+      {"model", model},
+      {"tensors", plan.parameters().size()},
+      {"total_elements", e.total_elements},
+      {"strategy", plan.strategy()},
+      {"world_size", plan.world_size()},
+      {"optimizer", fsdp::name_of(e.options.optimizer)},
+      {"precision", fsdp::name_of(e.options.precision)},
+      {"imbalance", plan.imbalance()},
+      {"always_gathered", plan.always_gathered()},
+      {"largest_unit",
+       {{"name", e.largest_unit},
+        {"elements", e.largest_unit_elements},
+        {"gathered_working_set_bytes", e.gathered_working_set_bytes}}},
+      {"peak_bytes", e.peak_bytes()},
+      {"unsharded_persistent_bytes", e.unsharded_persistent_bytes},
+      {"totals", {{"persistent_bytes", persistent_total}, {"send_bytes", send_total}}},
+      {"ranks", std::move(ranks)}};
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
+                 const fsdp::PlanEstimate& e, bool all_ranks) {
+  std::printf("fsdp-plan: %s\n", model.c_str());
+  std::printf(
+      "  %s elements in %zu tensors; strategy %s; world size %d; optimizer %s; "
+      "precision %s\n\n",
+      grouped(e.total_elements).c_str(), plan.parameters().size(), plan.strategy().c_str(),
+      plan.world_size(), fsdp::name_of(e.options.optimizer), fsdp::name_of(e.options.precision));
+  // Which ranks to show: all of a small world, else the first and last few and the fullest.
+  std::set<int> shown;
+  const int n = plan.world_size();
+  if (all_ranks || n <= 16) {
+    for (int r = 0; r < n; ++r)
+      shown.insert(r);
+  } else {
+    for (int r = 0; r < 4; ++r)
+      shown.insert(r);
+    for (int r = n - 4; r < n; ++r)
+      shown.insert(r);
+    const auto fullest = std::max_element(e.ranks.begin(), e.ranks.end(), [](auto& a, auto& b) {
+      return a.persistent_bytes() < b.persistent_bytes();
+    });
+    shown.insert(fullest->rank);
+  }
+  std::printf("%6s %16s %11s %11s %11s %11s %11s %11s %11s\n", "rank", "elements", "params",
+              "grads", "optimizer", "persistent", "fwd gather", "bwd gather", "grad reduce");
+  int previous = -1;
+  std::int64_t elements = 0, p = 0, g = 0, o = 0, fwd = 0, bwd = 0, rs = 0;
+  for (const auto& r : e.ranks) {
+    elements += r.elements;
+    p += r.parameter_bytes;
+    g += r.gradient_bytes;
+    o += r.optimizer_bytes;
+    fwd += r.forward_gather_send_bytes;
+    bwd += r.backward_gather_send_bytes;
+    rs += r.gradient_send_bytes;
+    if (!shown.count(r.rank)) {
+      continue;
+    }
+    if (r.rank != previous + 1) {
+      std::printf("%6s (%d ranks not shown; --all-ranks shows them)\n", "...",
+                  r.rank - previous - 1);
+    }
+    previous = r.rank;
+    std::printf("%6d %16s %11s %11s %11s %11s %11s %11s %11s\n", r.rank,
+                grouped(r.elements).c_str(), human(r.parameter_bytes).c_str(),
+                human(r.gradient_bytes).c_str(), human(r.optimizer_bytes).c_str(),
+                human(r.persistent_bytes()).c_str(), human(r.forward_gather_send_bytes).c_str(),
+                human(r.backward_gather_send_bytes).c_str(), human(r.gradient_send_bytes).c_str());
+  }
+  if (previous != n - 1) {
+    std::printf("%6s (%d ranks not shown; --all-ranks shows them)\n", "...", n - 1 - previous);
+  }
+  std::printf("%6s %16s %11s %11s %11s %11s %11s %11s %11s\n\n", "all", grouped(elements).c_str(),
+              human(p).c_str(), human(g).c_str(), human(o).c_str(), human(p + g + o).c_str(),
+              human(fwd).c_str(), human(bwd).c_str(), human(rs).c_str());
+  std::printf("imbalance (max owned bytes / mean): %.4f\n", plan.imbalance());
+  std::printf("always gathered (replicated): %zu tensors\n", plan.always_gathered().size());
+  std::printf("largest unit: '%s', %s elements; gathered working set (params + grads): %s\n",
+              e.largest_unit.c_str(), grouped(e.largest_unit_elements).c_str(),
+              human(e.gathered_working_set_bytes).c_str());
+  std::printf("peak per rank before activations (fullest rank + working set): %s\n",
+              human(e.peak_bytes()).c_str());
+  std::printf("without sharding, every rank would hold: %s\n",
+              human(e.unsharded_persistent_bytes).c_str());
+}
+
+int run(const Options& o) {
+  std::string model;
+  std::unique_ptr<fsdp::ShardingPlan> plan;
+  if (!o.plan_path.empty()) {
+    plan = std::make_unique<fsdp::ShardingPlan>(fsdp::load_plan(o.plan_path));
+    model = "plan '" + o.plan_path + "'";
+  } else {
+    const auto parameters = model_parameters(o, model);
+    fsdp::StrategyOptions strategy_options{o.full_shard_patterns, o.layer_wise_patterns};
+    const auto strategy = fsdp::make_strategy(o.strategy, strategy_options);
+    plan = std::make_unique<fsdp::ShardingPlan>(strategy->make_plan(parameters, o.world_size));
+  }
+  const fsdp::EstimateOptions estimate_options{fsdp::parse_optimizer(o.optimizer),
+                                               fsdp::parse_precision(o.precision)};
+  const fsdp::PlanEstimate estimate = fsdp::estimate(*plan, estimate_options);
+  if (o.json) {
+    print_json(model, *plan, estimate);
+  } else {
+    print_table(model, *plan, estimate, o.all_ranks);
+  }
+  if (!o.output.empty()) {
+    fsdp::save_plan(o.output, *plan);
+    if (!o.json) {
+      std::printf("plan written to %s\n", o.output.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "fsdp-plan: a sharding plan for a model at any world size, with each rank's memory and "
+      "traffic per step. Runs on one process; no mpiexec needed."};
+  Options o;
+  auto* model = app.add_option("--model", o.model_path,
+                               "model description JSON: {\"parameters\": [{\"name\", \"shape\", "
+                               "\"dtype\", \"layer\", \"always_gather\"}]}")
+                    ->check(CLI::ExistingFile);
+  auto* preset = app.add_option("--preset", o.preset,
+                                "a built-in transformer: gpt2 (GPT-2 small "
+                                "by default) or llama (Llama-2 7B)")
+                     ->check(CLI::IsMember({"gpt2", "llama"}));
+  auto* preset_config =
+      app.add_option("--preset-config", o.preset_config,
+                     "JSON {\"family\": \"gpt2\"|\"llama\", \"layers\", \"hidden\", \"heads\", "
+                     "\"vocab\", ...}")
+          ->check(CLI::ExistingFile);
+  auto* plan_file = app.add_option("--plan", o.plan_path,
+                                   "estimate a saved plan (.h5 or .json) instead of making one")
+                        ->check(CLI::ExistingFile);
+  model->excludes(preset)->excludes(preset_config)->excludes(plan_file);
+  preset->excludes(preset_config)->excludes(plan_file);
+  preset_config->excludes(plan_file);
+  std::vector<CLI::Option*> preset_overrides;
+  preset_overrides.push_back(app.add_option("--layers", o.layers, "preset: transformer blocks")
+                                 ->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--hidden", o.hidden, "preset: hidden size")->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--heads", o.heads, "preset: attention heads")->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--kv-heads", o.kv_heads, "preset (llama): key/value heads")
+          ->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--vocab", o.vocab, "preset: vocabulary size")->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(app.add_option("--intermediate", o.intermediate, "preset: MLP width")
+                                 ->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--max-positions", o.max_positions, "preset (gpt2): position embeddings")
+          ->check(CLI::Range(1, 1 << 30)));
+  preset_overrides.push_back(
+      app.add_option("--dtype", o.dtype, "preset: parameter dtype (fp32, bf16, fp16, fp64)"));
+  auto* strategy =
+      app.add_option("--strategy", o.strategy, "full, layerwise or hybrid")->capture_default_str();
+  auto* world = app.add_option("--world-size,-n", o.world_size, "ranks to plan for")
+                    ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--full-shard", o.full_shard_patterns,
+                 "hybrid: layer-name globs to shard fully ('*' and '?')");
+  app.add_option("--layer-wise", o.layer_wise_patterns,
+                 "hybrid: layer-name globs to place whole on one rank ('*' and '?')");
+  app.add_option("--optimizer", o.optimizer, "sgd, sgd_momentum, adam or adamw")
+      ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "fp32 (every tensor in the parameter's dtype) or mixed (16-bit params and "
+                 "grads, fp32 master weights and states)")
+      ->capture_default_str();
+  app.add_flag("--json", o.json, "print JSON instead of a table");
+  app.add_flag("--all-ranks", o.all_ranks, "print every rank's row, however many");
+  app.add_option("--output,-o", o.output, "save the plan (.h5/.hdf5 or .json)");
+  plan_file->excludes(strategy)->excludes(world);
+  for (CLI::Option* option : preset_overrides) {
+    option->excludes(model)->excludes(plan_file);  // they change presets, not a given model
+  }
+  try {
+    app.parse(argc, argv);
+    if (o.plan_path.empty()) {
+      fsdp::require(!o.model_path.empty() || !o.preset.empty() || !o.preset_config.empty(),
+                    "give the model: --model FILE, --preset gpt2|llama or --preset-config FILE "
+                    "(or --plan FILE to estimate a saved plan)");
+      fsdp::require(o.world_size >= 1, "give the number of ranks: --world-size N");
+    }
+    return run(o);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  } catch (const std::exception& error) {
+    std::string message = error.what();
+    if (message.rfind("fsdp: ", 0) == 0) {
+      message.erase(0, 6);
+    }
+    std::fprintf(stderr, "fsdp-plan: %s\n", message.c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,127 @@
+#include "fsdp/shard/parameter_info.hpp"
+
+#include <limits>
+#include <map>
+
+#include "fsdp/core/error.hpp"
+
+namespace fsdp {
+namespace {
+
+bool dtype_is_known(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+    case DType::f64:
+    case DType::bf16:
+    case DType::f16:
+    case DType::i32:
+    case DType::i64:
+      return true;
+  }
+  return false;
+}
+
+std::string label(const ParameterInfo& parameter, std::size_t index) {
+  return "fsdp: parameter #" + std::to_string(index) + " '" + parameter.name + "'";
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+// Element count and bytes with every check; prefix names the parameter in messages.
+std::int64_t checked_numel(const ParameterInfo& parameter, const std::string& prefix) {
+  require(dtype_is_known(parameter.dtype), prefix + " has an unknown dtype (code " +
+                                               std::to_string(static_cast<int>(parameter.dtype)) +
+                                               "); use fp32, fp64, bf16, fp16, int32 or int64");
+  const std::int64_t limit = std::numeric_limits<std::int64_t>::max() /
+                             static_cast<std::int64_t>(size_of(parameter.dtype));
+  std::int64_t numel = 1;
+  for (std::size_t d = 0; d < parameter.shape.size(); ++d) {
+    const std::int64_t extent = parameter.shape[d];
+    require(extent >= 1, prefix + " has shape " + shape_text(parameter.shape) + ": dimension " +
+                             std::to_string(d) + " is " + std::to_string(extent) +
+                             "; every dimension must be >= 1 (a scalar has shape [])");
+    require(numel <= limit / extent, prefix + " has shape " + shape_text(parameter.shape) +
+                                         ": its size in bytes overflows 64 bits");
+    numel *= extent;
+  }
+  return numel;
+}
+
+}  // namespace
+
+std::int64_t ParameterInfo::numel() const {
+  return checked_numel(*this, "fsdp: parameter '" + name + "'");
+}
+
+std::int64_t ParameterInfo::bytes() const {
+  return numel() * static_cast<std::int64_t>(size_of(dtype));
+}
+
+bool ParameterInfo::operator==(const ParameterInfo& other) const {
+  return name == other.name && shape == other.shape && dtype == other.dtype &&
+         layer == other.layer && always_gather == other.always_gather;
+}
+
+std::string describe(const ParameterInfo& parameter) {
+  const std::string dtype = dtype_is_known(parameter.dtype)
+                                ? name_of(parameter.dtype)
+                                : "dtype#" + std::to_string(static_cast<int>(parameter.dtype));
+  return "'" + parameter.name + "' " + shape_text(parameter.shape) + " " + dtype + " layer '" +
+         parameter.layer + "'" + (parameter.always_gather ? " always_gather" : "");
+}
+
+void validate_parameters(const std::vector<ParameterInfo>& parameters) {
+  require(!parameters.empty(),
+          "fsdp: the parameter list is empty; a sharding plan needs at least one parameter");
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    const ParameterInfo& parameter = parameters[i];
+    require(!parameter.name.empty(), "fsdp: parameter #" + std::to_string(i) +
+                                         " has an empty name; every parameter needs "
+                                         "a unique name");
+    const auto [it, inserted] = seen.emplace(parameter.name, i);
+    require(inserted, "fsdp: parameter name '" + parameter.name + "' appears twice (#" +
+                          std::to_string(it->second) + " and #" + std::to_string(i) +
+                          "); names must be unique");
+    checked_numel(parameter, label(parameter, i));
+  }
+}
+
+void validate_world_size(int world_size) {
+  require(world_size >= 1, "fsdp: world size " + std::to_string(world_size) +
+                               " is invalid; a plan needs at least 1 rank");
+}
+
+std::optional<ParameterListDifference> first_difference(const std::vector<ParameterInfo>& reference,
+                                                        const std::vector<ParameterInfo>& other,
+                                                        const std::string& reference_label,
+                                                        const std::string& other_label) {
+  const std::size_t common = std::min(reference.size(), other.size());
+  for (std::size_t i = 0; i < common; ++i) {
+    if (reference[i] != other[i]) {
+      return ParameterListDifference{i, "the parameter lists differ at parameter #" +
+                                            std::to_string(i) + ": " + reference_label + " has " +
+                                            describe(reference[i]) + ", " + other_label + " has " +
+                                            describe(other[i])};
+    }
+  }
+  if (reference.size() == other.size()) {
+    return std::nullopt;
+  }
+  const bool reference_longer = reference.size() > other.size();
+  const ParameterInfo& extra = reference_longer ? reference[common] : other[common];
+  return ParameterListDifference{
+      common, "the parameter lists differ at parameter #" + std::to_string(common) + ": " +
+                  reference_label + " has " + std::to_string(reference.size()) + " parameters, " +
+                  other_label + " has " + std::to_string(other.size()) +
+                  "; the first extra one, on " +
+                  (reference_longer ? reference_label : other_label) + ", is " + describe(extra)};
+}
+
+}  // namespace fsdp
