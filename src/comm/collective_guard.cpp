@@ -51,6 +51,10 @@ const char* name_of(Collective collective) {
       return "broadcast";
     case Collective::barrier:
       return "barrier";
+    case Collective::reduce:
+      return "reduce";
+    case Collective::scatter_v:
+      return "scatter_v";
   }
   return "unknown collective";
 }
@@ -61,16 +65,25 @@ std::string where(Collective collective, int rank) {
 }
 }  // namespace
 
-std::string all_gather_v_problem(const std::vector<std::size_t>& counts, std::size_t send_count,
-                                 int rank, int size) {
+std::string uneven_problem(Collective collective, const std::vector<std::size_t>& counts,
+                           std::size_t my_count, int rank, int size) {
   if (counts.size() != static_cast<std::size_t>(size)) {
-    return where(Collective::all_gather_v, rank) + "counts has " + std::to_string(counts.size()) +
+    return where(collective, rank) + "counts has " + std::to_string(counts.size()) +
            " entries; it needs one per rank (" + std::to_string(size) + ")";
   }
-  if (counts[static_cast<std::size_t>(rank)] != send_count) {
-    return where(Collective::all_gather_v, rank) + "send_count " + std::to_string(send_count) +
+  if (counts[static_cast<std::size_t>(rank)] != my_count) {
+    return where(collective, rank) + "this rank's count " + std::to_string(my_count) +
            " differs from counts[" + std::to_string(rank) +
            "] = " + std::to_string(counts[static_cast<std::size_t>(rank)]);
+  }
+  return "";
+}
+
+std::string first_problem(std::initializer_list<std::string> problems) {
+  for (const std::string& problem : problems) {
+    if (!problem.empty()) {
+      return problem;
+    }
   }
   return "";
 }
@@ -91,9 +104,9 @@ std::string reduce_problem(Collective collective, DType dtype, ReduceOp op, int 
          "; use ReduceOp::sum and divide yourself";
 }
 
-CollectiveCall all_gather_v_call(const std::vector<std::size_t>& counts, std::size_t send_count,
-                                 DType dtype) {
-  CollectiveCall call{Collective::all_gather_v, dtype, static_cast<std::int64_t>(send_count)};
+CollectiveCall uneven_call(Collective collective, const std::vector<std::size_t>& counts,
+                           std::size_t my_count, DType dtype, int root) {
+  CollectiveCall call{collective, dtype, static_cast<std::int64_t>(my_count), root};
   std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over the counts' bytes
   for (std::size_t count : counts) {
     for (int byte = 0; byte < 8; ++byte) {
@@ -132,18 +145,19 @@ void CollectiveGuard::ensure_usable(Collective collective) const {
 
 std::string CollectiveGuard::describe(const CollectiveCall& call) const {
   std::ostringstream text;
+  const bool uneven =
+      call.collective == Collective::all_gather_v || call.collective == Collective::scatter_v;
   text << name_of(call.collective) << "(";
   if (call.collective != Collective::barrier) {
-    text << (call.collective == Collective::all_gather_v ? "send_count=" : "count=") << call.count
-         << ", dtype=" << name_of(call.dtype);
+    text << (uneven ? "my_count=" : "count=") << call.count << ", dtype=" << name_of(call.dtype);
   }
-  if (call.collective == Collective::broadcast) {
+  if (call.root >= 0) {
     text << ", root=" << call.root;
   }
   if (call.reduce >= 0) {
     text << ", op=" << name_of(static_cast<ReduceOp>(call.reduce));
   }
-  if (call.collective == Collective::all_gather_v) {
+  if (uneven) {
     text << ", counts hash=" << std::hex << call.layout << std::dec;
   }
   text << ")";
@@ -200,8 +214,9 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
                 "collective");
   }
 
-  // all_gather_v ranks legitimately send different counts; everything else must be identical.
-  const bool count_may_differ = call.collective == Collective::all_gather_v;
+  // With per-rank counts ranks legitimately pass different counts; all else must be identical.
+  const bool count_may_differ =
+      call.collective == Collective::all_gather_v || call.collective == Collective::scatter_v;
   std::map<std::string, std::vector<int>> ranks_by_call;
   for (int r = 0; r < size_; ++r) {
     CollectiveCall c = call_of(r);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,9 @@ enum class Collective : std::int64_t {
   reduce_scatter,
   all_reduce,
   broadcast,
-  barrier
+  barrier,
+  reduce,
+  scatter_v
 };
 const char* name_of(Collective collective);
 
@@ -31,7 +34,7 @@ struct CollectiveCall {
   Collective collective = Collective::barrier;
   DType dtype = DType::f32;
   std::int64_t count = 0;    // elements this rank sends (all_gather_v) or per rank
-  std::int64_t root = -1;    // broadcast only
+  std::int64_t root = -1;    // broadcast, reduce, scatter_v
   std::int64_t reduce = -1;  // ReduceOp for reductions
   std::uint64_t layout = 0;  // all_gather_v: hash of the counts vector
 };
@@ -39,13 +42,17 @@ struct CollectiveCall {
 // Argument checks every backend makes before a collective. Each returns an empty string when the
 // arguments are fine, else what is wrong and what would be right (CollectiveGuard::begin makes
 // every rank fail on it when checks are on).
-std::string all_gather_v_problem(const std::vector<std::size_t>& counts, std::size_t send_count,
-                                 int rank, int size);
 std::string root_problem(Collective collective, int root, int rank, int size);
+// The first non-empty one of problems.
+std::string first_problem(std::initializer_list<std::string> problems);
 std::string reduce_problem(Collective collective, DType dtype, ReduceOp op, int rank);
-// The all_gather_v call, with a hash of counts that is the same on every rank and platform.
-CollectiveCall all_gather_v_call(const std::vector<std::size_t>& counts, std::size_t send_count,
-                                 DType dtype);
+// The call of a collective with per-rank counts (all_gather_v, scatter_v), with a hash of counts
+// that is the same on every rank and platform.
+CollectiveCall uneven_call(Collective collective, const std::vector<std::size_t>& counts,
+                           std::size_t my_count, DType dtype, int root = -1);
+// all_gather_v and scatter_v: counts has one entry per rank and my_count == counts[rank].
+std::string uneven_problem(Collective collective, const std::vector<std::size_t>& counts,
+                           std::size_t my_count, int rank, int size);
 
 // Identifies an operation in messages: "all_gather #12".
 struct OperationId {

@@ -83,16 +83,6 @@ class MpiOperation final : public PendingOperation {
   bool done_ = false;
 };
 
-// The first non-empty problem.
-std::string first_of(std::initializer_list<std::string> problems) {
-  for (const std::string& problem : problems) {
-    if (!problem.empty()) {
-      return problem;
-    }
-  }
-  return "";
-}
-
 // Issues the request through issue() after the guard's checks, and wraps it.
 template <class Issue>
 std::unique_ptr<PendingOperation> start(const std::shared_ptr<MpiGroupState>& state,
@@ -106,6 +96,26 @@ std::unique_ptr<PendingOperation> start(const std::shared_ptr<MpiGroupState>& st
   mpi::check(issue(operation->request()), mpi_name, state->rank);
   return operation;
 }
+
+// int counts and displacements for the v-collectives, alive until the operation completes.
+struct IntLayout {
+  std::vector<int> counts;
+  std::vector<int> displacements;
+  // Empty when every count and displacement fits an int, else the problem.
+  std::string fill(const std::vector<std::size_t>& sizes, const char* operation, int rank) {
+    const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
+    std::string problem = mpi::count_problem(total, operation, rank);
+    if (problem.empty()) {
+      std::size_t offset = 0;
+      for (std::size_t size : sizes) {
+        counts.push_back(static_cast<int>(size));
+        displacements.push_back(static_cast<int>(offset));
+        offset += size;
+      }
+    }
+    return problem;
+  }
+};
 
 std::function<void()> average_after(const MpiGroupState& state, void* data, std::size_t count,
                                     DType dtype, ReduceOp op) {
@@ -166,29 +176,59 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send, std
                                                            void* recv,
                                                            const std::vector<std::size_t>& counts,
                                                            DType dtype) {
-  std::string problem = all_gather_v_problem(counts, send_count, state_->rank, state_->size);
-  if (problem.empty()) {
-    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    problem = mpi::count_problem(total, "all_gather_v (receive size)", state_->rank);
-  }
-  // int counts and displacements for MPI, alive until completion.
-  auto layout = std::make_shared<std::vector<int>>(2 * static_cast<std::size_t>(state_->size), 0);
-  if (problem.empty()) {
-    std::size_t offset = 0;
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      (*layout)[r] = static_cast<int>(counts[r]);
-      (*layout)[counts.size() + r] = static_cast<int>(offset);
-      offset += counts[r];
-    }
-  }
+  auto layout = std::make_shared<IntLayout>();
+  const std::string problem = first_problem(
+      {uneven_problem(Collective::all_gather_v, counts, send_count, state_->rank, state_->size),
+       layout->fill(counts, "all_gather_v", state_->rank)});
   return start(
-      state_, all_gather_v_call(counts, send_count, dtype), problem, "MPI_Iallgatherv",
+      state_, uneven_call(Collective::all_gather_v, counts, send_count, dtype), problem,
+      "MPI_Iallgatherv",
       [&](MPI_Request* request) {
         return MPI_Iallgatherv(send, static_cast<int>(send_count), mpi::datatype_of(dtype), recv,
-                               layout->data(), layout->data() + state_->size,
+                               layout->counts.data(), layout->displacements.data(),
                                mpi::datatype_of(dtype), state_->comm, request);
       },
       {}, layout);
+}
+
+std::unique_ptr<PendingOperation> MpiBackend::scatter_v(const void* send,
+                                                        const std::vector<std::size_t>& counts,
+                                                        void* recv, std::size_t recv_count,
+                                                        DType dtype, int root) {
+  auto layout = std::make_shared<IntLayout>();
+  const std::string problem = first_problem(
+      {root_problem(Collective::scatter_v, root, state_->rank, state_->size),
+       uneven_problem(Collective::scatter_v, counts, recv_count, state_->rank, state_->size),
+       layout->fill(counts, "scatter_v", state_->rank)});
+  return start(
+      state_, uneven_call(Collective::scatter_v, counts, recv_count, dtype, root), problem,
+      "MPI_Iscatterv",
+      [&](MPI_Request* request) {
+        return MPI_Iscatterv(send, layout->counts.data(), layout->displacements.data(),
+                             mpi::datatype_of(dtype), recv, static_cast<int>(recv_count),
+                             mpi::datatype_of(dtype), root, state_->comm, request);
+      },
+      {}, layout);
+}
+
+std::unique_ptr<PendingOperation> MpiBackend::reduce(const void* send, void* recv,
+                                                     std::size_t count, DType dtype, ReduceOp op,
+                                                     int root) {
+  const CollectiveCall call{Collective::reduce, dtype, static_cast<std::int64_t>(count), root,
+                            static_cast<std::int64_t>(op)};
+  const std::string problem =
+      first_problem({root_problem(Collective::reduce, root, state_->rank, state_->size),
+                     reduce_problem(Collective::reduce, dtype, op, state_->rank),
+                     mpi::count_problem(count, "reduce", state_->rank)});
+  const bool at_root = state_->rank == root;
+  return start(
+      state_, call, problem, "MPI_Ireduce",
+      [&](MPI_Request* request) {
+        return MPI_Ireduce(at_root && send == recv ? MPI_IN_PLACE : send, recv,
+                           static_cast<int>(count), mpi::datatype_of(dtype), mpi::op_of(op, dtype),
+                           root, state_->comm, request);
+      },
+      at_root ? average_after(*state_, recv, count, dtype, op) : std::function<void()>{});
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, void* recv,
@@ -197,9 +237,9 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, v
   const CollectiveCall call{Collective::reduce_scatter, dtype, static_cast<std::int64_t>(count), -1,
                             static_cast<std::int64_t>(op)};
   const std::string problem =
-      first_of({reduce_problem(Collective::reduce_scatter, dtype, op, state_->rank),
-                mpi::count_problem(count * static_cast<std::size_t>(state_->size),
-                                   "reduce_scatter (send size)", state_->rank)});
+      first_problem({reduce_problem(Collective::reduce_scatter, dtype, op, state_->rank),
+                     mpi::count_problem(count * static_cast<std::size_t>(state_->size),
+                                        "reduce_scatter (send size)", state_->rank)});
   return start(
       state_, call, problem, "MPI_Ireduce_scatter_block",
       [&](MPI_Request* request) {
@@ -216,8 +256,8 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
   const CollectiveCall call{Collective::all_reduce, dtype, static_cast<std::int64_t>(count), -1,
                             static_cast<std::int64_t>(op)};
   const std::string problem =
-      first_of({reduce_problem(Collective::all_reduce, dtype, op, state_->rank),
-                mpi::count_problem(count, "all_reduce", state_->rank)});
+      first_problem({reduce_problem(Collective::all_reduce, dtype, op, state_->rank),
+                     mpi::count_problem(count, "all_reduce", state_->rank)});
   return start(
       state_, call, problem, "MPI_Iallreduce",
       [&](MPI_Request* request) {
@@ -232,8 +272,8 @@ std::unique_ptr<PendingOperation> MpiBackend::broadcast(void* data, std::size_t 
                                                         int root) {
   const CollectiveCall call{Collective::broadcast, dtype, static_cast<std::int64_t>(count), root};
   const std::string problem =
-      first_of({root_problem(Collective::broadcast, root, state_->rank, state_->size),
-                mpi::count_problem(count, "broadcast", state_->rank)});
+      first_problem({root_problem(Collective::broadcast, root, state_->rank, state_->size),
+                     mpi::count_problem(count, "broadcast", state_->rank)});
   return start(state_, call, problem, "MPI_Ibcast", [&](MPI_Request* request) {
     return MPI_Ibcast(data, static_cast<int>(count), mpi::datatype_of(dtype), root, state_->comm,
                       request);

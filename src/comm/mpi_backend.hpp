@@ -36,6 +36,12 @@ class MpiBackend final : public Backend {
                                                DType dtype, ReduceOp op) override;
   std::unique_ptr<PendingOperation> broadcast(void* data, std::size_t count, DType dtype,
                                               int root) override;
+  std::unique_ptr<PendingOperation> reduce(const void* send, void* recv, std::size_t count,
+                                           DType dtype, ReduceOp op, int root) override;
+  std::unique_ptr<PendingOperation> scatter_v(const void* send,
+                                              const std::vector<std::size_t>& counts, void* recv,
+                                              std::size_t recv_count, DType dtype,
+                                              int root) override;
   std::unique_ptr<PendingOperation> barrier() override;
 
   std::shared_ptr<Backend> split(int color, int key) const override;

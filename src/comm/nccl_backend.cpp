@@ -202,9 +202,9 @@ class NcclBackend final : public Backend {
                                                  void* recv, const std::vector<std::size_t>& counts,
                                                  DType dtype) override {
     const std::string problem =
-        all_gather_v_problem(counts, send_count, state_->rank, state_->size);
+        uneven_problem(Collective::all_gather_v, counts, send_count, state_->rank, state_->size);
     // One broadcast per rank inside a group: NCCL has no all-gather with uneven counts.
-    return start(all_gather_v_call(counts, send_count, dtype), problem, [&] {
+    return start(uneven_call(Collective::all_gather_v, counts, send_count, dtype), problem, [&] {
       ncclResult_t rc = ncclGroupStart();
       std::size_t offset = 0;
       const std::size_t bytes = size_of(dtype);
@@ -249,6 +249,49 @@ class NcclBackend final : public Backend {
                    return ncclBroadcast(data, data, count, nccl_type(dtype), root, state_->nccl,
                                         state_->stream);
                  });
+  }
+
+  std::unique_ptr<PendingOperation> reduce(const void* send, void* recv, std::size_t count,
+                                           DType dtype, ReduceOp op, int root) override {
+    const std::string problem =
+        first_problem({root_problem(Collective::reduce, root, state_->rank, state_->size),
+                       reduce_problem(Collective::reduce, dtype, op, state_->rank)});
+    return start({Collective::reduce, dtype, static_cast<std::int64_t>(count), root,
+                  static_cast<std::int64_t>(op)},
+                 problem, [&] {
+                   return ncclReduce(send, recv, count, nccl_type(dtype), nccl_op(op), root,
+                                     state_->nccl, state_->stream);
+                 });
+  }
+
+  std::unique_ptr<PendingOperation> scatter_v(const void* send,
+                                              const std::vector<std::size_t>& counts, void* recv,
+                                              std::size_t recv_count, DType dtype,
+                                              int root) override {
+    std::string problem = root_problem(Collective::scatter_v, root, state_->rank, state_->size);
+    if (problem.empty()) {
+      problem =
+          uneven_problem(Collective::scatter_v, counts, recv_count, state_->rank, state_->size);
+    }
+    // Point-to-point inside a group: NCCL has no scatter.
+    return start(uneven_call(Collective::scatter_v, counts, recv_count, dtype, root), problem, [&] {
+      ncclResult_t rc = ncclGroupStart();
+      const std::size_t bytes = size_of(dtype);
+      if (state_->rank == root) {
+        std::size_t offset = 0;
+        for (int r = 0; r < state_->size && rc == ncclSuccess; ++r) {
+          const std::size_t count = counts[static_cast<std::size_t>(r)];
+          const char* from = static_cast<const char*>(send) + offset * bytes;
+          rc = ncclSend(from, count, nccl_type(dtype), r, state_->nccl, state_->stream);
+          offset += count;
+        }
+      }
+      if (rc == ncclSuccess) {
+        rc = ncclRecv(recv, recv_count, nccl_type(dtype), root, state_->nccl, state_->stream);
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : end;
+    });
   }
 
   std::unique_ptr<PendingOperation> barrier() override {

@@ -56,6 +56,16 @@ Work ProcessGroup::broadcast_async(void* data, std::size_t count, DType dtype, i
   return Work(backend_->broadcast(data, count, dtype, root));
 }
 
+Work ProcessGroup::reduce_async(const void* send, void* recv, std::size_t count, DType dtype,
+                                ReduceOp op, int root) {
+  return Work(backend_->reduce(send, recv, count, dtype, op, root));
+}
+
+Work ProcessGroup::scatter_v_async(const void* send, const std::vector<std::size_t>& counts,
+                                   void* recv, std::size_t recv_count, DType dtype, int root) {
+  return Work(backend_->scatter_v(send, counts, recv, recv_count, dtype, root));
+}
+
 Work ProcessGroup::barrier_async() {
   return Work(backend_->barrier());
 }

@@ -165,6 +165,59 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(broadcast_from_every_root, T, AllTypes) {
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_to_every_root, T, AllTypes) {
+  ProcessGroup group = world();
+  const int n = group.size();
+  const std::size_t count = 21;
+  for (int root = 0; root < n; ++root) {
+    std::vector<T> send(count), recv(count, make<T>(-1));
+    for (std::size_t i = 0; i < count; ++i) {
+      send[i] = make<T>(value_of(group.rank(), i));
+    }
+    group.reduce(send.data(), recv.data(), count, ReduceOp::sum, root);
+    for (std::size_t i = 0; i < count; ++i) {
+      double expected = 0;
+      for (int r = 0; r < n; ++r) {
+        expected += value_of(r, i);
+      }
+      // Only the root receives; elsewhere recv is untouched.
+      BOOST_TEST(as_double(recv[i]) == (group.rank() == root ? expected : -1.0));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(reduce_avg_in_place_at_root) {
+  ProcessGroup group = world();
+  std::vector<double> data(5, group.rank() + 1.0);
+  group.reduce(data.data(), data.data(), data.size(), DType::f64, ReduceOp::avg, 0);
+  if (group.rank() == 0) {
+    BOOST_TEST(data[4] == (group.size() + 1) / 2.0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(scatter_v_uneven_with_empty_ranks, T, AllTypes) {
+  ProcessGroup group = world();
+  const int n = group.size();
+  std::vector<std::size_t> counts(n);
+  for (int r = 0; r < n; ++r) {
+    counts[r] = static_cast<std::size_t>((r * 3 + 1) % 4) * 3;  // 3, 0, 9, 6
+  }
+  const int root = n - 1;
+  std::vector<T> send;
+  if (group.rank() == root) {
+    for (int r = 0; r < n; ++r) {
+      for (std::size_t i = 0; i < counts[r]; ++i) {
+        send.push_back(make<T>(value_of(r, i)));
+      }
+    }
+  }
+  std::vector<T> recv(counts[group.rank()]);
+  group.scatter_v(send.data(), counts, recv.data(), recv.size(), root);
+  for (std::size_t i = 0; i < recv.size(); ++i) {
+    BOOST_TEST(as_double(recv[i]) == value_of(group.rank(), i));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(two_dimensional_views_are_flattened) {
   ProcessGroup group = world();
   Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace> send("send", 3, 4);

@@ -50,6 +50,15 @@ class Backend {
                                                        ReduceOp op) = 0;
   virtual std::unique_ptr<PendingOperation> broadcast(void* data, std::size_t count, DType dtype,
                                                       int root) = 0;
+  // The reduction of every rank's send lands in root's recv (recv is ignored elsewhere).
+  virtual std::unique_ptr<PendingOperation> reduce(const void* send, void* recv, std::size_t count,
+                                                   DType dtype, ReduceOp op, int root) = 0;
+  // root's send holds the sum of counts, rank r's chunk at the sum of counts[0..r); rank r
+  // receives counts[r] elements (recv_count must equal counts[rank()]). send is ignored elsewhere.
+  virtual std::unique_ptr<PendingOperation> scatter_v(const void* send,
+                                                      const std::vector<std::size_t>& counts,
+                                                      void* recv, std::size_t recv_count,
+                                                      DType dtype, int root) = 0;
   virtual std::unique_ptr<PendingOperation> barrier() = 0;
 
   // New backends of the same kind over sub-communicators; collective over this group.

@@ -77,6 +77,10 @@ class ProcessGroup {
                             ReduceOp op);
   Work all_reduce_async(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op);
   Work broadcast_async(void* data, std::size_t count, DType dtype, int root);
+  Work reduce_async(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
+                    int root);
+  Work scatter_v_async(const void* send, const std::vector<std::size_t>& counts, void* recv,
+                       std::size_t recv_count, DType dtype, int root);
   Work barrier_async();
 
   void all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
@@ -94,6 +98,13 @@ class ProcessGroup {
   }
   void broadcast(void* data, std::size_t count, DType dtype, int root) {
     broadcast_async(data, count, dtype, root).wait();
+  }
+  void reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op, int root) {
+    reduce_async(send, recv, count, dtype, op, root).wait();
+  }
+  void scatter_v(const void* send, const std::vector<std::size_t>& counts, void* recv,
+                 std::size_t recv_count, DType dtype, int root) {
+    scatter_v_async(send, counts, recv, recv_count, dtype, root).wait();
   }
   void barrier() {
     barrier_async().wait();
@@ -120,6 +131,15 @@ class ProcessGroup {
   template <class T>
   void broadcast(T* data, std::size_t count, int root) {
     broadcast(data, count, dtype_of<T>(), root);
+  }
+  template <class T>
+  void reduce(const T* send, T* recv, std::size_t count, ReduceOp op, int root) {
+    reduce(send, recv, count, dtype_of<T>(), op, root);
+  }
+  template <class T>
+  void scatter_v(const T* send, const std::vector<std::size_t>& counts, T* recv,
+                 std::size_t recv_count, int root) {
+    scatter_v(send, counts, recv, recv_count, dtype_of<T>(), root);
   }
 
   // ---- Kokkos Views (any rank, contiguous) ----
