@@ -135,7 +135,7 @@ void run(const SamplerBenchOptions& options, const CommonOptions& common) {
         "baseline is skipped above %.2f GB per rank.\n",
         ranks, ranks_on_node, options.partition.c_str(), options.repeats, baseline_cap / 1e9);
     std::printf("%14s %12s %14s %12s %14s %12s %9s\n", "dataset", "per rank", "sampler idx/s",
-                "sampler MB", "vector idx/s", "vector MB", "ratio");
+                "sampler kB", "vector idx/s", "vector kB", "ratio");
   }
   for (double size_d = options.min_size; size_d <= options.max_size * 1.0000001; size_d *= 10) {
     const auto n = static_cast<std::int64_t>(size_d + 0.5);
@@ -206,14 +206,14 @@ void run(const SamplerBenchOptions& options, const CommonOptions& common) {
     }
     emit(common, group.rank(), result, [&] {
       if (run_vector) {
-        std::printf("%14" PRId64 " %12" PRId64 " %14.4g %12.1f %14.4g %12.1f %9.2f\n", n, length,
-                    sampler_rate, sampler.peak_added_kb / 1024.0, vector_rate,
-                    vector.peak_added_kb / 1024.0, sampler_rate / vector_rate);
+        std::printf("%14" PRId64 " %12" PRId64 " %14.4g %12ld %14.4g %12ld %9.2f\n", n, length,
+                    sampler_rate, sampler.peak_added_kb, vector_rate, vector.peak_added_kb,
+                    sampler_rate / vector_rate);
       } else {
         std::printf("%14" PRId64 " %12" PRId64
-                    " %14.4g %12.1f %14s %12s %9s  (vector skipped: "
+                    " %14.4g %12ld %14s %12s %9s  (vector skipped: "
                     "%.1f GB per rank > cap %.1f GB)\n",
-                    n, length, sampler_rate, sampler.peak_added_kb / 1024.0, "-", "-", "-",
+                    n, length, sampler_rate, sampler.peak_added_kb, "-", "-", "-",
                     vector_bytes / 1e9, baseline_cap / 1e9);
       }
       if (!reset_ok) {
