@@ -1,0 +1,235 @@
+#include "fsdp/data/distributed_sampler.hpp"
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "fsdp/comm/process_group.hpp"
+#include "fsdp/core/error.hpp"
+
+namespace fsdp {
+
+namespace {
+
+const std::string kWho = "fsdp::DistributedSampler: ";
+
+void check_arguments(std::int64_t dataset_size, int replicas, int rank) {
+  require(dataset_size >= 1,
+          kWho + "dataset_size must be at least 1, got " + std::to_string(dataset_size));
+  require(replicas >= 1, kWho + "replicas must be at least 1 (a single replica is valid), got " +
+                             std::to_string(replicas));
+  require(rank >= 0 && rank < replicas, kWho + "rank " + std::to_string(rank) +
+                                            " is out of range for " + std::to_string(replicas) +
+                                            " replicas: it must be in [0, " +
+                                            std::to_string(replicas - 1) + "]");
+}
+
+std::string describe(std::int64_t dataset_size, const SamplerOptions& options) {
+  return "dataset_size=" + std::to_string(dataset_size) +
+         " partition=" + name_of(options.partition) +
+         " shuffle=" + (options.shuffle ? "true" : "false") +
+         " drop_last=" + (options.drop_last ? "true" : "false") +
+         " balance=" + (options.balance == ContiguousBalance::pad ? "pad" : "uneven");
+}
+
+// Separates the contiguous partition's per-block permutations of one epoch from each other.
+std::uint64_t block_stream(std::int64_t epoch, int rank) {
+  return IndexPermutation::mix(static_cast<std::uint64_t>(epoch) ^ 0x3c6ef372fe94f82bULL) +
+         static_cast<std::uint64_t>(rank);
+}
+
+}  // namespace
+
+const char* name_of(Partition partition) {
+  switch (partition) {
+    case Partition::strided:
+      return "strided";
+    case Partition::contiguous:
+      return "contiguous";
+  }
+  return "unknown";
+}
+
+Partition parse_partition(const std::string& name) {
+  if (name == "strided") {
+    return Partition::strided;
+  }
+  if (name == "contiguous") {
+    return Partition::contiguous;
+  }
+  throw Error("fsdp: unknown sampler partition '" + name + "': use 'strided' or 'contiguous'");
+}
+
+DistributedSampler::DistributedSampler(std::int64_t dataset_size, int replicas, int rank,
+                                       const SamplerOptions& options)
+    : size_(static_cast<std::uint64_t>(std::max<std::int64_t>(dataset_size, 1))),
+      replicas_(replicas),
+      rank_(rank),
+      options_(options),
+      seed_(options.seed),
+      permutation_(1, 0, 0) {
+  check_arguments(dataset_size, replicas, rank);
+  validate_options();
+  start_epoch(0, 0);
+}
+
+DistributedSampler::DistributedSampler(const ProcessGroup& group, std::int64_t dataset_size,
+                                       const SamplerOptions& options)
+    : size_(static_cast<std::uint64_t>(std::max<std::int64_t>(dataset_size, 1))),
+      replicas_(group.size()),
+      rank_(group.rank()),
+      options_(options),
+      seed_(options.seed),
+      group_(std::make_shared<ProcessGroup>(group)),
+      permutation_(1, 0, 0) {
+  // Agree first, check after: every rank then checks the same values and throws together, instead
+  // of one rank throwing while the others wait in the broadcast.
+  agree_with_rank0(dataset_size);
+  check_arguments(dataset_size, replicas_, rank_);
+  validate_options();
+  start_epoch(0, 0);
+}
+
+void DistributedSampler::agree_with_rank0(std::int64_t dataset_size) {
+  const auto as_word = [](auto value) { return static_cast<std::int64_t>(value); };
+  const std::array<std::int64_t, 6> local = {
+      dataset_size,
+      as_word(options_.partition),
+      as_word(options_.shuffle),
+      as_word(options_.drop_last),
+      as_word(options_.balance),
+      as_word(seed_),  // bit pattern; rank 0's wins
+  };
+  std::array<std::int64_t, 6> root = local;
+  group_->broadcast(root.data(), root.size(), 0);
+  const bool same = std::equal(local.begin(), local.end() - 1, root.begin());
+  std::vector<std::int64_t> differs(static_cast<std::size_t>(replicas_));
+  const std::int64_t mine = same ? 0 : 1;
+  group_->all_gather(&mine, differs.data(), 1);
+  std::string ranks;
+  for (int r = 0; r < replicas_; ++r) {
+    if (differs[static_cast<std::size_t>(r)] != 0) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  SamplerOptions root_options = options_;
+  root_options.partition = static_cast<Partition>(root[1]);
+  root_options.shuffle = root[2] != 0;
+  root_options.drop_last = root[3] != 0;
+  root_options.balance = static_cast<ContiguousBalance>(root[4]);
+  require(ranks.empty(),
+          kWho + "ranks disagree on the dataset or the sampler options: rank 0 has " +
+              describe(root[0], root_options) + "; rank(s) " + ranks + " differ (this is rank " +
+              std::to_string(rank_) + " with " + describe(dataset_size, options_) +
+              "); every rank must pass the same values");
+  seed_ = static_cast<std::uint64_t>(root[5]);
+  options_.seed = seed_;
+}
+
+void DistributedSampler::validate_options() const {
+  if (options_.partition == Partition::contiguous && !options_.drop_last &&
+      options_.balance == ContiguousBalance::pad) {
+    require(size_ >= static_cast<std::uint64_t>(replicas_),
+            kWho + "the contiguous partition pads the shorter blocks with their own samples, so " +
+                "every one of the " + std::to_string(replicas_) +
+                " replicas needs at least one sample, but the dataset has " +
+                std::to_string(size_) +
+                "; use the strided partition (it pads across the whole dataset) or drop_last");
+  }
+}
+
+void DistributedSampler::set_epoch(std::int64_t epoch) {
+  if (group_) {
+    group_->broadcast(&epoch, 1, 0);
+  }
+  require(epoch >= 0, kWho + "epoch must be >= 0, got " + std::to_string(epoch));
+  if (epoch != epoch_) {
+    start_epoch(epoch, 0);
+  }
+}
+
+void DistributedSampler::start_epoch(std::int64_t epoch, std::int64_t samples_consumed) {
+  epoch_ = epoch;
+  start_ = static_cast<std::uint64_t>(samples_consumed);
+  const std::uint64_t n = size_;
+  const std::uint64_t replicas = static_cast<std::uint64_t>(replicas_);
+  if (options_.partition == Partition::strided) {
+    permutation_ = IndexPermutation(n, seed_, static_cast<std::uint64_t>(epoch));
+    const std::uint64_t remaining = start_ >= n ? 0 : n - start_;
+    const std::uint64_t steps =
+        options_.drop_last ? remaining / replicas : (remaining + replicas - 1) / replicas;
+    length_ = static_cast<std::int64_t>(steps);
+    common_steps_ = length_;
+    return;
+  }
+  const std::uint64_t base = n / replicas;
+  const bool last = rank_ == replicas_ - 1;
+  const std::uint64_t longest = options_.drop_last ? base : n - (replicas - 1) * base;
+  const std::uint64_t own = (last && !options_.drop_last) ? longest : base;
+  const std::uint64_t shortest = replicas == 1 ? own : base;
+  block_start_ = static_cast<std::uint64_t>(rank_) * base;
+  block_length_ = std::max<std::uint64_t>(own, 1);  // an empty block is never indexed
+  first_step_ = start_ / replicas;
+  permutation_ = IndexPermutation(block_length_, seed_, block_stream(epoch, rank_));
+  const bool padded = options_.balance == ContiguousBalance::pad;
+  const std::uint64_t steps = padded ? longest : own;
+  const std::uint64_t common = padded ? longest : shortest;
+  length_ = static_cast<std::int64_t>(steps > first_step_ ? steps - first_step_ : 0);
+  common_steps_ = static_cast<std::int64_t>(common > first_step_ ? common - first_step_ : 0);
+}
+
+std::int64_t DistributedSampler::index(std::int64_t i) const {
+  require(i >= 0 && i < length_, kWho + "index " + std::to_string(i) + " is out of range: rank " +
+                                     std::to_string(rank_) + " has " + std::to_string(length_) +
+                                     " samples left in epoch " + std::to_string(epoch_) +
+                                     ", so i must be in [0, " + std::to_string(length_) + ")");
+  return index_unchecked(i);
+}
+
+SamplerState DistributedSampler::state_after(std::int64_t samples_taken) const {
+  require(samples_taken >= 0 && samples_taken <= common_steps_,
+          kWho + "state_after(" + std::to_string(samples_taken) +
+              "): the samples taken by each rank must be in [0, common_steps() = " +
+              std::to_string(common_steps_) + "]");
+  SamplerState state;
+  state.seed = seed_;
+  state.epoch = epoch_;
+  state.samples_consumed = static_cast<std::int64_t>(start_) + samples_taken * replicas_;
+  state.dataset_size = static_cast<std::int64_t>(size_);
+  state.replicas = replicas_;
+  return state;
+}
+
+void DistributedSampler::restore(const SamplerState& requested) {
+  SamplerState state = requested;
+  if (group_) {
+    std::array<std::int64_t, SamplerState::kWords> words = requested.to_words();
+    group_->broadcast(words.data(), words.size(), 0);
+    state = SamplerState::from_words(words);
+  } else {
+    state = SamplerState::from_words(requested.to_words());  // the same range checks
+  }
+  require(static_cast<std::uint64_t>(state.dataset_size) == size_,
+          kWho + "cannot restore " + state.to_string() + ": it was written for a dataset of " +
+              std::to_string(state.dataset_size) + " samples, this sampler has " +
+              std::to_string(size_));
+  if (options_.partition == Partition::contiguous && state.samples_consumed > 0) {
+    require(state.replicas == replicas_,
+            kWho + "cannot restore " + state.to_string() + " on " + std::to_string(replicas_) +
+                " replicas: the contiguous partition's blocks depend on the number of replicas, "
+                "so a mid-epoch state only continues on the " +
+                std::to_string(state.replicas) +
+                " that wrote it; use the strided partition to change the number of ranks "
+                "mid-epoch, or resume at the start of an epoch");
+    require(state.samples_consumed % replicas_ == 0,
+            kWho + "cannot restore " + state.to_string() +
+                ": with the contiguous partition every rank takes one sample per step, so "
+                "samples_consumed must be a multiple of " +
+                std::to_string(replicas_));
+  }
+  seed_ = state.seed;
+  options_.seed = seed_;
+  start_epoch(state.epoch, state.samples_consumed);
+}
+
+}  // namespace fsdp
