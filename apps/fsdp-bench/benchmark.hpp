@@ -19,6 +19,7 @@ struct CommonOptions {
 // Each subcommand adds itself to app, with its options and a callback that runs it. common is
 // filled in by the time the callback runs.
 void add_collectives(CLI::App& app, const CommonOptions& common);
+void add_solver(CLI::App& app, const CommonOptions& common);
 
 // Median of the samples (they are copied and sorted).
 double median(std::vector<double> samples);

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
     fsdp::bench::CommonOptions common;
     app.add_flag("--json", common.json, "one JSON object per line instead of a table");
     fsdp::bench::add_collectives(app, common);
+    fsdp::bench::add_solver(app, common);
     try {
       app.parse(argc, argv);  // runs the chosen subcommand's callback
     } catch (const CLI::ParseError& error) {
