@@ -20,6 +20,7 @@ struct SolverOptions {
   int devices = 8;
   int random = 300;
   std::size_t exact_states = std::size_t{1} << 16;
+  solver::ModelShape shape;
 };
 
 template <class F>
@@ -50,7 +51,7 @@ void run(const SolverOptions& options, const CommonOptions& common) {
   }
   for (const std::int64_t target : options.sizes) {
     const int layers = solver::layers_for_nodes(target);
-    const solver::Graph graph = solver::transformer_stack(solver::ModelShape(), layers);
+    const solver::Graph graph = solver::transformer_stack(options.shape, layers);
     const std::string text = graph.to_json();
     const double parse_s =
         median_seconds(options.repeats, [&] { (void)solver::Graph::from_json(text); });
@@ -147,6 +148,11 @@ void add_solver(CLI::App& app, const CommonOptions& common) {
       ->capture_default_str();
   sub->add_option("--repeats", options->repeats, "solves per size (median)")->capture_default_str();
   sub->add_option("--devices", options->devices, "devices of the mesh")->capture_default_str();
+  sub->add_option("--batch", options->shape.batch, "stack: batch size")->capture_default_str();
+  sub->add_option("--seq", options->shape.sequence, "stack: sequence length")
+      ->capture_default_str();
+  sub->add_flag("--fsdp-parameters", options->shape.fsdp_parameters,
+                "stack: parameters pinned sharded on dim 0, as FSDP stores them");
   sub->add_option("--random", options->random, "random graphs in the optimality report")
       ->capture_default_str();
   sub->add_option("--exact-states", options->exact_states,

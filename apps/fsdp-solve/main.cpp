@@ -110,6 +110,9 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", o.shape.hidden, "generator: hidden size")->capture_default_str();
   app.add_option("--heads", o.shape.heads, "generator: attention heads")->capture_default_str();
   app.add_option("--ffn", o.shape.ffn, "generator: MLP inner size")->capture_default_str();
+  app.add_flag("--fsdp-parameters", o.shape.fsdp_parameters,
+               "generator: pin parameters sharded on dim 0 as FSDP stores them (a weight used "
+               "whole costs its all-gather)");
   app.add_option("--dtype", o.dtype, "generator: element type (fp32, bf16, fp16, fp64)")
       ->capture_default_str();
   app.add_option("--devices,-n", o.machine.devices, "devices in the 1-D mesh")

@@ -20,8 +20,11 @@ void check(const ModelShape& s) {
 // Appends nodes with a common prefix, so that a stack's layers have distinct ids.
 class Builder {
  public:
-  Builder(std::vector<NodeDecl>& nodes, std::string prefix, DType dtype)
-      : nodes_(nodes), prefix_(std::move(prefix)), dtype_(dtype) {}
+  Builder(std::vector<NodeDecl>& nodes, std::string prefix, const ModelShape& shape)
+      : nodes_(nodes),
+        prefix_(std::move(prefix)),
+        dtype_(shape.dtype),
+        fsdp_parameters_(shape.fsdp_parameters) {}
 
   std::string add(const std::string& name, const std::string& op,
                   const std::vector<std::string>& inputs, std::vector<std::int64_t> shape = {}) {
@@ -31,6 +34,9 @@ class Builder {
     decl.inputs = inputs;
     decl.shape = std::move(shape);
     decl.dtype = dtype_;
+    if (op == "parameter" && fsdp_parameters_) {
+      decl.sharding = "S0";
+    }
     nodes_.push_back(decl);
     return decl.id;
   }
@@ -40,12 +46,13 @@ class Builder {
   std::vector<NodeDecl>& nodes_;
   std::string prefix_;
   DType dtype_;
+  bool fsdp_parameters_;
 };
 
 // One pre-norm transformer layer on x (batch, sequence, hidden); returns the id of its result.
 std::string add_layer(std::vector<NodeDecl>& nodes, const std::string& prefix, const std::string& x,
                       const ModelShape& s) {
-  Builder b(nodes, prefix, s.dtype);
+  Builder b(nodes, prefix, s);
   const std::int64_t B = s.batch, S = s.sequence, H = s.hidden, nh = s.heads, hd = H / nh;
   const auto ln1 =
       b.add("ln1", "layer_norm",
@@ -86,7 +93,7 @@ std::string add_layer(std::vector<NodeDecl>& nodes, const std::string& prefix, c
 Graph mlp_block(const ModelShape& s) {
   check(s);
   std::vector<NodeDecl> nodes;
-  Builder b(nodes, "", s.dtype);
+  Builder b(nodes, "", s);
   const auto x = b.add("x", "input", {}, {s.batch, s.sequence, s.hidden});
   const auto up = b.add("mlp_up", "matmul", {x, b.add("w1", "parameter", {}, {s.hidden, s.ffn})});
   const auto act = b.add("mlp_gelu", "gelu", {up});
@@ -105,13 +112,13 @@ Graph transformer_stack(const ModelShape& s, int layers) {
   require(layers >= 1, "fsdp: graph generator: layers must be at least 1");
   std::vector<NodeDecl> nodes;
   nodes.reserve(static_cast<std::size_t>(layers) * 33 + 2);
-  Builder b(nodes, "", s.dtype);
+  Builder b(nodes, "", s);
   std::string x = b.add("x", "input", {}, {s.batch, s.sequence, s.hidden});
   for (int layer = 0; layer < layers; ++layer) {
     const std::string prefix = layers == 1 ? "" : "l" + std::to_string(layer) + ".";
     x = add_layer(nodes, prefix, x, s);
   }
-  Builder(nodes, "", s.dtype).add("y", "output", {x});
+  Builder(nodes, "", s).add("y", "output", {x});
   return Graph(nodes);
 }
 

@@ -10,9 +10,9 @@ namespace fsdp::solver {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-// How far around a cycle-closing node the refinement re-optimizes: enough for a residual around
-// an attention block or an MLP.
-constexpr int kConditioningRadius = 6;
+// How far around a cycle-closing node the refinement re-optimizes. 4 edges finds the optimum on
+// every reference and stress graph (docs/solver.md); 6 did no better and cost twice the time.
+constexpr int kConditioningRadius = 4;
 
 // The state the phases share: every node's strategies, the current choice, and which choices are
 // decided (the others are not yet looked at and cost nothing to their neighbours).
@@ -23,15 +23,24 @@ class Assignment {
         machine_(machine),
         strategies_(all_strategies(graph, machine.devices)),
         choice_(graph.size(), 0),
-        decided_(graph.size(), 0) {}
+        decided_(graph.size(), 0),
+        changed_at_(graph.size(), 0) {}
 
   const std::vector<std::vector<Strategy>>& strategies() const { return strategies_; }
   const std::vector<int>& choice() const { return choice_; }
   bool decided(int v) const { return decided_[static_cast<std::size_t>(v)] != 0; }
   void decide(int v, int s) {
-    choice_[static_cast<std::size_t>(v)] = s;
-    decided_[static_cast<std::size_t>(v)] = 1;
+    const std::size_t vu = static_cast<std::size_t>(v);
+    if (choice_[vu] != s) {
+      changed_at_[vu] = ++changes_;
+    }
+    choice_[vu] = s;
+    decided_[vu] = 1;
   }
+  // A counter of strategy changes, and when node v last changed: lets the refinement skip work
+  // whose inputs have not moved.
+  std::uint64_t changes() const { return changes_; }
+  std::uint64_t changed_at(int v) const { return changed_at_[static_cast<std::size_t>(v)]; }
   const Strategy& strategy(int v, int s) const {
     return strategies_[static_cast<std::size_t>(v)][static_cast<std::size_t>(s)];
   }
@@ -127,6 +136,8 @@ class Assignment {
   std::vector<std::vector<Strategy>> strategies_;
   std::vector<int> choice_;
   std::vector<char> decided_;
+  std::vector<std::uint64_t> changed_at_;
+  std::uint64_t changes_ = 0;
 };
 
 // Exact re-optimization of tree-shaped parts of the graph with the rest held fixed.
@@ -150,6 +161,7 @@ class ForestRefiner {
         union_parent_(graph.size(), 0),
         tree_parent_(graph.size(), -1),
         parent_link_(graph.size(), -1),
+        conditioned_at_(graph.size(), 0),
         table_(graph.size()),
         pick_(graph.size()) {
     // The cost of every edge for every pair of strategies, computed once: the refinement looks
@@ -265,6 +277,11 @@ class ForestRefiner {
   // The lowest cost of every term touching the block (compute of its nodes, their edges), with
   // the nodes outside at their current strategies; with apply, the block takes those strategies.
   double solve(bool apply) {
+    fill_tables();
+    return propagate(apply);
+  }
+
+  void fill_tables() {
     for (int v : listing_) {
       auto& t = table_[static_cast<std::size_t>(v)];
       t.resize(static_cast<std::size_t>(a_.count(v)));
@@ -272,6 +289,11 @@ class ForestRefiner {
         t[static_cast<std::size_t>(s)] = outside_cost(v, s);
       }
     }
+  }
+
+  // Min-sum messages from the leaves up (they add into the parents' tables), then, with apply,
+  // the choices from the roots down.
+  double propagate(bool apply) {
     double total = 0;
     for (std::size_t i = listing_.size(); i-- > 0;) {
       const int c = listing_[i];
@@ -360,17 +382,53 @@ class ForestRefiner {
       }
       level_end = ball_.size();
     }
+    // Nothing in the ball or on its rim changed since e was last conditioned: the answer stands.
+    std::uint64_t latest = 0;
     for (int v : ball_) {
       seen_[static_cast<std::size_t>(v)] = 0;
+      latest = std::max(latest, a_.changed_at(v));
+      for (const Link& link : links_[static_cast<std::size_t>(v)]) {
+        latest = std::max(latest, a_.changed_at(link.other));
+      }
+    }
+    auto& conditioned = conditioned_at_[static_cast<std::size_t>(e)];
+    if (conditioned > 0 && latest <= conditioned) {
+      return;
     }
     const std::vector<int> candidates(ball_.begin() + 1, ball_.end());
     grow(candidates, nullptr);
+    // The tables with e at its current strategy, once; each trial only shifts the entries of
+    // e's neighbours by the difference its strategy makes on their edge.
     const int current = a_.choice()[static_cast<std::size_t>(e)];
+    const int ne = a_.count(e);
+    fill_tables();
+    base_.resize(listing_.size());
+    for (std::size_t i = 0; i < listing_.size(); ++i) {
+      base_[i] = table_[static_cast<std::size_t>(listing_[i])];
+    }
     int best = current;
     double lowest = std::numeric_limits<double>::infinity();
-    for (int s = 0; s < a_.count(e); ++s) {
-      a_.decide(e, s);
-      const double cost = solve(false) + outside_cost(e, s);
+    for (int s = 0; s < ne; ++s) {
+      for (std::size_t i = 0; i < listing_.size(); ++i) {
+        table_[static_cast<std::size_t>(listing_[i])] = base_[i];
+      }
+      if (s != current) {
+        for (const Link& link : links_[static_cast<std::size_t>(e)]) {
+          const int v = link.other;
+          if (!in_block_[static_cast<std::size_t>(v)]) {
+            continue;
+          }
+          const double* pair =
+              &pair_[links_[static_cast<std::size_t>(v)][static_cast<std::size_t>(link.reverse)]
+                         .offset];
+          auto& t = table_[static_cast<std::size_t>(v)];
+          for (int sv = 0; sv < a_.count(v); ++sv) {
+            t[static_cast<std::size_t>(sv)] += pair[static_cast<std::size_t>(sv * ne + s)] -
+                                               pair[static_cast<std::size_t>(sv * ne + current)];
+          }
+        }
+      }
+      const double cost = propagate(false) + outside_cost(e, s);
       if (cost < lowest * (1 - 1e-12) || (s == current && cost <= lowest)) {
         lowest = cost;
         best = s;
@@ -379,6 +437,7 @@ class ForestRefiner {
     a_.decide(e, best);
     solve(true);
     clear();
+    conditioned = a_.changes();  // every change so far is accounted for
   }
 
   // A neighbour of a node: the edge costs for (this node's strategy, the other's) are
@@ -398,7 +457,9 @@ class ForestRefiner {
   std::vector<int> union_parent_;
   std::vector<int> tree_parent_;
   std::vector<int> parent_link_;  // the parent's place in the node's links
+  std::vector<std::uint64_t> conditioned_at_;
   std::vector<std::vector<double>> table_;
+  std::vector<std::vector<double>> base_;  // condition(): tables before e's trials
   std::vector<std::vector<int>> pick_;
   std::vector<int> block_;
   std::vector<int> listing_;
@@ -537,19 +598,49 @@ Solution SimpleSolver::solve(const Graph& graph) {
     forward[static_cast<std::size_t>(v)] = v;
   }
   backward.assign(forward.rbegin(), forward.rend());
-  double total = total_cost(graph, a.strategies(), a.choice(), machine_);
-  int rounds_without_gain = 0;
-  for (int round = 0; round < 50 && rounds_without_gain < 2; ++round) {
-    ++stats_.refinement_sweeps;
-    const std::vector<int> before = a.choice();
-    forest.run(round % 2 == 0 ? forward : backward, kConditioningRadius);
-    const double now = total_cost(graph, a.strategies(), a.choice(), machine_);
-    for (int v = 0; v < count; ++v) {
-      stats_.changed_in_refinement +=
-          before[static_cast<std::size_t>(v)] != a.choice()[static_cast<std::size_t>(v)];
+  const auto refine = [&] {
+    double total = total_cost(graph, a.strategies(), a.choice(), machine_);
+    int rounds_without_gain = 0;
+    for (int round = 0; round < 50 && rounds_without_gain < 2; ++round) {
+      ++stats_.refinement_sweeps;
+      const std::vector<int> before = a.choice();
+      forest.run(round % 2 == 0 ? forward : backward, kConditioningRadius);
+      const double now = total_cost(graph, a.strategies(), a.choice(), machine_);
+      for (int v = 0; v < count; ++v) {
+        stats_.changed_in_refinement +=
+            before[static_cast<std::size_t>(v)] != a.choice()[static_cast<std::size_t>(v)];
+      }
+      rounds_without_gain = now < total * (1 - 1e-12) ? 0 : rounds_without_gain + 1;
+      total = now;
     }
-    rounds_without_gain = now < total * (1 - 1e-12) ? 0 : rounds_without_gain + 1;
-    total = now;
+    return total;
+  };
+  const double seeded_total = refine();
+
+  // When collectives are dear next to the compute they save (few tokens, a slow network), the
+  // seeds can lead into a plan whose every improvement needs many nodes to move together. A
+  // second start from the all-replicated plan, refined the same way, catches these; it is
+  // skipped when the seeded plan already costs no more than its bound (every node at its
+  // cheapest compute, no communication at all), which no plan can beat.
+  double bound = 0;
+  for (int v = 0; v < count; ++v) {
+    double cheapest = kInfinity;
+    for (int s = 0; s < a.count(v); ++s) {
+      cheapest = std::min(cheapest, a.compute_cost(v, s));
+    }
+    bound += cheapest;
+  }
+  if (seeded_total > bound * (1 + 1e-9)) {
+    ++stats_.restarts;
+    const std::vector<int> seeded = a.choice();
+    for (int v = 0; v < count; ++v) {
+      a.decide(v, a.count(v) - 1);  // replicated (the last strategy), or the pinned one
+    }
+    if (refine() >= seeded_total) {
+      for (int v = 0; v < count; ++v) {
+        a.decide(v, seeded[static_cast<std::size_t>(v)]);
+      }
+    }
   }
   return evaluate(graph, a.strategies(), a.choice(), machine_, "simple");
 }

@@ -286,7 +286,8 @@ std::vector<Strategy> strategies_for(const Graph& graph, int index, int devices)
     out.push_back(
         make(StrategyRole::replicated, replicated_inputs(), Spec::replicated(), flops, devices));
   }
-  if (node.pinned) {
+  // On one device every layout is the whole tensor, so a pin asks for nothing.
+  if (node.pinned && devices > 1) {
     std::vector<Strategy> kept;
     for (Strategy& s : out) {
       if (s.output == *node.pinned) {

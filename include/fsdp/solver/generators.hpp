@@ -18,6 +18,9 @@ struct ModelShape {
   std::int64_t heads = 32;
   std::int64_t ffn = 16384;  // the MLP's inner width
   DType dtype = DType::bf16;
+  // Pin every parameter to dimension 0 sharded, the way FSDP stores it: using a weight whole then
+  // costs its all-gather. Off: parameters start in whatever layout suits (free).
+  bool fsdp_parameters = false;
 };
 
 // x (batch, sequence, hidden) -> matmul W1 -> gelu -> matmul W2 -> output: 7 nodes.

@@ -26,6 +26,7 @@ struct SolverStats {
   int conflicts = 0;              // nodes whose decided neighbours wanted different layouts
   int refinement_sweeps = 0;      // rounds of tree-block re-optimization until no gain
   int changed_in_refinement = 0;  // strategy changes those rounds made
+  int restarts = 0;               // 1 when the all-replicated start was also refined
 };
 
 class SimpleSolver {
@@ -38,7 +39,8 @@ class SimpleSolver {
   // decided nodes to the others, each undecided node taking the strategy cheapest against its
   // decided neighbours (a conflict when they disagree: the lower total, resharding included,
   // wins); then refine: re-optimize tree-shaped blocks of the graph exactly with the rest held,
-  // alternating the blocks, until the total stops falling. Export: evaluate() of the choice.
+  // alternating the blocks, until the total stops falling; unless that plan provably cannot be
+  // beaten, refine the all-replicated plan too and keep the cheaper. Export: evaluate().
   Solution solve(const Graph& graph);
 
   // The seed candidates of matmul / batched_matmul node `index`: split batch (each row

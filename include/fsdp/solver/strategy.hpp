@@ -37,7 +37,7 @@ std::string describe(const Strategy& strategy, const Node& node);
 // Every strategy of node `index` on `devices` devices, sharded ones first, replicated last. A
 // dimension is cut only if it has at least `devices` elements; a pinned node keeps only the
 // strategies producing its pinned spec (fsdp::Error naming the node if there are none). On one
-// device the only strategy is replicated.
+// device the only strategy is replicated (pins included: one device holds every layout whole).
 std::vector<Strategy> strategies_for(const Graph& graph, int index, int devices);
 
 // All nodes' strategies.
