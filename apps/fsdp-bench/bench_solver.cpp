@@ -42,10 +42,15 @@ void run(const SolverOptions& options, const CommonOptions& common) {
   solver::Machine machine;
   machine.devices = options.devices;
   if (!common.json) {
+    const auto& m = options.shape;
     std::printf(
-        "fsdp-bench solver: transformer stacks (batch 8, seq 1024, hidden 4096, 32 heads, "
-        "ffn 16384, bf16) on %d devices; median of %d solves; baseline = exact solver\n",
-        options.devices, options.repeats);
+        "fsdp-bench solver: transformer stacks (batch %lld, seq %lld, hidden %lld, %lld "
+        "heads, ffn %lld, %s, parameters %s) on %d devices; median of %d solves; "
+        "baseline = exact solver\n",
+        static_cast<long long>(m.batch), static_cast<long long>(m.sequence),
+        static_cast<long long>(m.hidden), static_cast<long long>(m.heads),
+        static_cast<long long>(m.ffn), name_of(m.dtype),
+        m.fsdp_parameters ? "pinned FSDP-sharded" : "free", options.devices, options.repeats);
     std::printf("%8s %7s %12s %12s %12s %14s %14s %10s\n", "nodes", "layers", "parse (ms)",
                 "simple (ms)", "exact (ms)", "simple cost", "exact cost", "cost ratio");
   }

@@ -27,6 +27,7 @@ struct Options {
   std::string solver = "simple";
   bool json = false;
   bool compare = false;
+  bool explain = false;
   std::string write_graph;
 };
 
@@ -70,6 +71,9 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
     std::printf("%s\n", solution.to_json().c_str());
   } else {
     fsdp::apps::print_solution(solution, graph);
+    if (o.explain) {
+      fsdp::apps::print_seed_candidates(SimpleSolver(o.machine), graph);
+    }
   }
   if (o.compare) {
     const Solution other = o.solver == "exact" ? SimpleSolver(o.machine).solve(graph)
@@ -104,7 +108,9 @@ int main(int argc, char** argv) {
                  "built-in graph instead of --graph: mlp, transformer (one layer) or stack")
       ->check(CLI::IsMember({"mlp", "transformer", "stack"}))
       ->excludes(graph_option);
-  app.add_option("--layers", o.layers, "layers of --generate stack")->check(CLI::PositiveNumber);
+  app.add_option("--layers", o.layers, "layers of --generate stack")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--batch", o.shape.batch, "generator: batch size")->capture_default_str();
   app.add_option("--seq", o.shape.sequence, "generator: sequence length")->capture_default_str();
   app.add_option("--hidden", o.shape.hidden, "generator: hidden size")->capture_default_str();
@@ -127,6 +133,9 @@ int main(int argc, char** argv) {
   app.add_option("--solver", o.solver, "simple (seed + propagate) or exact (optimum; small graphs)")
       ->check(CLI::IsMember({"simple", "exact"}))
       ->capture_default_str();
+  app.add_flag("--explain", o.explain,
+               "also list each matmul's seed candidates (split batch / contracting / output "
+               "features) with their compute and communication");
   app.add_flag("--compare", o.compare, "also run the other solver and print the ratio");
   app.add_flag("--json", o.json, "print the solution as JSON");
   app.add_option("--write-graph", o.write_graph, "write the graph solved as JSON to this file");

@@ -64,4 +64,33 @@ void print_solution(const solver::Solution& solution, const solver::Graph& graph
               solution.resharding_s * 1e6);
 }
 
+void print_seed_candidates(const solver::SimpleSolver& solver, const solver::Graph& graph) {
+  std::printf(
+      "\nseed candidates of each matmul, costed alone (compute = FLOPs / device / "
+      "FLOP/s; comm = all-reduce of the output for a contraction split)\n");
+  std::printf("%-22s %-28s %-12s %11s %10s %26s %10s\n", "node", "candidate", "output", "GFLOP/dev",
+              "compute", "communication", "total");
+  for (std::size_t i = 0; i < graph.size(); ++i) {
+    const auto& node = graph.node(static_cast<int>(i));
+    if (node.kind != solver::OpKind::matmul && node.kind != solver::OpKind::batched_matmul) {
+      continue;
+    }
+    for (const auto& c : solver.seed_candidates(graph, static_cast<int>(i))) {
+      std::string comm = "none";
+      if (c.communication.collective != solver::Collective::none) {
+        char buffer[64];
+        std::snprintf(
+            buffer, sizeof buffer, "%s %s %.2fus", solver::name_of(c.communication.collective),
+            bytes_text(c.communication.buffer_bytes).c_str(), c.communication.seconds * 1e6);
+        comm = buffer;
+      }
+      std::printf("%-22s %-28s %-12s %11.4f %8.2fus %26s %8.2fus\n", node.id.c_str(),
+                  solver::describe(c.strategy, node).c_str(),
+                  c.strategy.output.to_string(node.rank()).c_str(),
+                  c.strategy.flops_per_device / 1e9, c.compute_s * 1e6, comm.c_str(),
+                  c.total_s() * 1e6);
+    }
+  }
+}
+
 }  // namespace fsdp::apps

@@ -17,17 +17,36 @@ Collective parse_collective(const std::string& name) {
   throw Error("fsdp: solution JSON: unknown collective '" + name + "'");
 }
 
+const char* kind_name(ShardingSpec::Kind kind) {
+  switch (kind) {
+    case ShardingSpec::Kind::replicated:
+      return "replicated";
+    case ShardingSpec::Kind::sharded:
+      return "sharded";
+    case ShardingSpec::Kind::partial:
+      return "partial";
+  }
+  return "?";
+}
+
 nlohmann::json spec_json(const ShardingSpec& spec) {
-  return {static_cast<int>(spec.kind), spec.dim};
+  nlohmann::json j = {{"kind", kind_name(spec.kind)}};
+  if (spec.is_sharded()) {
+    j["dim"] = spec.dim;
+  }
+  return j;
 }
 
 ShardingSpec spec_from(const nlohmann::json& j) {
-  ShardingSpec spec;
-  const int kind = j.at(0).get<int>();
-  require(kind >= 0 && kind <= 2, "fsdp: solution JSON: bad sharding kind");
-  spec.kind = static_cast<ShardingSpec::Kind>(kind);
-  spec.dim = j.at(1).get<int>();
-  return spec;
+  const std::string kind = j.at("kind").get<std::string>();
+  if (kind == "replicated") {
+    return ShardingSpec::replicated();
+  }
+  if (kind == "partial") {
+    return ShardingSpec::partial();
+  }
+  require(kind == "sharded", "fsdp: solution JSON: unknown sharding kind '" + kind + "'");
+  return ShardingSpec::sharded(j.at("dim").get<int>());
 }
 
 }  // namespace
@@ -56,9 +75,13 @@ std::string Solution::to_json() const {
     }
     nlohmann::json transfers = nlohmann::json::array();
     for (const InputTransfer& t : n.transfers) {
-      transfers.push_back({t.producer, spec_json(t.from), spec_json(t.to),
-                           name_of(t.transfer.collective), t.transfer.buffer_bytes,
-                           t.transfer.traffic_bytes, t.transfer.seconds});
+      transfers.push_back({{"producer", t.producer},
+                           {"from", spec_json(t.from)},
+                           {"to", spec_json(t.to)},
+                           {"collective", name_of(t.transfer.collective)},
+                           {"buffer_bytes", t.transfer.buffer_bytes},
+                           {"traffic_bytes", t.transfer.traffic_bytes},
+                           {"seconds", t.transfer.seconds}});
     }
     list.push_back({{"id", n.id},
                     {"op", n.op},
@@ -66,17 +89,25 @@ std::string Solution::to_json() const {
                     {"strategy", n.strategy},
                     {"inputs", inputs},
                     {"output", spec_json(n.output_spec)},
-                    {"flops", n.flops_per_device},
+                    {"output_layout", n.output_spec.to_string(static_cast<int>(n.shape.size()))},
+                    {"flops_per_device", n.flops_per_device},
                     {"compute_s", n.compute_s},
                     {"communication_s", n.communication_s},
                     {"resharding_s", n.resharding_s},
+                    {"total_s", n.total_s()},
                     {"transfers", transfers}});
   }
   const nlohmann::json document = {{"solver", solver},
                                    {"machine",
-                                    {machine.devices, machine.flops_per_s, machine.link_bytes_per_s,
-                                     machine.collective_latency_s}},
-                                   {"totals", {compute_s, communication_s, resharding_s, total_s}},
+                                    {{"devices", machine.devices},
+                                     {"flops_per_s", machine.flops_per_s},
+                                     {"link_bytes_per_s", machine.link_bytes_per_s},
+                                     {"collective_latency_s", machine.collective_latency_s}}},
+                                   {"totals",
+                                    {{"compute_s", compute_s},
+                                     {"communication_s", communication_s},
+                                     {"resharding_s", resharding_s},
+                                     {"total_s", total_s}}},
                                    {"nodes", list}};
   return document.dump();
 }
@@ -87,15 +118,15 @@ Solution Solution::from_json(const std::string& text) {
     const nlohmann::json document = nlohmann::json::parse(text);
     s.solver = document.at("solver").get<std::string>();
     const auto& m = document.at("machine");
-    s.machine.devices = m.at(0).get<int>();
-    s.machine.flops_per_s = m.at(1).get<double>();
-    s.machine.link_bytes_per_s = m.at(2).get<double>();
-    s.machine.collective_latency_s = m.at(3).get<double>();
+    s.machine.devices = m.at("devices").get<int>();
+    s.machine.flops_per_s = m.at("flops_per_s").get<double>();
+    s.machine.link_bytes_per_s = m.at("link_bytes_per_s").get<double>();
+    s.machine.collective_latency_s = m.at("collective_latency_s").get<double>();
     const auto& totals = document.at("totals");
-    s.compute_s = totals.at(0).get<double>();
-    s.communication_s = totals.at(1).get<double>();
-    s.resharding_s = totals.at(2).get<double>();
-    s.total_s = totals.at(3).get<double>();
+    s.compute_s = totals.at("compute_s").get<double>();
+    s.communication_s = totals.at("communication_s").get<double>();
+    s.resharding_s = totals.at("resharding_s").get<double>();
+    s.total_s = totals.at("total_s").get<double>();
     for (const auto& item : document.at("nodes")) {
       NodeSolution n;
       n.id = item.at("id").get<std::string>();
@@ -106,19 +137,19 @@ Solution Solution::from_json(const std::string& text) {
         n.input_specs.push_back(spec_from(spec));
       }
       n.output_spec = spec_from(item.at("output"));
-      n.flops_per_device = item.at("flops").get<double>();
+      n.flops_per_device = item.at("flops_per_device").get<double>();
       n.compute_s = item.at("compute_s").get<double>();
       n.communication_s = item.at("communication_s").get<double>();
       n.resharding_s = item.at("resharding_s").get<double>();
       for (const auto& t : item.at("transfers")) {
         InputTransfer transfer;
-        transfer.producer = t.at(0).get<std::string>();
-        transfer.from = spec_from(t.at(1));
-        transfer.to = spec_from(t.at(2));
-        transfer.transfer.collective = parse_collective(t.at(3).get<std::string>());
-        transfer.transfer.buffer_bytes = t.at(4).get<double>();
-        transfer.transfer.traffic_bytes = t.at(5).get<double>();
-        transfer.transfer.seconds = t.at(6).get<double>();
+        transfer.producer = t.at("producer").get<std::string>();
+        transfer.from = spec_from(t.at("from"));
+        transfer.to = spec_from(t.at("to"));
+        transfer.transfer.collective = parse_collective(t.at("collective").get<std::string>());
+        transfer.transfer.buffer_bytes = t.at("buffer_bytes").get<double>();
+        transfer.transfer.traffic_bytes = t.at("traffic_bytes").get<double>();
+        transfer.transfer.seconds = t.at("seconds").get<double>();
         n.transfers.push_back(transfer);
       }
       s.nodes.push_back(std::move(n));
