@@ -42,6 +42,9 @@ Solution solve_on_root(ProcessGroup& group, const std::function<Solution()>& sol
     } catch (const std::exception& error) {
       status = 1;
       text = error.what();
+    } catch (...) {
+      status = 1;  // still tell the other ranks, so that none waits for a solution
+      text = "fsdp: solve_on_root: the solve function threw a non-standard exception";
     }
   }
   auto [received_status, received] = broadcast_text(group, status, text, root);

@@ -55,6 +55,12 @@ ExactSolver::ExactSolver(Machine machine, std::size_t max_states)
 
 Solution ExactSolver::solve(const Graph& graph) const {
   const auto strategies = all_strategies(graph, machine_.devices);
+  for (std::size_t v = 0; v < graph.size(); ++v) {
+    // A state keeps one byte per frontier node.
+    require(strategies[v].size() <= 255, "fsdp: exact solver: node '" +
+                                             graph.node(static_cast<int>(v)).id +
+                                             "' has more than 255 strategies");
+  }
   const std::vector<int> order = elimination_order(graph);
   std::vector<int> remaining(graph.size());
   for (std::size_t v = 0; v < graph.size(); ++v) {

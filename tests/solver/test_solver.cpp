@@ -346,10 +346,12 @@ BOOST_AUTO_TEST_CASE(all_ranks_read_the_same_solution) {
   BOOST_TEST(solution.to_json() == local.to_json());
   // Every rank holds the same bytes: compare each rank's text with rank 0's by length and a sum.
   const std::string text = solution.to_json();
-  std::int64_t mine[2] = {static_cast<std::int64_t>(text.size()), 0};
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    mine[1] = mine[1] * 31 + static_cast<unsigned char>(text[i]);
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (const char c : text) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   }
+  const std::int64_t mine[2] = {static_cast<std::int64_t>(text.size()),
+                                static_cast<std::int64_t>(hash >> 1)};
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(group.size()));
   group.all_gather(mine, all.data(), 2);
   for (int r = 0; r < group.size(); ++r) {
