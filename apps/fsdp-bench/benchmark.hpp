@@ -20,6 +20,7 @@ struct CommonOptions {
 // filled in by the time the callback runs.
 void add_collectives(CLI::App& app, const CommonOptions& common);
 void add_sampler(CLI::App& app, const CommonOptions& common);
+void add_solver(CLI::App& app, const CommonOptions& common);
 
 // Median of the samples (they are copied and sorted).
 double median(std::vector<double> samples);

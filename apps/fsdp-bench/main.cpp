@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
     app.add_flag("--json", common.json, "one JSON object per line instead of a table");
     fsdp::bench::add_collectives(app, common);
     fsdp::bench::add_sampler(app, common);
+    fsdp::bench::add_solver(app, common);
     try {
       app.parse(argc, argv);  // runs the chosen subcommand's callback
     } catch (const CLI::ParseError& error) {

@@ -1,0 +1,160 @@
+// fsdp-solve: the auto-sharding solver on a graph from JSON or a built-in generator; prints the
+// layout of every node with its costs, or the solution as JSON.
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <string>
+
+#include "fsdp/comm/process_group.hpp"
+#include "fsdp/solver/broadcast_solution.hpp"
+#include "fsdp/solver/exact_solver.hpp"
+#include "fsdp/solver/generators.hpp"
+#include "fsdp/solver/simple_solver.hpp"
+#include "solution_table.hpp"
+
+namespace {
+
+struct Options {
+  std::string graph_path;
+  std::string generate;
+  int layers = 2;
+  fsdp::solver::ModelShape shape;
+  std::string dtype = "bf16";
+  fsdp::solver::Machine machine;
+  std::string solver = "simple";
+  bool json = false;
+  bool compare = false;
+  bool explain = false;
+  std::string write_graph;
+};
+
+fsdp::solver::Graph load_graph(const Options& o) {
+  using namespace fsdp::solver;
+  if (!o.graph_path.empty()) {
+    return Graph::from_file(o.graph_path);
+  }
+  ModelShape shape = o.shape;
+  shape.dtype = fsdp::parse_dtype(o.dtype);
+  if (o.generate == "mlp") {
+    return mlp_block(shape);
+  }
+  if (o.generate == "transformer") {
+    return transformer_layer(shape);
+  }
+  return transformer_stack(shape, o.layers);
+}
+
+int run(const Options& o, fsdp::ProcessGroup& group) {
+  using namespace fsdp::solver;
+  o.machine.validate();
+  // Rank 0 reads and solves; the others receive the solution (and any error) by broadcast.
+  Graph graph;
+  const Solution solution = solve_on_root(group, [&] {
+    graph = load_graph(o);
+    if (!o.write_graph.empty()) {
+      std::ofstream file(o.write_graph);
+      fsdp::require(file.good(), "fsdp-solve: cannot write '" + o.write_graph + "'");
+      file << graph.to_json() << "\n";
+    }
+    if (o.solver == "exact") {
+      return ExactSolver(o.machine).solve(graph);
+    }
+    return SimpleSolver(o.machine).solve(graph);
+  });
+  if (group.rank() != 0) {
+    return 0;
+  }
+  if (o.json) {
+    std::printf("%s\n", solution.to_json().c_str());
+  } else {
+    fsdp::apps::print_solution(solution, graph);
+    if (o.explain) {
+      fsdp::apps::print_seed_candidates(SimpleSolver(o.machine), graph);
+    }
+  }
+  if (o.compare) {
+    const Solution other = o.solver == "exact" ? SimpleSolver(o.machine).solve(graph)
+                                               : ExactSolver(o.machine).solve(graph);
+    const Solution& simple = o.solver == "exact" ? other : solution;
+    const Solution& exact = o.solver == "exact" ? solution : other;
+    std::printf("%sheuristic %.6g s, optimum %.6g s, ratio %.4f\n", o.json ? "" : "\n",
+                simple.total_s, exact.total_s, simple.total_s / exact.total_s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  // Without mpiexec this is a singleton MPI job of one rank.
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    std::fprintf(stderr, "fsdp-solve: MPI_Init_thread failed\n");
+    return 1;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Options o;
+  CLI::App app{
+      "fsdp-solve: choose how to shard every tensor of a computation graph over N "
+      "devices (cost model: FLOPs over the devices, ring collectives, per-collective "
+      "latency)"};
+  auto* graph_option =
+      app.add_option("--graph", o.graph_path, "graph JSON file")->check(CLI::ExistingFile);
+  app.add_option("--generate", o.generate,
+                 "built-in graph instead of --graph: mlp, transformer (one layer) or stack")
+      ->check(CLI::IsMember({"mlp", "transformer", "stack"}))
+      ->excludes(graph_option);
+  app.add_option("--layers", o.layers, "layers of --generate stack")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--batch", o.shape.batch, "generator: batch size")->capture_default_str();
+  app.add_option("--seq", o.shape.sequence, "generator: sequence length")->capture_default_str();
+  app.add_option("--hidden", o.shape.hidden, "generator: hidden size")->capture_default_str();
+  app.add_option("--heads", o.shape.heads, "generator: attention heads")->capture_default_str();
+  app.add_option("--ffn", o.shape.ffn, "generator: MLP inner size")->capture_default_str();
+  app.add_flag("--fsdp-parameters", o.shape.fsdp_parameters,
+               "generator: pin parameters sharded on dim 0 as FSDP stores them (a weight used "
+               "whole costs its all-gather)");
+  app.add_option("--dtype", o.dtype, "generator: element type (fp32, bf16, fp16, fp64)")
+      ->capture_default_str();
+  app.add_option("--devices,-n", o.machine.devices, "devices in the 1-D mesh")
+      ->capture_default_str();
+  app.add_option("--flops", o.machine.flops_per_s, "FLOP/s of one device (H100 dense bf16)")
+      ->capture_default_str();
+  app.add_option("--bandwidth", o.machine.link_bytes_per_s,
+                 "bytes/s a device sends in a ring step (NVLink 4, one direction)")
+      ->capture_default_str();
+  app.add_option("--latency", o.machine.collective_latency_s, "seconds added per collective")
+      ->capture_default_str();
+  app.add_option("--solver", o.solver, "simple (seed + propagate) or exact (optimum; small graphs)")
+      ->check(CLI::IsMember({"simple", "exact"}))
+      ->capture_default_str();
+  app.add_flag("--explain", o.explain,
+               "also list each matmul's seed candidates (split batch / contracting / output "
+               "features) with their compute and communication");
+  app.add_flag("--compare", o.compare, "also run the other solver and print the ratio");
+  app.add_flag("--json", o.json, "print the solution as JSON");
+  app.add_option("--write-graph", o.write_graph, "write the graph solved as JSON to this file");
+  int code = 0;
+  try {
+    app.parse(argc, argv);
+    if (o.graph_path.empty() && o.generate.empty()) {
+      throw CLI::ValidationError("give --graph FILE or --generate mlp|transformer|stack");
+    }
+    fsdp::ProcessGroup group(MPI_COMM_WORLD);
+    code = run(o, group);
+  } catch (const CLI::ParseError& error) {
+    code = rank == 0 ? app.exit(error) : (error.get_exit_code() != 0 ? 1 : 0);
+  } catch (const std::exception& error) {
+    if (rank == 0) {
+      std::fprintf(stderr, "fsdp-solve: %s\n", error.what());
+    }
+    code = 1;
+  }
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,21 @@
+// Solving on one rank and handing the solution to all: every rank reads the same layouts.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "fsdp/comm/process_group.hpp"
+#include "fsdp/solver/solution.hpp"
+
+namespace fsdp::solver {
+
+// Collective over group. Runs solve() on `root` only, serializes the solution and broadcasts it;
+// every rank returns an identical Solution. If solve() throws on the root, every rank throws an
+// fsdp::Error with the root's message (no rank is left waiting).
+Solution solve_on_root(ProcessGroup& group, const std::function<Solution()>& solve, int root = 0);
+
+// Collective over group: the root's solution (its argument; the others' is ignored) on every
+// rank.
+Solution broadcast_solution(ProcessGroup& group, const Solution& solution, int root = 0);
+
+}  // namespace fsdp::solver
