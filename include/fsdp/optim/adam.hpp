@@ -1,0 +1,49 @@
+// Adam and AdamW on the pieces each rank holds (PyTorch's torch.optim.Adam / AdamW rules).
+#pragma once
+
+#include <cstdint>
+
+#include "fsdp/unit/sharded_model.hpp"
+
+namespace fsdp {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  // false: Adam's L2 (weight_decay * p added to the gradient); true: AdamW's decoupled decay
+  // (p *= 1 - lr * weight_decay before the update).
+  bool decoupled_weight_decay = false;
+
+  static AdamOptions adamw(double lr, double weight_decay = 0.01) {
+    AdamOptions options;
+    options.lr = lr;
+    options.weight_decay = weight_decay;
+    options.decoupled_weight_decay = true;
+    return options;
+  }
+};
+
+// Step t (from 1): m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+// p -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps).
+template <class T>
+class Adam {
+ public:
+  // Errors: lr < 0, eps <= 0, betas outside [0, 1), weight_decay < 0.
+  explicit Adam(AdamOptions options);
+  // Error (before anything changes) when a unit has no reduce-scattered gradients.
+  void step(ShardedModel<T>& model);
+  std::int64_t step_count() const { return steps_; }
+  const AdamOptions& options() const { return options_; }
+
+ private:
+  AdamOptions options_;
+  std::int64_t steps_ = 0;
+};
+
+extern template class Adam<float>;
+extern template class Adam<double>;
+
+}  // namespace fsdp

@@ -1,0 +1,43 @@
+// Sgd: stochastic gradient descent on the pieces each rank holds (PyTorch's torch.optim.SGD rule).
+#pragma once
+
+#include <cstdint>
+
+#include "fsdp/unit/sharded_model.hpp"
+
+namespace fsdp {
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;  // L2: added to the gradient
+};
+
+// g = grad + weight_decay * p; with momentum: b = g on the first step, else
+// b = momentum * b + (1 - dampening) * g, and g = nesterov ? g + momentum * b : b; p -= lr * g.
+template <class T>
+class Sgd {
+ public:
+  // Errors: lr < 0, momentum < 0, weight_decay < 0, nesterov without momentum or with dampening.
+  explicit Sgd(SgdOptions options);
+  // Updates every piece from its gradient piece. Error (before anything changes) when a unit has
+  // no reduce-scattered gradients since the last zero_grad.
+  void step(ShardedModel<T>& model);
+  std::int64_t step_count() const { return steps_; }
+  const SgdOptions& options() const { return options_; }
+
+ private:
+  SgdOptions options_;
+  std::int64_t steps_ = 0;
+};
+
+extern template class Sgd<float>;
+extern template class Sgd<double>;
+
+// Throws Error naming the first unit without gradients; used by every optimizer's step().
+template <class T>
+void require_grads(ShardedModel<T>& model, const char* optimizer);
+
+}  // namespace fsdp

@@ -1,0 +1,72 @@
+// ShardedModel: every unit of a ShardingPlan on this rank, with initialization and memory report.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fsdp/comm/process_group.hpp"
+#include "fsdp/shard/sharding_plan.hpp"
+#include "fsdp/unit/memory_tracker.hpp"
+#include "fsdp/unit/sharded_unit.hpp"
+
+namespace fsdp {
+
+template <class T>
+class ShardedModel {
+ public:
+  // Units are the plan's units (ParameterInfo::unit()), in the order of their first parameter.
+  // Parameters start at zero. Errors: the plan's world size differs from the group's size, or a
+  // parameter's dtype is not T.
+  ShardedModel(ProcessGroup group, ShardingPlan plan);
+
+  const ShardingPlan& plan() const { return plan_; }
+  ProcessGroup& group() { return group_; }
+  std::size_t unit_count() const { return units_.size(); }
+  ShardedUnit<T>& unit(std::size_t index) { return *units_.at(index); }
+  // Throws Error listing the units when there is none of that name.
+  ShardedUnit<T>& unit(const std::string& name);
+  const std::vector<std::string>& unit_names() const { return unit_names_; }
+  ShardedUnit<T>& unit_of(const std::string& parameter);
+  ShardedParameter<T>& parameter(const std::string& name);
+
+  // ---- initialization: three ways, for parameters of any size ----
+  // full_on_root holds all numel() elements on rank 0 (ignored elsewhere); each rank receives
+  // only what it holds. Collective.
+  void init_from_root(const std::string& name, const T* full_on_root);
+  // Every rank holds the whole parameter; each keeps its piece. No communication.
+  void init_from_full(const std::string& name, const T* full);
+  // fill(first, values, count) fills this rank's piece: the count elements of the flattened
+  // parameter starting at element first. Called once per rank that holds a piece, so a huge
+  // parameter never exists whole anywhere. No communication.
+  void init_with(
+      const std::string& name,
+      const std::function<void(std::int64_t first, T* values, std::int64_t count)>& fill);
+
+  // ---- gradients ----
+  void zero_grad();
+  // True when every unit holds reduce-scattered gradients.
+  bool has_grads() const;
+
+  // ---- memory ----
+  const MemoryReport& memory() const { return tracker_->report(); }
+  void reset_memory_peaks() { tracker_->reset_peaks(); }
+  const std::shared_ptr<MemoryTracker>& tracker() const { return tracker_; }
+
+ private:
+  ProcessGroup group_;
+  ShardingPlan plan_;
+  std::shared_ptr<MemoryTracker> tracker_;
+  std::vector<std::unique_ptr<ShardedUnit<T>>> units_;
+  std::vector<std::string> unit_names_;
+  std::map<std::string, std::size_t> unit_index_;
+  std::map<std::string, std::size_t> unit_of_parameter_;
+};
+
+extern template class ShardedModel<float>;
+extern template class ShardedModel<double>;
+
+}  // namespace fsdp

@@ -1,0 +1,118 @@
+// ShardedUnit: parameters that are gathered, released and reduce-scattered together (usually the
+// parameters of one layer: those of one unit of the ShardingPlan).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fsdp/comm/process_group.hpp"
+#include "fsdp/shard/sharding_plan.hpp"
+#include "fsdp/unit/memory_tracker.hpp"
+#include "fsdp/unit/sharded_parameter.hpp"
+
+namespace fsdp {
+
+enum class UnitState { sharded, gathering, gathered };
+const char* name_of(UnitState state);
+
+// Communication is batched per unit, never per parameter: one all_gather for all its sharded
+// parameters (each rank's pieces packed in one flat buffer), one broadcast per owner of its whole
+// parameters, nothing for replicated ones; gradients likewise with one reduce_scatter and one
+// reduce per owner. Element type T: float or double.
+template <class T>
+class ShardedUnit {
+ public:
+  using View = Kokkos::View<T*, Kokkos::HostSpace>;
+
+  // The parameters plan.parameters()[i] for i in indices, all of unit `name`.
+  ShardedUnit(std::string name, ProcessGroup group, const ShardingPlan& plan,
+              const std::vector<std::size_t>& indices, std::shared_ptr<MemoryTracker> tracker);
+  ShardedUnit(const ShardedUnit&) = delete;
+  ShardedUnit& operator=(const ShardedUnit&) = delete;
+  ~ShardedUnit();
+
+  const std::string& name() const { return name_; }
+  UnitState state() const { return state_; }
+  std::vector<ShardedParameter<T>>& parameters() { return parameters_; }
+  const std::vector<ShardedParameter<T>>& parameters() const { return parameters_; }
+  // Throws Error naming the unit's parameters when it has no parameter called name.
+  ShardedParameter<T>& parameter(const std::string& name);
+
+  // ---- parameters ----
+  // Starts gathering: sharded -> gathering. Error in any other state.
+  void gather_async();
+  // Makes progress; true once gathered (finishing the gather when its transfers are done).
+  bool test_gather();
+  // Completes a gather in flight: gathering -> gathered. Error when none is in flight.
+  void wait_gather();
+  // gather_async() + wait_gather(). Error when already gathered or gathering.
+  void gather();
+  // Frees the full parameters: gathered -> sharded. No-op when sharded; error while gathering.
+  void release();
+
+  // ---- gradients ----
+  // Averages the full-shape gradients written since the last call across the ranks and adds the
+  // result to each rank's gradient pieces, then frees the full gradients. A rank that wrote none
+  // contributes zeros, so every rank may call it. Works in any state.
+  void reduce_scatter_grads();
+  // True once gradients were reduce-scattered since the last zero_grad().
+  bool has_grads() const { return has_grads_; }
+  void zero_grad();
+
+  // ---- observation ----
+  std::int64_t gather_count() const { return gather_count_; }
+  std::int64_t release_count() const { return release_count_; }
+  // Bytes of the unit's full parameters: what a gather holds.
+  std::int64_t full_bytes() const;
+  ProcessGroup& group() { return group_; }
+
+ private:
+  friend class ShardedParameter<T>;
+  struct OwnerGroup {  // whole parameters of one owner rank
+    int owner = 0;
+    std::vector<std::size_t> members;  // indices into parameters_
+    std::int64_t numel = 0;
+    TrackedView<T> storage;   // the owner's persistent copy
+    TrackedView<T> gathered;  // everyone else's copy while gathered
+    TrackedView<T> grad_storage;
+  };
+
+  void require_state(UnitState expected, const char* operation) const;
+  View full_gradients();
+  void finish_gather();
+
+  std::string name_;
+  ProcessGroup group_;
+  std::shared_ptr<MemoryTracker> tracker_;
+  std::vector<ShardedParameter<T>> parameters_;
+  std::map<std::string, std::size_t> index_;
+
+  std::vector<std::size_t> sharded_;  // indices of sharded parameters, in plan order
+  std::int64_t flat_numel_ = 0;       // sum of their padded pieces: one rank's flat shard
+  TrackedView<T> flat_shard_;
+  TrackedView<T> flat_grad_shard_;
+  std::vector<OwnerGroup> owners_;  // by owner rank, ascending
+  std::vector<std::size_t> replicated_;
+  std::vector<TrackedView<T>> replicated_storage_;
+  std::vector<TrackedView<T>> replicated_grads_;
+
+  UnitState state_ = UnitState::sharded;
+  std::vector<Work> in_flight_;
+  TrackedView<T> gather_buffer_;  // all_gather output: N flat shards
+  TrackedView<T> sharded_full_;   // the sharded parameters, whole, after copy-out
+  TrackedView<T> full_grads_;
+  std::int64_t full_grad_numel_ = 0;
+  bool has_grads_ = false;
+  std::int64_t gather_count_ = 0;
+  std::int64_t release_count_ = 0;
+};
+
+extern template class ShardedParameter<float>;
+extern template class ShardedParameter<double>;
+extern template class ShardedUnit<float>;
+extern template class ShardedUnit<double>;
+
+}  // namespace fsdp

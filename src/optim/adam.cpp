@@ -1,0 +1,66 @@
+#include "fsdp/optim/adam.hpp"
+
+#include <cmath>
+
+#include "fsdp/optim/sgd.hpp"
+
+namespace fsdp {
+
+template <class T>
+Adam<T>::Adam(AdamOptions options) : options_(options) {
+  const char* name = options_.decoupled_weight_decay ? "AdamW" : "Adam";
+  require(options_.lr >= 0, std::string("fsdp: ") + name + " lr must be >= 0");
+  require(options_.eps > 0, std::string("fsdp: ") + name + " eps must be > 0");
+  require(options_.beta1 >= 0 && options_.beta1 < 1 && options_.beta2 >= 0 && options_.beta2 < 1,
+          std::string("fsdp: ") + name + " betas must lie in [0, 1), got (" +
+              std::to_string(options_.beta1) + ", " + std::to_string(options_.beta2) + ")");
+  require(options_.weight_decay >= 0, std::string("fsdp: ") + name + " weight_decay must be >= 0");
+}
+
+template <class T>
+void Adam<T>::step(ShardedModel<T>& model) {
+  require_grads(model, options_.decoupled_weight_decay ? "AdamW" : "Adam");
+  ++steps_;
+  const double t = static_cast<double>(steps_);
+  const T lr = static_cast<T>(options_.lr);
+  const T beta1 = static_cast<T>(options_.beta1);
+  const T beta2 = static_cast<T>(options_.beta2);
+  const T eps = static_cast<T>(options_.eps);
+  const T correction1 = static_cast<T>(1 - std::pow(options_.beta1, t));
+  const T correction2 = static_cast<T>(1 - std::pow(options_.beta2, t));
+  const T l2 = options_.decoupled_weight_decay ? T(0) : static_cast<T>(options_.weight_decay);
+  const T decay = options_.decoupled_weight_decay
+                      ? static_cast<T>(1 - options_.lr * options_.weight_decay)
+                      : T(1);
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    for (ShardedParameter<T>& p : model.unit(u).parameters()) {
+      if (p.shard_size() == 0) {
+        continue;
+      }
+      if (p.optimizer_state().empty()) {
+        p.add_optimizer_state("exp_avg");
+        p.add_optimizer_state("exp_avg_sq");
+      }
+      auto param = p.shard();
+      auto grad = p.grad_shard();
+      auto m = p.optimizer_state()[0].view();
+      auto v = p.optimizer_state()[1].view();
+      Kokkos::parallel_for("fsdp::Adam::step",
+                           Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, param.size()),
+                           [=](std::size_t i) {
+                             const T g = grad(i) + l2 * param(i);
+                             param(i) *= decay;
+                             m(i) = beta1 * m(i) + (T(1) - beta1) * g;
+                             v(i) = beta2 * v(i) + (T(1) - beta2) * g * g;
+                             param(i) -=
+                                 lr * (m(i) / correction1) / (std::sqrt(v(i) / correction2) + eps);
+                           });
+    }
+  }
+  Kokkos::DefaultHostExecutionSpace().fence();
+}
+
+template class Adam<float>;
+template class Adam<double>;
+
+}  // namespace fsdp

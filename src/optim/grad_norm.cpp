@@ -1,0 +1,57 @@
+#include "fsdp/optim/grad_norm.hpp"
+
+#include <cmath>
+
+namespace fsdp {
+
+template <class T>
+double grad_norm(ShardedModel<T>& model) {
+  double local = 0.0;
+  const bool counts_replicated = model.group().rank() == 0;
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    for (ShardedParameter<T>& p : model.unit(u).parameters()) {
+      if (p.placement() == Placement::replicated && !counts_replicated) {
+        continue;  // every rank holds it; count it once
+      }
+      auto grad = p.grad_shard();  // the real piece: padding is not part of it
+      double sum = 0.0;
+      Kokkos::parallel_reduce(
+          "fsdp::grad_norm", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, grad.size()),
+          [=](std::size_t i, double& acc) {
+            const double g = static_cast<double>(grad(i));
+            acc += g * g;
+          },
+          sum);
+      local += sum;
+    }
+  }
+  model.group().all_reduce(&local, 1, ReduceOp::sum);
+  return std::sqrt(local);
+}
+
+template <class T>
+double clip_grad_norm(ShardedModel<T>& model, double max_norm) {
+  require(max_norm > 0, "fsdp: clip_grad_norm needs max_norm > 0, got " + std::to_string(max_norm));
+  const double norm = grad_norm(model);
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient < 1.0) {
+    const T scale = static_cast<T>(coefficient);
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      for (ShardedParameter<T>& p : model.unit(u).parameters()) {
+        auto grad = p.grad_shard();
+        Kokkos::parallel_for("fsdp::clip_grad_norm",
+                             Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, grad.size()),
+                             [=](std::size_t i) { grad(i) *= scale; });
+      }
+    }
+    Kokkos::DefaultHostExecutionSpace().fence();
+  }
+  return norm;
+}
+
+template double grad_norm(ShardedModel<float>&);
+template double grad_norm(ShardedModel<double>&);
+template double clip_grad_norm(ShardedModel<float>&, double);
+template double clip_grad_norm(ShardedModel<double>&, double);
+
+}  // namespace fsdp

@@ -1,0 +1,71 @@
+#include "fsdp/optim/sgd.hpp"
+
+namespace fsdp {
+
+template <class T>
+void require_grads(ShardedModel<T>& model, const char* optimizer) {
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    if (!model.unit(u).has_grads()) {
+      throw Error(std::string("fsdp: ") + optimizer + " step with no gradient for unit '" +
+                  model.unit(u).name() +
+                  "'; call reduce_scatter_grads() on every unit (or leave its backward scope) "
+                  "before stepping");
+    }
+  }
+}
+template void require_grads(ShardedModel<float>&, const char*);
+template void require_grads(ShardedModel<double>&, const char*);
+
+template <class T>
+Sgd<T>::Sgd(SgdOptions options) : options_(options) {
+  require(options_.lr >= 0, "fsdp: SGD lr must be >= 0, got " + std::to_string(options_.lr));
+  require(options_.momentum >= 0,
+          "fsdp: SGD momentum must be >= 0, got " + std::to_string(options_.momentum));
+  require(options_.weight_decay >= 0,
+          "fsdp: SGD weight_decay must be >= 0, got " + std::to_string(options_.weight_decay));
+  require(!options_.nesterov || (options_.momentum > 0 && options_.dampening == 0),
+          "fsdp: SGD with nesterov needs momentum > 0 and dampening 0");
+}
+
+template <class T>
+void Sgd<T>::step(ShardedModel<T>& model) {
+  require_grads(model, "SGD");
+  const bool first = steps_ == 0;
+  const T lr = static_cast<T>(options_.lr);
+  const T momentum = static_cast<T>(options_.momentum);
+  const T dampening = static_cast<T>(options_.dampening);
+  const T weight_decay = static_cast<T>(options_.weight_decay);
+  const bool nesterov = options_.nesterov;
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    for (ShardedParameter<T>& p : model.unit(u).parameters()) {
+      if (p.shard_size() == 0) {
+        continue;
+      }
+      auto param = p.shard();
+      auto grad = p.grad_shard();
+      Kokkos::View<T*, Kokkos::HostSpace> buffer;
+      if (momentum != T(0)) {
+        buffer = p.optimizer_state().empty() ? p.add_optimizer_state("momentum")
+                                             : p.optimizer_state()[0].view();
+      }
+      Kokkos::parallel_for("fsdp::Sgd::step",
+                           Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, param.size()),
+                           [=](std::size_t i) {
+                             T g = grad(i) + weight_decay * param(i);
+                             if (momentum != T(0)) {
+                               buffer(i) =
+                                   first ? g : momentum * buffer(i) + (T(1) - dampening) * g;
+                               g = nesterov ? g + momentum * buffer(i) : buffer(i);
+                             }
+                             param(i) -= lr * g;
+                           });
+    }
+  }
+  Kokkos::DefaultHostExecutionSpace().fence();
+  ++steps_;
+}
+
+template class Sgd<float>;
+template class Sgd<double>;
+
+}  // namespace fsdp

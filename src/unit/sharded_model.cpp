@@ -1,0 +1,126 @@
+#include "fsdp/unit/sharded_model.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace fsdp {
+
+template <class T>
+ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan)
+    : group_(std::move(group)),
+      plan_(std::move(plan)),
+      tracker_(std::make_shared<MemoryTracker>()) {
+  require(plan_.world_size() == group_.size(),
+          "fsdp: the plan (strategy '" + plan_.strategy() + "') was made for " +
+              std::to_string(plan_.world_size()) + " ranks but the process group has " +
+              std::to_string(group_.size()) + "; make the plan for the group's size");
+  std::map<std::string, std::vector<std::size_t>> members;
+  const auto& parameters = plan_.parameters();
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    const std::string& unit = parameters[i].unit();
+    if (members.find(unit) == members.end()) {
+      unit_names_.push_back(unit);
+    }
+    members[unit].push_back(i);
+    unit_of_parameter_[parameters[i].name] = 0;  // filled below
+  }
+  for (const std::string& unit : unit_names_) {
+    unit_index_[unit] = units_.size();
+    for (std::size_t i : members[unit]) {
+      unit_of_parameter_[parameters[i].name] = units_.size();
+    }
+    units_.push_back(
+        std::make_unique<ShardedUnit<T>>(unit, group_, plan_, members[unit], tracker_));
+  }
+}
+
+template <class T>
+ShardedUnit<T>& ShardedModel<T>::unit(const std::string& name) {
+  auto it = unit_index_.find(name);
+  if (it == unit_index_.end()) {
+    std::string names;
+    for (const std::string& unit : unit_names_) {
+      names += (names.empty() ? "" : ", ") + unit;
+    }
+    throw Error("fsdp: the model has no unit '" + name + "'; its units are " + names);
+  }
+  return *units_[it->second];
+}
+
+template <class T>
+ShardedUnit<T>& ShardedModel<T>::unit_of(const std::string& parameter) {
+  auto it = unit_of_parameter_.find(parameter);
+  if (it == unit_of_parameter_.end()) {
+    throw Error("fsdp: the model has no parameter '" + parameter + "'");
+  }
+  return *units_[it->second];
+}
+
+template <class T>
+ShardedParameter<T>& ShardedModel<T>::parameter(const std::string& name) {
+  return unit_of(name).parameter(name);
+}
+
+template <class T>
+void ShardedModel<T>::init_from_root(const std::string& name, const T* full_on_root) {
+  ShardedParameter<T>& p = parameter(name);
+  const int n = group_.size();
+  const std::int64_t numel = p.numel();
+  T* piece = p.shard().data();
+  switch (p.placement()) {
+    case Placement::replicated:
+      if (group_.rank() == 0) {
+        std::memcpy(piece, full_on_root, static_cast<std::size_t>(numel) * sizeof(T));
+      }
+      group_.broadcast(piece, static_cast<std::size_t>(numel), 0);
+      return;
+    case Placement::sharded:
+    case Placement::whole: {
+      // Every rank's piece in rank order: they tile [0, numel), so root's array is the send
+      // buffer as it is.
+      std::vector<std::size_t> counts(static_cast<std::size_t>(n), 0);
+      for (const ShardAssignment& a : plan_.assignments(name)) {
+        counts[static_cast<std::size_t>(a.owner_rank)] = static_cast<std::size_t>(a.size);
+      }
+      group_.scatter_v(full_on_root, counts, piece, static_cast<std::size_t>(p.shard_size()), 0);
+      return;
+    }
+  }
+}
+
+template <class T>
+void ShardedModel<T>::init_from_full(const std::string& name, const T* full) {
+  ShardedParameter<T>& p = parameter(name);
+  if (p.shard_size() > 0) {
+    std::memcpy(p.shard().data(), full + p.shard_offset(),
+                static_cast<std::size_t>(p.shard_size()) * sizeof(T));
+  }
+}
+
+template <class T>
+void ShardedModel<T>::init_with(
+    const std::string& name,
+    const std::function<void(std::int64_t first, T* values, std::int64_t count)>& fill) {
+  ShardedParameter<T>& p = parameter(name);
+  if (p.shard_size() > 0) {
+    fill(p.shard_offset(), p.shard().data(), p.shard_size());
+  }
+}
+
+template <class T>
+void ShardedModel<T>::zero_grad() {
+  for (auto& unit : units_) {
+    unit->zero_grad();
+  }
+}
+
+template <class T>
+bool ShardedModel<T>::has_grads() const {
+  return std::all_of(units_.begin(), units_.end(),
+                     [](const auto& unit) { return unit->has_grads(); });
+}
+
+template class ShardedModel<float>;
+template class ShardedModel<double>;
+
+}  // namespace fsdp
