@@ -21,6 +21,8 @@ struct CommonOptions {
 void add_collectives(CLI::App& app, const CommonOptions& common);
 void add_sampler(CLI::App& app, const CommonOptions& common);
 void add_solver(CLI::App& app, const CommonOptions& common);
+void add_gather(CLI::App& app, const CommonOptions& common);
+void add_memory(CLI::App& app, const CommonOptions& common);
 
 // Median of the samples (they are copied and sorted).
 double median(std::vector<double> samples);

@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
     fsdp::bench::add_collectives(app, common);
     fsdp::bench::add_sampler(app, common);
     fsdp::bench::add_solver(app, common);
+    fsdp::bench::add_gather(app, common);
+    fsdp::bench::add_memory(app, common);
     try {
       app.parse(argc, argv);  // runs the chosen subcommand's callback
     } catch (const CLI::ParseError& error) {

@@ -18,6 +18,8 @@ const char* name_of(MemoryCategory category) {
       return "full_gradients";
     case MemoryCategory::communication:
       return "communication";
+    case MemoryCategory::pool_idle:
+      return "pool_idle";
   }
   return "unknown";
 }

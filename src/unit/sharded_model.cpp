@@ -6,10 +6,12 @@
 namespace fsdp {
 
 template <class T>
-ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan)
+ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan,
+                              const ShardedModelOptions& options)
     : group_(std::move(group)),
       plan_(std::move(plan)),
-      tracker_(std::make_shared<MemoryTracker>()) {
+      tracker_(std::make_shared<MemoryTracker>()),
+      pool_(std::make_shared<BufferPool<T>>(tracker_, 0)) {
   require(plan_.world_size() == group_.size(),
           "fsdp: the plan (strategy '" + plan_.strategy() + "') was made for " +
               std::to_string(plan_.world_size()) + " ranks but the process group has " +
@@ -29,9 +31,14 @@ ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan)
     for (std::size_t i : members[unit]) {
       unit_of_parameter_[parameters[i].name] = units_.size();
     }
-    units_.push_back(
-        std::make_unique<ShardedUnit<T>>(unit, group_, plan_, members[unit], tracker_));
+    units_.push_back(std::make_unique<ShardedUnit<T>>(unit, group_, plan_, members[unit], tracker_,
+                                                      pool_, options.unit));
   }
+  std::int64_t largest = 0;
+  for (const auto& unit : units_) {
+    largest = std::max(largest, unit->full_bytes());
+  }
+  pool_->set_capacity(options.pool_capacity_bytes >= 0 ? options.pool_capacity_bytes : 2 * largest);
 }
 
 template <class T>

@@ -77,14 +77,20 @@ typename ShardedParameter<T>::View ShardedParameter<T>::add_optimizer_state(
 template <class T>
 ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const ShardingPlan& plan,
                             const std::vector<std::size_t>& indices,
-                            std::shared_ptr<MemoryTracker> tracker)
-    : name_(std::move(name)), group_(std::move(group)), tracker_(std::move(tracker)) {
+                            std::shared_ptr<MemoryTracker> tracker,
+                            std::shared_ptr<BufferPool<T>> pool, const UnitOptions& options)
+    : name_(std::move(name)),
+      group_(std::move(group)),
+      tracker_(std::move(tracker)),
+      pool_(std::move(pool)) {
   require(!indices.empty(), "fsdp: unit '" + name_ + "' has no parameters");
   require(plan.world_size() == group_.size(),
           "fsdp: the plan was made for " + std::to_string(plan.world_size()) +
               " ranks but the process group has " + std::to_string(group_.size()));
+  const int n = group_.size();
   const int rank = group_.rank();
   parameters_.reserve(indices.size());
+  std::vector<std::size_t> sharded;
   for (std::size_t index : indices) {
     const ParameterInfo& info = plan.parameters().at(index);
     require(info.dtype == dtype_of<T>(),
@@ -95,7 +101,7 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     index_[info.name] = i;
     switch (parameters_[i].placement()) {
       case Placement::sharded:
-        sharded_.push_back(i);
+        sharded.push_back(i);
         break;
       case Placement::whole: {
         const int owner = parameters_[i].placement_.owner_rank;
@@ -117,21 +123,34 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
   std::sort(owners_.begin(), owners_.end(),
             [](const OwnerGroup& a, const OwnerGroup& b) { return a.owner < b.owner; });
 
-  // Sharded: rank r's pieces packed back to back, each padded to ceil(numel / N), so one
-  // all_gather of the flat buffers moves the whole unit.
-  for (std::size_t i : sharded_) {
+  // Sharded: large pieces are gathered in place, the rest packed (a lone parameter always goes
+  // in place: it needs no packing).
+  for (std::size_t i : sharded) {
     ShardedParameter<T>& p = parameters_[i];
     p.padded_shard_ = plan.padded_shard_numel(p.name());
+    const std::int64_t piece_bytes = p.padded_shard_ * static_cast<std::int64_t>(sizeof(T));
+    (piece_bytes >= options.direct_gather_bytes || sharded.size() == 1 ? direct_ : packed_)
+        .push_back(i);
+  }
+  for (std::size_t i : packed_) {
+    ShardedParameter<T>& p = parameters_[i];
     p.flat_offset_ = flat_numel_;
-    p.shard_offset_ = std::min<std::int64_t>(rank * p.padded_shard_, p.numel_);
+    p.full_offset_ = packed_full_numel_;
     flat_numel_ += p.padded_shard_;
+    packed_full_numel_ += p.numel_;
+  }
+  packed_numel_ = flat_numel_;
+  for (std::size_t i : direct_) {
+    parameters_[i].flat_offset_ = flat_numel_;
+    flat_numel_ += parameters_[i].padded_shard_;
   }
   flat_shard_ =
       TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".shards", flat_numel_);
   flat_grad_shard_ = TrackedView<T>(tracker_, MemoryCategory::gradient_shards,
                                     name_ + ".grad_shards", flat_numel_);
-  for (std::size_t i : sharded_) {
+  for (std::size_t i : sharded) {
     ShardedParameter<T>& p = parameters_[i];
+    p.shard_offset_ = std::min<std::int64_t>(rank * p.padded_shard_, p.numel_);
     const std::int64_t size = piece_size(p.numel_, p.padded_shard_, rank);
     p.shard_ = slice(flat_shard_.view(), p.flat_offset_, size);
     p.grad_shard_ = slice(flat_grad_shard_.view(), p.flat_offset_, size);
@@ -167,11 +186,16 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     p.grad_shard_ = replicated_grads_.back().view();
   }
 
-  // Full gradients: sharded parameters, then each owner group, then replicated ones, so that
-  // every collective on them works on one contiguous range.
-  for (std::size_t i : sharded_) {
+  // Full gradients, so that every collective on them works on one contiguous range: packed
+  // parameters; direct ones padded to N pieces (reduce-scattered in place); each owner group;
+  // replicated parameters.
+  for (std::size_t i : packed_) {
     parameters_[i].grad_offset_ = full_grad_numel_;
     full_grad_numel_ += parameters_[i].numel_;
+  }
+  for (std::size_t i : direct_) {
+    parameters_[i].grad_offset_ = full_grad_numel_;
+    full_grad_numel_ += n * parameters_[i].padded_shard_;
   }
   for (const OwnerGroup& g : owners_) {
     for (std::size_t i : g.members) {
@@ -183,6 +207,7 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     parameters_[i].grad_offset_ = full_grad_numel_;
     full_grad_numel_ += parameters_[i].numel_;
   }
+  direct_full_.resize(direct_.size());
 }
 
 template <class T>
@@ -212,7 +237,17 @@ ShardedParameter<T>& ShardedUnit<T>::parameter(const std::string& name) {
 
 template <class T>
 std::int64_t ShardedUnit<T>::full_bytes() const {
-  return full_grad_numel_ * static_cast<std::int64_t>(sizeof(T));
+  std::int64_t numel = 0;
+  for (const ShardedParameter<T>& p : parameters_) {
+    numel += p.numel_;
+  }
+  return numel * static_cast<std::int64_t>(sizeof(T));
+}
+
+template <class T>
+int ShardedUnit<T>::collectives_per_gather() const {
+  return (packed_.empty() ? 0 : 1) + static_cast<int>(direct_.size()) +
+         static_cast<int>(owners_.size());
 }
 
 template <class T>
@@ -230,19 +265,26 @@ template <class T>
 void ShardedUnit<T>::gather_async() {
   require_state(UnitState::sharded, "gather");
   const int n = group_.size();
-  if (flat_numel_ > 0) {
-    gather_buffer_ = TrackedView<T>(
-        tracker_,
-        sharded_.size() == 1 ? MemoryCategory::gathered_parameters : MemoryCategory::communication,
-        name_ + ".gather", flat_numel_ * n);
-    in_flight_.push_back(group_.all_gather_async(flat_shard_.view(), gather_buffer_.view()));
+  // Every buffer a collective fills completely: no zero fill.
+  if (!packed_.empty()) {
+    packed_gather_ = pool_->acquire(MemoryCategory::communication, name_ + ".packed_gather",
+                                    packed_numel_ * n, false);
+    in_flight_.push_back(group_.all_gather_async(slice(flat_shard_.view(), 0, packed_numel_),
+                                                 packed_gather_.view()));
+  }
+  for (std::size_t k = 0; k < direct_.size(); ++k) {
+    const ShardedParameter<T>& p = parameters_[direct_[k]];
+    direct_full_[k] =
+        pool_->acquire(MemoryCategory::gathered_parameters, p.name(), p.padded_shard_ * n, false);
+    in_flight_.push_back(group_.all_gather_async(
+        slice(flat_shard_.view(), p.flat_offset_, p.padded_shard_), direct_full_[k].view()));
   }
   for (OwnerGroup& g : owners_) {
     if (g.owner == group_.rank()) {
       in_flight_.push_back(group_.broadcast_async(g.storage.view(), g.owner));
     } else {
-      g.gathered = TrackedView<T>(tracker_, MemoryCategory::gathered_parameters,
-                                  name_ + ".gathered", g.numel);
+      g.gathered =
+          pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".whole", g.numel, false);
       in_flight_.push_back(group_.broadcast_async(g.gathered.view(), g.owner));
     }
   }
@@ -281,29 +323,29 @@ template <class T>
 void ShardedUnit<T>::finish_gather() {
   in_flight_.clear();
   const int n = group_.size();
-  if (sharded_.size() == 1) {
-    // One parameter: the gathered pieces are already the parameter (padding at the end).
-    ShardedParameter<T>& p = parameters_[sharded_.front()];
-    p.full_ = slice(gather_buffer_.view(), 0, p.numel_);
-  } else if (!sharded_.empty()) {
-    // Copy out: rank r's piece of parameter p sits at r * flat_numel_ + p.flat_offset_.
-    sharded_full_ = TrackedView<T>(tracker_, MemoryCategory::gathered_parameters, name_ + ".full",
-                                   full_grad_numel_);
-    const T* from = gather_buffer_.view().data();
-    T* to = sharded_full_.view().data();
-    for (std::size_t i : sharded_) {
+  if (!packed_.empty()) {
+    // Copy out: rank r's piece of parameter p sits at r * packed_numel_ + p.flat_offset_.
+    packed_full_ = pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".packed_full",
+                                  packed_full_numel_, false);
+    const T* from = packed_gather_.view().data();
+    T* to = packed_full_.view().data();
+    for (std::size_t i : packed_) {
       ShardedParameter<T>& p = parameters_[i];
       for (int r = 0; r < n; ++r) {
         const std::int64_t count = piece_size(p.numel_, p.padded_shard_, r);
         if (count > 0) {
-          std::memcpy(to + p.grad_offset_ + r * p.padded_shard_,
-                      from + r * flat_numel_ + p.flat_offset_,
+          std::memcpy(to + p.full_offset_ + r * p.padded_shard_,
+                      from + r * packed_numel_ + p.flat_offset_,
                       static_cast<std::size_t>(count) * sizeof(T));
         }
       }
-      p.full_ = slice(sharded_full_.view(), p.grad_offset_, p.numel_);
+      p.full_ = slice(packed_full_.view(), p.full_offset_, p.numel_);
     }
-    gather_buffer_.reset();
+    pool_->give_back(packed_gather_);
+  }
+  for (std::size_t k = 0; k < direct_.size(); ++k) {
+    ShardedParameter<T>& p = parameters_[direct_[k]];
+    p.full_ = slice(direct_full_[k].view(), 0, p.numel_);  // the padding stays out of sight
   }
   for (OwnerGroup& g : owners_) {
     const View& whole = g.owner == group_.rank() ? g.storage.view() : g.gathered.view();
@@ -327,10 +369,12 @@ void ShardedUnit<T>::release() {
   for (ShardedParameter<T>& p : parameters_) {
     p.full_ = View();
   }
-  gather_buffer_.reset();
-  sharded_full_.reset();
+  pool_->give_back(packed_full_);
+  for (TrackedView<T>& full : direct_full_) {
+    pool_->give_back(full);
+  }
   for (OwnerGroup& g : owners_) {
-    g.gathered.reset();
+    pool_->give_back(g.gathered);
   }
   state_ = UnitState::sharded;
   ++release_count_;
@@ -339,58 +383,90 @@ void ShardedUnit<T>::release() {
 template <class T>
 typename ShardedUnit<T>::View ShardedUnit<T>::full_gradients() {
   if (!full_grads_.allocated() && full_grad_numel_ > 0) {
-    full_grads_ = TrackedView<T>(tracker_, MemoryCategory::full_gradients, name_ + ".grads",
-                                 full_grad_numel_);
+    full_grads_ =
+        pool_->acquire(MemoryCategory::full_gradients, name_ + ".grads", full_grad_numel_, true);
   }
   return full_grads_.view();
 }
 
 template <class T>
 void ShardedUnit<T>::reduce_scatter_grads() {
-  require(state_ != UnitState::gathering, "fsdp: reduce_scatter_grads of unit '" + name_ +
-                                              "' while its gather is in flight; "
-                                              "wait for the gather first");
+  require(state_ != UnitState::gathering,
+          "fsdp: reduce_scatter_grads of unit '" + name_ +
+              "' while its gather is in flight; wait for the gather first");
   const int n = group_.size();
   const View grads = full_gradients();  // zeros if this rank wrote none
+  std::vector<Work> works;
+  std::vector<TrackedView<T>> staging;  // outputs, added into the gradient pieces at the end
+  staging.reserve(1 + direct_.size());
 
-  if (!sharded_.empty()) {
-    // Pack: rank r's chunk holds, for every parameter, the gradient of the piece r owns.
-    TrackedView<T> send(tracker_, MemoryCategory::communication, name_ + ".rs_send",
-                        flat_numel_ * n);
-    TrackedView<T> recv(tracker_, MemoryCategory::communication, name_ + ".rs_recv", flat_numel_);
-    for (std::size_t i : sharded_) {
+  TrackedView<T> packed_send;
+  if (!packed_.empty()) {
+    // Pack: rank r's chunk holds, for every packed parameter, the gradient of the piece r owns.
+    packed_send =
+        pool_->acquire(MemoryCategory::communication, name_ + ".rs_send", packed_numel_ * n, true);
+    for (std::size_t i : packed_) {
       const ShardedParameter<T>& p = parameters_[i];
       for (int r = 0; r < n; ++r) {
         const std::int64_t count = piece_size(p.numel_, p.padded_shard_, r);
         if (count > 0) {
-          std::memcpy(send.view().data() + r * flat_numel_ + p.flat_offset_,
+          std::memcpy(packed_send.view().data() + r * packed_numel_ + p.flat_offset_,
                       grads.data() + p.grad_offset_ + r * p.padded_shard_,
                       static_cast<std::size_t>(count) * sizeof(T));
         }
       }
     }
-    group_.reduce_scatter(send.view(), recv.view(), ReduceOp::avg);
-    add_into(flat_grad_shard_.view(), recv.view());
+    staging.push_back(
+        pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv", packed_numel_, false));
+    works.push_back(
+        group_.reduce_scatter_async(packed_send.view(), staging.back().view(), ReduceOp::avg));
+  }
+  for (std::size_t i : direct_) {
+    // The padded full gradient is laid out as N pieces already: reduce-scatter it in place.
+    const ShardedParameter<T>& p = parameters_[i];
+    staging.push_back(
+        pool_->acquire(MemoryCategory::communication, p.name(), p.padded_shard_, false));
+    works.push_back(group_.reduce_scatter_async(slice(grads, p.grad_offset_, n * p.padded_shard_),
+                                                staging.back().view(), ReduceOp::avg));
   }
   for (OwnerGroup& g : owners_) {
     const View group_grads = slice(grads, parameters_[g.members.front()].grad_offset_, g.numel);
-    group_.reduce(group_grads.data(), group_grads.data(), static_cast<std::size_t>(g.numel),
-                  dtype_of<T>(), ReduceOp::avg, g.owner);
-    if (g.owner == group_.rank()) {
-      add_into(g.grad_storage.view(), group_grads);
-    }
+    works.push_back(group_.reduce_async(group_grads.data(), group_grads.data(),
+                                        static_cast<std::size_t>(g.numel), dtype_of<T>(),
+                                        ReduceOp::avg, g.owner));
   }
+  View replicated_grads;
   if (!replicated_.empty()) {
-    const ShardedParameter<T>& first = parameters_[replicated_.front()];
-    const View replicated_grads =
-        slice(grads, first.grad_offset_, full_grad_numel_ - first.grad_offset_);
-    group_.all_reduce(replicated_grads, ReduceOp::avg);
-    for (std::size_t k = 0; k < replicated_.size(); ++k) {
-      const ShardedParameter<T>& p = parameters_[replicated_[k]];
-      add_into(replicated_grads_[k].view(), slice(grads, p.grad_offset_, p.numel_));
+    const std::int64_t first = parameters_[replicated_.front()].grad_offset_;
+    replicated_grads = slice(grads, first, full_grad_numel_ - first);
+    works.push_back(group_.all_reduce_async(replicated_grads, ReduceOp::avg));
+  }
+  wait_all(works);
+
+  std::size_t next = 0;
+  if (!packed_.empty()) {
+    add_into(slice(flat_grad_shard_.view(), 0, packed_numel_), staging[next++].view());
+  }
+  for (std::size_t i : direct_) {
+    const ShardedParameter<T>& p = parameters_[i];
+    add_into(slice(flat_grad_shard_.view(), p.flat_offset_, p.padded_shard_),
+             staging[next++].view());
+  }
+  for (OwnerGroup& g : owners_) {
+    if (g.owner == group_.rank()) {
+      add_into(g.grad_storage.view(),
+               slice(grads, parameters_[g.members.front()].grad_offset_, g.numel));
     }
   }
-  full_grads_.reset();
+  for (std::size_t k = 0; k < replicated_.size(); ++k) {
+    const ShardedParameter<T>& p = parameters_[replicated_[k]];
+    add_into(replicated_grads_[k].view(), slice(grads, p.grad_offset_, p.numel_));
+  }
+  for (TrackedView<T>& buffer : staging) {
+    pool_->give_back(buffer);
+  }
+  pool_->give_back(packed_send);
+  pool_->give_back(full_grads_);
   has_grads_ = true;
 }
 

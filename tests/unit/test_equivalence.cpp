@@ -208,30 +208,37 @@ std::vector<Strategy> strategies() {
 template <class T>
 void check_equivalence(const OptimizerSetup& setup, int steps, double tolerance) {
   ProcessGroup group(MPI_COMM_WORLD);
-  for (const Strategy& strategy : strategies()) {
-    auto maker = make_strategy(strategy.name, strategy.options);
-    ShardedModel<T> model(group, agree_on_plan(*maker, tiny_mlp_parameters<T>(), group));
-    init_parameters(model);
-    Reference<T> reference;
-    Sgd<T> sgd(setup.sgd);
-    Adam<T> adam(setup.kind == "adamw" ? AdamOptions::adamw(setup.adam.lr, setup.adam.weight_decay)
-                                       : setup.adam);
-    for (int s = 0; s < steps; ++s) {
-      sharded_train_step<T>(model, setup, [&] {
-        if (setup.kind == "sgd") {
-          sgd.step(model);
-        } else {
-          adam.step(model);
-        }
-      });
-      reference.train_step(setup);
+  // Both ways of moving sharded parameters: packed together (the default for small ones) and
+  // each gathered in place (forced by a zero threshold).
+  for (const std::int64_t direct_bytes : {std::int64_t{1} << 20, std::int64_t{0}})
+    for (const Strategy& strategy : strategies()) {
+      auto maker = make_strategy(strategy.name, strategy.options);
+      ShardedModelOptions options;
+      options.unit.direct_gather_bytes = direct_bytes;
+      ShardedModel<T> model(group, agree_on_plan(*maker, tiny_mlp_parameters<T>(), group), options);
+      init_parameters(model);
+      Reference<T> reference;
+      Sgd<T> sgd(setup.sgd);
+      Adam<T> adam(setup.kind == "adamw"
+                       ? AdamOptions::adamw(setup.adam.lr, setup.adam.weight_decay)
+                       : setup.adam);
+      for (int s = 0; s < steps; ++s) {
+        sharded_train_step<T>(model, setup, [&] {
+          if (setup.kind == "sgd") {
+            sgd.step(model);
+          } else {
+            adam.step(model);
+          }
+        });
+        reference.train_step(setup);
+      }
+      const double difference = largest_relative_difference(model, reference);
+      BOOST_TEST_MESSAGE(strategy.name << " " << setup.kind << " (direct from " << direct_bytes
+                                       << " B) on " << group.size()
+                                       << " ranks: largest relative difference " << difference);
+      BOOST_TEST(difference <= tolerance,
+                 strategy.name << " " << setup.kind << ": " << difference << " > " << tolerance);
     }
-    const double difference = largest_relative_difference(model, reference);
-    BOOST_TEST_MESSAGE(strategy.name << " " << setup.kind << " on " << group.size()
-                                     << " ranks: largest relative difference " << difference);
-    BOOST_TEST(difference <= tolerance,
-               strategy.name << " " << setup.kind << ": " << difference << " > " << tolerance);
-  }
 }
 
 }  // namespace

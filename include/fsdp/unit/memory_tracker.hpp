@@ -16,8 +16,9 @@ enum class MemoryCategory : int {
   gathered_parameters,  // full parameters of gathered units
   full_gradients,       // full-shape gradients users write, until reduce-scattered
   communication,        // staging buffers of collectives
+  pool_idle,            // released buffers kept for reuse by the next gather (BufferPool)
 };
-constexpr int kMemoryCategories = 6;
+constexpr int kMemoryCategories = 7;
 const char* name_of(MemoryCategory category);
 
 struct MemoryReport {
@@ -52,9 +53,12 @@ class TrackedView {
   using View = Kokkos::View<T*, Kokkos::HostSpace>;
 
   TrackedView() = default;
+  // zero: fill with zeros; false leaves the bytes uninitialized (buffers a collective overwrites).
   TrackedView(std::shared_ptr<MemoryTracker> tracker, MemoryCategory category,
-              const std::string& label, std::int64_t size)
-      : view_(label, static_cast<std::size_t>(size)),
+              const std::string& label, std::int64_t size, bool zero = true)
+      : view_(zero ? View(label, static_cast<std::size_t>(size))
+                   : View(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
+                          static_cast<std::size_t>(size))),
         tracker_(std::move(tracker)),
         category_(category),
         bytes_(size * static_cast<std::int64_t>(sizeof(T))) {
@@ -85,6 +89,15 @@ class TrackedView {
     bytes_ = 0;
   }
   const View& view() const { return view_; }
+  MemoryCategory category() const { return category_; }
+  // Counts the bytes under another category from now on.
+  void recategorize(MemoryCategory category) {
+    if (tracker_ && bytes_ > 0) {
+      tracker_->freed(category_, bytes_);
+      tracker_->allocated(category, bytes_);
+    }
+    category_ = category;
+  }
   bool allocated() const { return view_.data() != nullptr || bytes_ > 0; }
   std::int64_t size() const { return static_cast<std::int64_t>(view_.size()); }
 

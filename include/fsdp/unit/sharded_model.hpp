@@ -15,13 +15,20 @@
 
 namespace fsdp {
 
+struct ShardedModelOptions {
+  UnitOptions unit;
+  // Bytes of released buffers kept for the next gathers (BufferPool). Negative: twice the
+  // largest unit's full size, enough for a gathered unit and the one prefetched next.
+  std::int64_t pool_capacity_bytes = -1;
+};
+
 template <class T>
 class ShardedModel {
  public:
   // Units are the plan's units (ParameterInfo::unit()), in the order of their first parameter.
   // Parameters start at zero. Errors: the plan's world size differs from the group's size, or a
   // parameter's dtype is not T.
-  ShardedModel(ProcessGroup group, ShardingPlan plan);
+  ShardedModel(ProcessGroup group, ShardingPlan plan, const ShardedModelOptions& options = {});
 
   const ShardingPlan& plan() const { return plan_; }
   ProcessGroup& group() { return group_; }
@@ -55,11 +62,13 @@ class ShardedModel {
   const MemoryReport& memory() const { return tracker_->report(); }
   void reset_memory_peaks() { tracker_->reset_peaks(); }
   const std::shared_ptr<MemoryTracker>& tracker() const { return tracker_; }
+  BufferPool<T>& pool() { return *pool_; }
 
  private:
   ProcessGroup group_;
   ShardingPlan plan_;
   std::shared_ptr<MemoryTracker> tracker_;
+  std::shared_ptr<BufferPool<T>> pool_;
   std::vector<std::unique_ptr<ShardedUnit<T>>> units_;
   std::vector<std::string> unit_names_;
   std::map<std::string, std::size_t> unit_index_;

@@ -62,6 +62,7 @@ class ShardedParameter {
   std::int64_t shard_offset_ = 0;
   std::int64_t padded_shard_ = 0;  // ceil(numel / N) for sharded parameters
   std::int64_t flat_offset_ = 0;   // in the unit's buffer of its kind (sharded / owner group)
+  std::int64_t full_offset_ = 0;   // packed parameters: in the unit's copied-out full buffer
   std::int64_t grad_offset_ = 0;   // in the unit's full-gradient buffer
   View shard_;
   View grad_shard_;

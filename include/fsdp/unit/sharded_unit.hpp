@@ -10,6 +10,7 @@
 
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/shard/sharding_plan.hpp"
+#include "fsdp/unit/buffer_pool.hpp"
 #include "fsdp/unit/memory_tracker.hpp"
 #include "fsdp/unit/sharded_parameter.hpp"
 
@@ -18,18 +19,29 @@ namespace fsdp {
 enum class UnitState { sharded, gathering, gathered };
 const char* name_of(UnitState state);
 
-// Communication is batched per unit, never per parameter: one all_gather for all its sharded
-// parameters (each rank's pieces packed in one flat buffer), one broadcast per owner of its whole
-// parameters, nothing for replicated ones; gradients likewise with one reduce_scatter and one
-// reduce per owner. Element type T: float or double.
+// How a unit moves its bytes.
+struct UnitOptions {
+  // A sharded parameter whose piece on each rank has at least this many bytes is gathered by an
+  // all_gather of its own, straight into its full buffer; smaller ones are packed together into
+  // one all_gather and copied out. Copying out a large parameter costs as much as moving it.
+  std::int64_t direct_gather_bytes = std::int64_t{256} << 10;
+};
+
+// Communication is batched per unit, never one collective per small parameter: one all_gather for
+// all its small sharded parameters (each rank's pieces packed in one flat buffer), one all_gather
+// per large sharded parameter (into place, no copy), one broadcast per owner of its whole
+// parameters, nothing for replicated ones; gradients likewise with reduce_scatter, reduce and
+// all_reduce. All of a unit's collectives are in flight together. Element type T: float or double.
 template <class T>
 class ShardedUnit {
  public:
   using View = Kokkos::View<T*, Kokkos::HostSpace>;
 
   // The parameters plan.parameters()[i] for i in indices, all of unit `name`.
+  // Gathered buffers come from pool (shared by the units of a model) and go back to it.
   ShardedUnit(std::string name, ProcessGroup group, const ShardingPlan& plan,
-              const std::vector<std::size_t>& indices, std::shared_ptr<MemoryTracker> tracker);
+              const std::vector<std::size_t>& indices, std::shared_ptr<MemoryTracker> tracker,
+              std::shared_ptr<BufferPool<T>> pool, const UnitOptions& options = {});
   ShardedUnit(const ShardedUnit&) = delete;
   ShardedUnit& operator=(const ShardedUnit&) = delete;
   ~ShardedUnit();
@@ -65,8 +77,11 @@ class ShardedUnit {
   // ---- observation ----
   std::int64_t gather_count() const { return gather_count_; }
   std::int64_t release_count() const { return release_count_; }
-  // Bytes of the unit's full parameters: what a gather holds.
+  // Bytes of the unit's full parameters (a gather holds these, plus the padding of the
+  // parameters gathered in place: fewer than N elements each).
   std::int64_t full_bytes() const;
+  // Collectives one gather issues (the batching at work).
+  int collectives_per_gather() const;
   ProcessGroup& group() { return group_; }
 
  private:
@@ -90,8 +105,13 @@ class ShardedUnit {
   std::vector<ShardedParameter<T>> parameters_;
   std::map<std::string, std::size_t> index_;
 
-  std::vector<std::size_t> sharded_;  // indices of sharded parameters, in plan order
-  std::int64_t flat_numel_ = 0;       // sum of their padded pieces: one rank's flat shard
+  std::shared_ptr<BufferPool<T>> pool_;
+  // Sharded parameters: rank r's pieces, each padded to ceil(numel / N), back to back in one flat
+  // buffer: the packed (small) ones first, then the direct (large) ones.
+  std::vector<std::size_t> packed_;
+  std::vector<std::size_t> direct_;
+  std::int64_t packed_numel_ = 0;
+  std::int64_t flat_numel_ = 0;
   TrackedView<T> flat_shard_;
   TrackedView<T> flat_grad_shard_;
   std::vector<OwnerGroup> owners_;  // by owner rank, ascending
@@ -101,8 +121,10 @@ class ShardedUnit {
 
   UnitState state_ = UnitState::sharded;
   std::vector<Work> in_flight_;
-  TrackedView<T> gather_buffer_;  // all_gather output: N flat shards
-  TrackedView<T> sharded_full_;   // the sharded parameters, whole, after copy-out
+  TrackedView<T> packed_gather_;             // all_gather output of the packed pieces
+  TrackedView<T> packed_full_;               // the packed parameters whole, after copy-out
+  std::vector<TrackedView<T>> direct_full_;  // per direct parameter: N padded pieces
+  std::int64_t packed_full_numel_ = 0;
   TrackedView<T> full_grads_;
   std::int64_t full_grad_numel_ = 0;
   bool has_grads_ = false;

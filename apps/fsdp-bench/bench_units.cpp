@@ -1,0 +1,220 @@
+// fsdp-bench gather: gathering a unit of typical layer sizes against one raw MPI_Allgather of the
+// same total bytes. fsdp-bench memory: per-rank peak of a sharded training step against the plan's
+// estimate and against unsharded training.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "benchmark.hpp"
+#include "fsdp/optim/adam.hpp"
+#include "fsdp/shard/plan_estimate.hpp"
+#include "fsdp/shard/sharding_strategy.hpp"
+#include "fsdp/unit/sharded_model.hpp"
+
+namespace fsdp::bench {
+namespace {
+
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    throw Error(std::string("fsdp-bench: ") + what + " failed with MPI error " +
+                std::to_string(rc));
+  }
+}
+
+// The parameters of one transformer block of width hidden (attention and MLP, with biases and
+// two layer norms), all in unit `layer`.
+std::vector<ParameterInfo> transformer_block(std::int64_t hidden, const std::string& layer) {
+  const std::int64_t h = hidden;
+  return {{layer + ".ln1.weight", {h}, DType::f32, layer, false},
+          {layer + ".ln1.bias", {h}, DType::f32, layer, false},
+          {layer + ".attn.qkv.weight", {3 * h, h}, DType::f32, layer, false},
+          {layer + ".attn.qkv.bias", {3 * h}, DType::f32, layer, false},
+          {layer + ".attn.proj.weight", {h, h}, DType::f32, layer, false},
+          {layer + ".attn.proj.bias", {h}, DType::f32, layer, false},
+          {layer + ".ln2.weight", {h}, DType::f32, layer, false},
+          {layer + ".ln2.bias", {h}, DType::f32, layer, false},
+          {layer + ".mlp.fc.weight", {4 * h, h}, DType::f32, layer, false},
+          {layer + ".mlp.fc.bias", {4 * h}, DType::f32, layer, false},
+          {layer + ".mlp.proj.weight", {h, 4 * h}, DType::f32, layer, false},
+          {layer + ".mlp.proj.bias", {h}, DType::f32, layer, false}};
+}
+
+struct GatherOptions {
+  std::vector<std::int64_t> hidden = {256, 512, 1024, 2048};
+  int repeats = 15;
+};
+
+void run_gather(const GatherOptions& options, const CommonOptions& common) {
+  ProcessGroup group(MPI_COMM_WORLD);
+  const int n = group.size();
+  if (group.rank() == 0 && !common.json) {
+    std::printf(
+        "fsdp-bench gather: %d ranks; a transformer block (12 parameters, fp32) gathered "
+        "by ShardedUnit::gather against one MPI_Allgather of the same bytes; median of "
+        "the slowest rank; ratio = raw time / unit time\n",
+        n);
+    std::printf("%8s %12s %14s %14s %10s\n", "hidden", "unit bytes", "unit (ms)", "raw (ms)",
+                "ratio");
+  }
+  for (std::int64_t hidden : options.hidden) {
+    ShardedModel<float> model(group,
+                              FullSharding().make_plan(transformer_block(hidden, "block"), n));
+    ShardedUnit<float>& unit = model.unit("block");
+    std::int64_t flat = 0;  // one rank's padded pieces: what each rank contributes
+    for (auto& p : unit.parameters()) {
+      flat += model.plan().padded_shard_numel(p.name());
+    }
+    Kokkos::View<float*, Kokkos::HostSpace> chunk("chunk", static_cast<std::size_t>(flat));
+    Kokkos::View<float*, Kokkos::HostSpace> full("full", static_cast<std::size_t>(flat * n));
+    std::vector<double> unit_s, raw_s;
+    for (int i = 0; i < options.repeats + 1; ++i) {
+      double t_unit = 0, t_raw = 0;
+      for (int half = 0; half < 2; ++half) {
+        const bool raw_now = (half == 0) == (i % 2 == 0);
+        check(MPI_Barrier(group.mpi_comm()), "MPI_Barrier");
+        const double start = MPI_Wtime();
+        if (raw_now) {
+          check(MPI_Allgather(chunk.data(), static_cast<int>(flat), MPI_FLOAT, full.data(),
+                              static_cast<int>(flat), MPI_FLOAT, group.mpi_comm()),
+                "MPI_Allgather");
+          t_raw = MPI_Wtime() - start;
+        } else {
+          unit.gather();
+          t_unit = MPI_Wtime() - start;
+          unit.release();
+        }
+      }
+      if (i > 0) {
+        unit_s.push_back(t_unit);
+        raw_s.push_back(t_raw);
+      }
+    }
+    const double unit_median = median(slowest_rank(unit_s, group.mpi_comm()));
+    const double raw_median = median(slowest_rank(raw_s, group.mpi_comm()));
+    const std::int64_t bytes = unit.full_bytes();
+    nlohmann::json result = {{"benchmark", "gather"},
+                             {"ranks", n},
+                             {"hidden", hidden},
+                             {"unit_bytes", bytes},
+                             {"unit_s", unit_median},
+                             {"raw_allgather_s", raw_median},
+                             {"throughput_ratio", raw_median / unit_median}};
+    emit(common, group.rank(), result, [&] {
+      std::printf("%8lld %12lld %14.3f %14.3f %10.3f\n", static_cast<long long>(hidden),
+                  static_cast<long long>(bytes), unit_median * 1e3, raw_median * 1e3,
+                  raw_median / unit_median);
+    });
+  }
+}
+
+struct MemoryOptions {
+  std::int64_t hidden = 2048;
+  int layers = 12;
+  std::string strategy = "full";
+};
+
+void run_memory(const MemoryOptions& options, const CommonOptions& common) {
+  ProcessGroup group(MPI_COMM_WORLD);
+  const int n = group.size();
+  // An MLP of `layers` square layers with biases: a few hundred MB of fp32 parameters.
+  std::vector<ParameterInfo> parameters;
+  for (int k = 0; k < options.layers; ++k) {
+    const std::string layer = "layer" + std::to_string(k);
+    parameters.push_back(
+        {layer + ".weight", {options.hidden, options.hidden}, DType::f32, layer, false});
+    parameters.push_back({layer + ".bias", {options.hidden}, DType::f32, layer, false});
+  }
+  const ShardingPlan plan = make_strategy(options.strategy)->make_plan(parameters, n);
+  ShardedModel<float> model(group, plan);
+  for (const ParameterInfo& p : parameters) {
+    model.init_with(p.name, [](std::int64_t first, float* values, std::int64_t count) {
+      for (std::int64_t i = 0; i < count; ++i) {
+        values[i] = static_cast<float>(1e-3 * std::sin(0.001 * static_cast<double>(first + i)));
+      }
+    });
+  }
+  // One training step, unit by unit as FSDP runs it: gather, write gradients, release,
+  // reduce-scatter; then Adam on the pieces.
+  Adam<float> adam(AdamOptions{});
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    model.unit(u).gather();
+    model.unit(u).release();
+  }
+  for (std::size_t u = model.unit_count(); u-- > 0;) {
+    ShardedUnit<float>& unit = model.unit(u);
+    unit.gather();
+    for (auto& p : unit.parameters()) {
+      Kokkos::deep_copy(p.grad(), 1e-3f);
+    }
+    unit.release();
+    unit.reduce_scatter_grads();
+  }
+  adam.step(model);
+
+  const MemoryReport& report = model.memory();
+  const PlanEstimate planned =
+      estimate(plan, EstimateOptions{OptimizerKind::adam, Precision::fp32});
+  std::vector<std::int64_t> mine = {report.total_peak, report.model_state(),
+                                    report.peak_of(MemoryCategory::gathered_parameters) +
+                                        report.peak_of(MemoryCategory::full_gradients) +
+                                        report.peak_of(MemoryCategory::communication)};
+  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(n));
+  group.all_gather(mine.data(), all.data(), mine.size());
+  if (group.rank() == 0 && !common.json) {
+    std::printf(
+        "fsdp-bench memory: %d ranks, %d layers of %lld x %lld fp32 (%.1f MB of "
+        "parameters), strategy %s, Adam; one training step\n",
+        n, options.layers, static_cast<long long>(options.hidden),
+        static_cast<long long>(options.hidden), planned.total_elements * 4 / 1e6,
+        options.strategy.c_str());
+    std::printf("%5s %14s %14s %14s %16s %16s %10s\n", "rank", "peak (MB)", "estimate (MB)",
+                "state (MB)", "transient (MB)", "unsharded (MB)", "peak/unsh");
+  }
+  for (int r = 0; r < n; ++r) {
+    const std::int64_t peak = all[3 * r];
+    const std::int64_t state = all[3 * r + 1];
+    const std::int64_t transient = all[3 * r + 2];
+    const std::int64_t estimate_bytes =
+        planned.ranks[static_cast<std::size_t>(r)].persistent_bytes() +
+        planned.gathered_working_set_bytes;
+    nlohmann::json result = {
+        {"benchmark", "memory"},
+        {"ranks", n},
+        {"rank", r},
+        {"peak_bytes", peak},
+        {"estimate_bytes", estimate_bytes},
+        {"model_state_bytes", state},
+        {"transient_peak_bytes", transient},
+        {"unsharded_bytes", planned.unsharded_persistent_bytes},
+        {"peak_over_unsharded", static_cast<double>(peak) / planned.unsharded_persistent_bytes}};
+    emit(common, group.rank(), result, [&] {
+      std::printf("%5d %14.1f %14.1f %14.1f %16.1f %16.1f %10.3f\n", r, peak / 1e6,
+                  estimate_bytes / 1e6, state / 1e6, transient / 1e6,
+                  planned.unsharded_persistent_bytes / 1e6,
+                  static_cast<double>(peak) / planned.unsharded_persistent_bytes);
+    });
+  }
+}
+
+}  // namespace
+
+void add_gather(CLI::App& app, const CommonOptions& common) {
+  auto options = std::make_shared<GatherOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "gather", "ShardedUnit::gather of a transformer block against one raw MPI_Allgather");
+  sub->add_option("--hidden", options->hidden, "block widths to measure");
+  sub->add_option("--repeats", options->repeats, "repeats per width");
+  sub->callback([options, &common] { run_gather(*options, common); });
+}
+
+void add_memory(CLI::App& app, const CommonOptions& common) {
+  auto options = std::make_shared<MemoryOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "memory", "per-rank peak of one sharded training step against the plan and unsharded");
+  sub->add_option("--hidden", options->hidden, "width of the square layers");
+  sub->add_option("--layers", options->layers, "number of layers");
+  sub->add_option("--strategy", options->strategy, "full, layerwise or hybrid");
+  sub->callback([options, &common] { run_memory(*options, common); });
+}
+
+}  // namespace fsdp::bench
