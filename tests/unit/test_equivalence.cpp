@@ -13,94 +13,13 @@
 #include "fsdp/shard/plan_agreement.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "fsdp/unit/sharded_model.hpp"
+#include "reference_training.hpp"
 #include "tiny_mlp.hpp"
 
 using namespace fsdp;
 using namespace fsdp::test;
 
 namespace {
-
-// ---- the unsharded reference: plain arrays and the optimizer rules written out again ----
-
-struct OptimizerSetup {
-  std::string kind;  // "sgd", "adam", "adamw"
-  SgdOptions sgd;
-  AdamOptions adam;
-  double clip = 0.0;  // 0: no clipping
-  int micro_batches = 1;
-};
-
-template <class T>
-struct Reference {
-  std::map<std::string, std::vector<T>> params, grads, m, v;
-  int steps = 0;
-
-  Reference() {
-    for (const auto& p : tiny_mlp_parameters<T>()) {
-      params[p.name] = initial_values<T>(p);
-    }
-  }
-
-  void train_step(const OptimizerSetup& setup) {
-    Arrays<T> in;
-    MutableArrays<T> out;
-    for (auto& [name, values] : params) {
-      grads[name].assign(values.size(), T(0));
-      in[name] = values.data();
-      out[name] = grads[name].data();
-    }
-    forward_backward<T>(in, out, 0, kBatch, kBatch);
-    if (setup.clip > 0) {
-      double sum = 0;
-      for (auto& [name, g] : grads) {
-        for (T x : g) {
-          sum += static_cast<double>(x) * static_cast<double>(x);
-        }
-      }
-      const double coefficient = setup.clip / (std::sqrt(sum) + 1e-6);
-      if (coefficient < 1) {
-        for (auto& [name, g] : grads) {
-          for (T& x : g) {
-            x *= static_cast<T>(coefficient);
-          }
-        }
-      }
-    }
-    ++steps;
-    for (auto& [name, p] : params) {
-      std::vector<T>& g = grads[name];
-      std::vector<T>& m1 = m[name];
-      std::vector<T>& m2 = v[name];
-      m1.resize(p.size(), T(0));
-      m2.resize(p.size(), T(0));
-      for (std::size_t i = 0; i < p.size(); ++i) {
-        if (setup.kind == "sgd") {
-          const SgdOptions& o = setup.sgd;
-          T d = g[i] + static_cast<T>(o.weight_decay) * p[i];
-          if (o.momentum != 0) {
-            m1[i] = steps == 1
-                        ? d
-                        : static_cast<T>(o.momentum) * m1[i] + static_cast<T>(1 - o.dampening) * d;
-            d = o.nesterov ? d + static_cast<T>(o.momentum) * m1[i] : m1[i];
-          }
-          p[i] -= static_cast<T>(o.lr) * d;
-        } else {
-          const AdamOptions& o = setup.adam;
-          const bool decoupled = setup.kind == "adamw";
-          const T d = g[i] + (decoupled ? T(0) : static_cast<T>(o.weight_decay)) * p[i];
-          if (decoupled) {
-            p[i] *= static_cast<T>(1 - o.lr * o.weight_decay);
-          }
-          m1[i] = static_cast<T>(o.beta1) * m1[i] + static_cast<T>(1 - o.beta1) * d;
-          m2[i] = static_cast<T>(o.beta2) * m2[i] + static_cast<T>(1 - o.beta2) * d * d;
-          const T mhat = m1[i] / static_cast<T>(1 - std::pow(o.beta1, steps));
-          const T vhat = m2[i] / static_cast<T>(1 - std::pow(o.beta2, steps));
-          p[i] -= static_cast<T>(o.lr) * mhat / (std::sqrt(vhat) + static_cast<T>(o.eps));
-        }
-      }
-    }
-  }
-};
 
 // ---- the sharded run ----
 
@@ -158,51 +77,6 @@ void sharded_train_step(ShardedModel<T>& model, const OptimizerSetup& setup,
   }
   step();
   model.zero_grad();
-}
-
-template <class T>
-double largest_relative_difference(ShardedModel<T>& model, const Reference<T>& reference) {
-  double worst = 0;
-  for (std::size_t u = 0; u < model.unit_count(); ++u) {
-    ShardedUnit<T>& unit = model.unit(u);
-    unit.gather();
-    for (auto& p : unit.parameters()) {
-      const auto full = p.full();
-      const std::vector<T>& expected = reference.params.at(p.name());
-      for (std::size_t i = 0; i < expected.size(); ++i) {
-        const double scale = std::max(1.0, std::abs(static_cast<double>(expected[i])));
-        worst = std::max(worst, std::abs(static_cast<double>(full(i) - expected[i])) / scale);
-      }
-      // Gathering returns exactly the pieces the ranks hold: compare with an independent
-      // all_gather_v of the pieces.
-      if (p.placement() == Placement::sharded) {
-        std::vector<std::size_t> counts;
-        for (const auto& a : model.plan().assignments(p.name())) {
-          counts.push_back(static_cast<std::size_t>(a.size));
-        }
-        std::vector<T> pieces(expected.size());
-        model.group().all_gather_v(p.shard().data(), static_cast<std::size_t>(p.shard_size()),
-                                   pieces.data(), counts);
-        for (std::size_t i = 0; i < pieces.size(); ++i) {
-          BOOST_TEST(pieces[i] == full(i), p.name() << "[" << i << "] gathered inexactly");
-        }
-      }
-    }
-    unit.release();
-  }
-  return worst;
-}
-
-struct Strategy {
-  const char* name;
-  StrategyOptions options;
-};
-
-std::vector<Strategy> strategies() {
-  StrategyOptions hybrid;
-  hybrid.full_shard_patterns = {"l0"};
-  hybrid.layer_wise_patterns = {"l1", "l2"};
-  return {{"full", {}}, {"layerwise", {}}, {"hybrid", hybrid}};
 }
 
 template <class T>

@@ -123,4 +123,82 @@ double forward_backward(const Arrays<T>& params, const MutableArrays<T>& grads, 
   return loss / divisor;
 }
 
+// The same network one layer at a time, for code that holds only one layer's parameters at once
+// (scopes): activations are kept here between the forward and the backward pass.
+template <class T>
+class LayeredMlp {
+ public:
+  // Samples [first, first + count); gradients are of the summed loss divided by divisor.
+  LayeredMlp(int first, int count, double divisor)
+      : first_(first), count_(count), divisor_(divisor), h_(tiny_mlp_layers().size() + 1) {
+    for (int b = 0; b < count_; ++b) {
+      for (int i = 0; i < tiny_mlp_layers()[0].in; ++i) {
+        h_[0].push_back(static_cast<T>(input(first_ + b, i)));
+      }
+    }
+    z_.resize(tiny_mlp_layers().size());
+  }
+
+  // gain: the last layer's gain (nullptr for the others).
+  void forward(int k, const T* w, const T* bias, const T* gain) {
+    const LayerShape s = tiny_mlp_layers()[k];
+    const bool last = k + 1 == static_cast<int>(tiny_mlp_layers().size());
+    z_[k].assign(static_cast<std::size_t>(count_ * s.out), T(0));
+    h_[k + 1].assign(static_cast<std::size_t>(count_ * s.out), T(0));
+    for (int b = 0; b < count_; ++b) {
+      for (int o = 0; o < s.out; ++o) {
+        T acc = bias[o];
+        for (int i = 0; i < s.in; ++i) {
+          acc += w[o * s.in + i] * h_[k][b * s.in + i];
+        }
+        z_[k][b * s.out + o] = acc;
+        h_[k + 1][b * s.out + o] = last ? acc * gain[o] : std::tanh(acc);
+      }
+    }
+  }
+
+  // Accumulates the layer's gradients; the last layer's call (k = depth - 1) starts from the
+  // loss. Returns the partial loss on that call, 0 otherwise.
+  double backward(int k, const T* w, const T* gain, T* grad_w, T* grad_bias, T* grad_gain) {
+    const LayerShape s = tiny_mlp_layers()[k];
+    const int depth = static_cast<int>(tiny_mlp_layers().size());
+    double loss = 0.0;
+    if (k == depth - 1) {
+      delta_.assign(static_cast<std::size_t>(count_ * s.out), T(0));
+      for (int b = 0; b < count_; ++b) {
+        for (int j = 0; j < s.out; ++j) {
+          const T diff = h_[depth][b * s.out + j] - static_cast<T>(target(first_ + b, j));
+          loss += 0.5 * static_cast<double>(diff * diff);
+          grad_gain[j] += static_cast<T>(diff * z_[k][b * s.out + j] / divisor_);
+          delta_[b * s.out + j] = diff * gain[j];
+        }
+      }
+    }
+    std::vector<T> below(static_cast<std::size_t>(count_ * s.in), T(0));
+    for (int b = 0; b < count_; ++b) {
+      for (int o = 0; o < s.out; ++o) {
+        const T d = delta_[b * s.out + o];
+        grad_bias[o] += static_cast<T>(d / divisor_);
+        for (int i = 0; i < s.in; ++i) {
+          grad_w[o * s.in + i] += static_cast<T>(d * h_[k][b * s.in + i] / divisor_);
+          below[b * s.in + i] += w[o * s.in + i] * d;
+        }
+      }
+    }
+    if (k > 0) {
+      for (std::size_t i = 0; i < below.size(); ++i) {
+        below[i] *= T(1) - h_[k][i] * h_[k][i];
+      }
+    }
+    delta_ = below;
+    return loss / divisor_;
+  }
+
+ private:
+  int first_, count_;
+  double divisor_;
+  std::vector<std::vector<T>> h_, z_;
+  std::vector<T> delta_;
+};
+
 }  // namespace fsdp::test

@@ -1,0 +1,123 @@
+// Runtime: FSDP's hooks as scopes the user's code opens around each layer. A forward scope waits
+// for (or starts) its unit's gather and releases the unit when it closes; a backward scope gathers
+// again and reduce-scatters the gradients when it closes. While a unit computes, the gathers of
+// the next units in execution order are in flight (prefetch), within a limit on how many units
+// may be gathered at once.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fsdp/unit/sharded_model.hpp"
+
+namespace fsdp {
+
+struct RuntimeOptions {
+  // Start the gathers of the next units while the current one computes.
+  bool prefetch = true;
+  // Units gathered or gathering at once, the current one included (PyTorch FSDP's rate limiter).
+  // At least 1; with 1 the next gather starts only once the current unit is released, so it
+  // overlaps nothing.
+  int max_gathered_units = 2;
+  // Units that stay gathered from their forward scope until their backward scope, like PyTorch's
+  // reshard_after_forward=False: no second gather, more memory. The last unit of the forward
+  // order always stays gathered: its backward scope comes next.
+  std::set<std::string> keep_gathered_until_backward;
+};
+
+// What the runtime observed: how well prefetch hid the gathers.
+struct RuntimeStats {
+  std::int64_t scopes = 0;          // forward and backward scopes entered
+  std::int64_t gathers = 0;         // gathers started
+  std::int64_t prefetched = 0;      // of those, started ahead of their scope
+  std::int64_t ready_on_entry = 0;  // scopes whose unit was gathered when they opened
+  double wait_s = 0.0;  // time scopes spent waiting for their unit: communication not hidden
+};
+
+template <class T>
+class Runtime {
+ public:
+  // order: every unit of the model exactly once, in forward execution order (backward runs it in
+  // reverse). Errors name unknown, repeated and missing units.
+  Runtime(ShardedModel<T>& model, std::vector<std::string> order, RuntimeOptions options = {});
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // A scope on one unit; closes itself when destroyed (forward: release; backward: reduce-scatter
+  // the gradients, then release). Errors on close are raised by the runtime's next call, since a
+  // destructor cannot throw; close() raises them directly.
+  class Scope {
+   public:
+    Scope(Scope&& other) noexcept;
+    Scope& operator=(Scope&&) = delete;
+    Scope(const Scope&) = delete;
+    ~Scope();
+    ShardedUnit<T>& unit() { return *unit_; }
+    // The whole parameter (read) and, in a backward scope, its full gradient (+=).
+    typename ShardedParameter<T>::View full(const std::string& parameter);
+    typename ShardedParameter<T>::View grad(const std::string& parameter);
+    void close();
+
+   private:
+    friend class Runtime;
+    Scope(Runtime* runtime, ShardedUnit<T>* unit, bool backward);
+    Runtime* runtime_;
+    ShardedUnit<T>* unit_;
+    bool backward_;
+    int exceptions_on_entry_;
+  };
+
+  Scope forward(const std::string& unit);
+  Scope backward(const std::string& unit);
+
+  // The same as begin/end calls, for C and Fortran.
+  ShardedUnit<T>& begin_forward(const std::string& unit);
+  void end_forward(const std::string& unit);
+  ShardedUnit<T>& begin_backward(const std::string& unit);
+  void end_backward(const std::string& unit);
+  // Ends a training step (every forward and backward scope done) or an evaluation step (every
+  // forward scope done, no backward): releases what is still gathered and starts over. Errors: a
+  // scope left open, a step that stopped half way.
+  void finish_step();
+
+  // Seed API: start gathering several units at once (those sharded), and release several.
+  void gather_multiple_async(const std::vector<std::string>& units);
+  void release_multiple(const std::vector<std::string>& units);
+
+  // Makes progress on the gathers in flight (MPI progresses non-blocking collectives mostly
+  // inside MPI calls). Scopes call it on entry and exit; call it inside long computations to
+  // keep prefetched gathers moving.
+  void progress();
+
+  const RuntimeStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = RuntimeStats{}; }
+  const std::vector<std::string>& order() const { return order_; }
+
+ private:
+  enum class Phase { forward, backward };
+  std::size_t index_of(const std::string& unit, const char* operation) const;
+  void check_usable(const char* operation);
+  void enter(std::size_t index);
+  void prefetch();
+  std::string order_text() const;
+
+  ShardedModel<T>& model_;
+  std::vector<std::string> order_;
+  std::vector<ShardedUnit<T>*> units_;  // in order
+  std::map<std::string, std::size_t> index_;
+  RuntimeOptions options_;
+  RuntimeStats stats_;
+  Phase phase_ = Phase::forward;
+  std::size_t done_ = 0;  // scopes of the current phase closed so far
+  int open_ = -1;         // index of the open scope, -1 when none
+  std::string deferred_error_;
+};
+
+extern template class Runtime<float>;
+extern template class Runtime<double>;
+
+}  // namespace fsdp

@@ -1,0 +1,341 @@
+#include "fsdp/runtime/runtime.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace fsdp {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+template <class T>
+Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, RuntimeOptions options)
+    : model_(model), order_(std::move(order)), options_(std::move(options)) {
+  require(options_.max_gathered_units >= 1,
+          "fsdp: RuntimeOptions::max_gathered_units must be >= 1, got " +
+              std::to_string(options_.max_gathered_units));
+  for (std::size_t i = 0; i < order_.size(); ++i) {
+    const std::string& name = order_[i];
+    require(index_.emplace(name, i).second,
+            "fsdp: unit '" + name + "' appears twice in the execution order; list each unit once");
+    units_.push_back(&model_.unit(name));  // throws, listing the units, for an unknown name
+  }
+  std::string missing;
+  for (const std::string& name : model_.unit_names()) {
+    if (index_.count(name) == 0) {
+      missing += (missing.empty() ? "" : ", ") + name;
+    }
+  }
+  require(missing.empty(), "fsdp: the execution order leaves out unit(s) " + missing +
+                               "; every unit must run once per step (its gradients are needed)");
+  for (const std::string& name : options_.keep_gathered_until_backward) {
+    index_of(name, "keep_gathered_until_backward");
+  }
+}
+
+template <class T>
+std::size_t Runtime<T>::index_of(const std::string& unit, const char* operation) const {
+  auto it = index_.find(unit);
+  if (it == index_.end()) {
+    throw Error(std::string("fsdp: ") + operation + ": unknown unit '" + unit +
+                "'; the registered order is " + order_text());
+  }
+  return it->second;
+}
+
+template <class T>
+std::string Runtime<T>::order_text() const {
+  std::string text;
+  for (const std::string& name : order_) {
+    text += (text.empty() ? "" : ", ") + name;
+  }
+  return text;
+}
+
+template <class T>
+void Runtime<T>::check_usable(const char* operation) {
+  if (!deferred_error_.empty()) {
+    throw Error(deferred_error_ + " (reported by " + operation +
+                "); the runtime cannot continue this step: create a new one");
+  }
+}
+
+template <class T>
+void Runtime<T>::progress() {
+  for (ShardedUnit<T>* unit : units_) {
+    if (unit->state() == UnitState::gathering) {
+      unit->test_gather();
+    }
+  }
+}
+
+template <class T>
+void Runtime<T>::prefetch() {
+  if (!options_.prefetch) {
+    return;
+  }
+  // The units that come next, in the order their scopes will open. Every rank computes the same
+  // list from the same calls, so every rank starts the same gathers in the same order.
+  const std::size_t n = order_.size();
+  const std::size_t skip = open_ >= 0 ? 1 : 0;
+  std::vector<std::size_t> upcoming;
+  if (phase_ == Phase::forward) {
+    for (std::size_t i = done_ + skip; i < n; ++i) {
+      upcoming.push_back(i);
+    }
+    for (std::size_t i = n; i-- > 0;) {
+      upcoming.push_back(i);  // then backward, from the last unit
+    }
+  } else {
+    for (std::size_t k = done_ + skip; k < n; ++k) {
+      upcoming.push_back(n - 1 - k);
+    }
+  }
+  auto busy = static_cast<int>(std::count_if(units_.begin(), units_.end(), [](ShardedUnit<T>* u) {
+    return u->state() != UnitState::sharded;
+  }));
+  for (std::size_t i : upcoming) {
+    if (busy >= options_.max_gathered_units) {
+      break;
+    }
+    if (units_[i]->state() == UnitState::sharded) {
+      units_[i]->gather_async();
+      ++stats_.gathers;
+      ++stats_.prefetched;
+      ++busy;
+    }
+  }
+}
+
+template <class T>
+void Runtime<T>::enter(std::size_t index) {
+  ShardedUnit<T>& unit = *units_[index];
+  ++stats_.scopes;
+  progress();
+  if (unit.state() == UnitState::gathered) {
+    ++stats_.ready_on_entry;
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    if (unit.state() == UnitState::sharded) {
+      unit.gather_async();
+      ++stats_.gathers;
+    }
+    unit.wait_gather();
+    stats_.wait_s += seconds_since(start);
+  }
+  open_ = static_cast<int>(index);
+  prefetch();
+}
+
+template <class T>
+ShardedUnit<T>& Runtime<T>::begin_forward(const std::string& unit) {
+  check_usable("begin_forward");
+  const std::size_t index = index_of(unit, "begin_forward");
+  if (open_ >= 0) {
+    throw Error("fsdp: forward scope of '" + unit + "' opened while the scope of '" +
+                order_[static_cast<std::size_t>(open_)] + "' is still open; close it first");
+  }
+  if (phase_ != Phase::forward) {
+    throw Error("fsdp: forward scope of '" + unit +
+                "' opened during backward; call finish_step() after the last backward scope");
+  }
+  if (done_ >= order_.size() || index != done_) {
+    throw Error("fsdp: forward scope of '" + unit + "' opened out of order: " +
+                (done_ < order_.size() ? "expected '" + order_[done_] + "'"
+                                       : std::string("every forward scope already ran")) +
+                "; the registered forward order is " + order_text());
+  }
+  enter(index);
+  return *units_[index];
+}
+
+template <class T>
+void Runtime<T>::end_forward(const std::string& unit) {
+  check_usable("end_forward");
+  const std::size_t index = index_of(unit, "end_forward");
+  if (phase_ != Phase::forward || open_ != static_cast<int>(index)) {
+    throw Error("fsdp: end_forward of '" + unit + "' without its forward scope open");
+  }
+  const bool last = index + 1 == order_.size();
+  if (!last && options_.keep_gathered_until_backward.count(unit) == 0) {
+    units_[index]->release();
+  }
+  open_ = -1;
+  ++done_;
+  progress();
+  prefetch();
+}
+
+template <class T>
+ShardedUnit<T>& Runtime<T>::begin_backward(const std::string& unit) {
+  check_usable("begin_backward");
+  const std::size_t index = index_of(unit, "begin_backward");
+  if (open_ >= 0) {
+    throw Error("fsdp: backward scope of '" + unit + "' opened while the scope of '" +
+                order_[static_cast<std::size_t>(open_)] + "' is still open; close it first");
+  }
+  if (phase_ == Phase::forward) {
+    if (done_ != order_.size()) {
+      throw Error("fsdp: backward scope of '" + unit + "' opened after " + std::to_string(done_) +
+                  " of " + std::to_string(order_.size()) +
+                  " forward scopes; run the whole forward first");
+    }
+    phase_ = Phase::backward;
+    done_ = 0;
+  }
+  const std::size_t expected = done_ < order_.size() ? order_.size() - 1 - done_ : order_.size();
+  if (index != expected) {
+    throw Error("fsdp: backward scope of '" + unit + "' opened out of order: " +
+                (expected < order_.size() ? "expected '" + order_[expected] + "'"
+                                          : std::string("every backward scope already ran")) +
+                "; backward runs the forward order (" + order_text() + ") in reverse");
+  }
+  enter(index);
+  return *units_[index];
+}
+
+template <class T>
+void Runtime<T>::end_backward(const std::string& unit) {
+  check_usable("end_backward");
+  const std::size_t index = index_of(unit, "end_backward");
+  if (phase_ != Phase::backward || open_ != static_cast<int>(index)) {
+    throw Error("fsdp: end_backward of '" + unit + "' without its backward scope open");
+  }
+  units_[index]->release();
+  open_ = -1;
+  ++done_;
+  // The next units' gathers go out before this unit's gradients, so that they overlap.
+  prefetch();
+  units_[index]->reduce_scatter_grads();
+  progress();
+}
+
+template <class T>
+void Runtime<T>::finish_step() {
+  check_usable("finish_step");
+  if (open_ >= 0) {
+    throw Error("fsdp: finish_step with the scope of '" + order_[static_cast<std::size_t>(open_)] +
+                "' still open; close every scope before the step ends");
+  }
+  const bool evaluation = phase_ == Phase::forward && done_ == order_.size();
+  const bool training = phase_ == Phase::backward && done_ == order_.size();
+  if (!evaluation && !training) {
+    throw Error("fsdp: finish_step after " + std::to_string(done_) + " of " +
+                std::to_string(order_.size()) +
+                (phase_ == Phase::forward ? " forward" : " backward") +
+                " scopes; a step runs every forward scope, then every backward scope or none");
+  }
+  for (ShardedUnit<T>* unit : units_) {
+    if (unit->state() == UnitState::gathering) {
+      unit->wait_gather();
+    }
+    unit->release();
+  }
+  phase_ = Phase::forward;
+  done_ = 0;
+}
+
+template <class T>
+void Runtime<T>::gather_multiple_async(const std::vector<std::string>& units) {
+  check_usable("gather_multiple_async");
+  for (const std::string& name : units) {
+    ShardedUnit<T>& unit = *units_[index_of(name, "gather_multiple_async")];
+    if (unit.state() == UnitState::sharded) {
+      unit.gather_async();
+      ++stats_.gathers;
+    }
+  }
+}
+
+template <class T>
+void Runtime<T>::release_multiple(const std::vector<std::string>& units) {
+  check_usable("release_multiple");
+  for (const std::string& name : units) {
+    units_[index_of(name, "release_multiple")]->release();
+  }
+}
+
+template <class T>
+typename Runtime<T>::Scope Runtime<T>::forward(const std::string& unit) {
+  ShardedUnit<T>& u = begin_forward(unit);
+  return Scope(this, &u, false);
+}
+
+template <class T>
+typename Runtime<T>::Scope Runtime<T>::backward(const std::string& unit) {
+  ShardedUnit<T>& u = begin_backward(unit);
+  return Scope(this, &u, true);
+}
+
+// ---- Scope ----
+
+template <class T>
+Runtime<T>::Scope::Scope(Runtime* runtime, ShardedUnit<T>* unit, bool backward)
+    : runtime_(runtime),
+      unit_(unit),
+      backward_(backward),
+      exceptions_on_entry_(std::uncaught_exceptions()) {}
+
+template <class T>
+Runtime<T>::Scope::Scope(Scope&& other) noexcept
+    : runtime_(other.runtime_),
+      unit_(other.unit_),
+      backward_(other.backward_),
+      exceptions_on_entry_(other.exceptions_on_entry_) {
+  other.runtime_ = nullptr;
+}
+
+template <class T>
+typename ShardedParameter<T>::View Runtime<T>::Scope::full(const std::string& parameter) {
+  return unit_->parameter(parameter).full();
+}
+
+template <class T>
+typename ShardedParameter<T>::View Runtime<T>::Scope::grad(const std::string& parameter) {
+  require(backward_, "fsdp: gradient of '" + parameter + "' requested in the forward scope of '" +
+                         unit_->name() + "'; gradients are written in backward scopes");
+  return unit_->parameter(parameter).grad();
+}
+
+template <class T>
+void Runtime<T>::Scope::close() {
+  if (runtime_ == nullptr) {
+    return;
+  }
+  Runtime* runtime = runtime_;
+  runtime_ = nullptr;
+  if (backward_) {
+    runtime->end_backward(unit_->name());
+  } else {
+    runtime->end_forward(unit_->name());
+  }
+}
+
+template <class T>
+Runtime<T>::Scope::~Scope() {
+  if (runtime_ == nullptr) {
+    return;
+  }
+  if (std::uncaught_exceptions() > exceptions_on_entry_) {
+    // Unwinding: no collective now (the other ranks may not be here). The step is lost.
+    runtime_->deferred_error_ = "fsdp: the " + std::string(backward_ ? "backward" : "forward") +
+                                " scope of '" + unit_->name() + "' was left by an exception";
+    runtime_ = nullptr;
+    return;
+  }
+  Runtime* runtime = runtime_;
+  try {
+    close();
+  } catch (const std::exception& error) {
+    runtime->deferred_error_ = error.what();  // raised by the runtime's next call
+  }
+}
+
+template class Runtime<float>;
+template class Runtime<double>;
+
+}  // namespace fsdp
