@@ -28,11 +28,11 @@ struct Split {
 };
 
 struct SyntheticOptions {
-  std::int64_t samples = 4096;
+  std::int64_t samples = 8192;
   std::int64_t dim = 16;
   std::int64_t classes = 4;
   int clusters_per_class = 3;
-  double separation = 4.0;  // distance of each cluster's centre from the origin
+  double separation = 5.0;  // distance of each cluster's centre from the origin
   std::uint64_t seed = 0;
 };
 

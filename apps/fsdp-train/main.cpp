@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
         "Run it under mpiexec; docs/train.md describes it."};
     app.add_option("--hidden", o.hidden, "hidden layer widths, comma separated")
         ->delimiter(',')
-        ->check(CLI::PositiveNumber)
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
         ->capture_default_str();
     app.add_option("--layers", layers,
                    "number of hidden layers (repeats a single --hidden width; default: as many "

@@ -21,7 +21,7 @@ struct TrainOptions {
   std::vector<std::string> full_shard_patterns;
   std::vector<std::string> layer_wise_patterns;
   int epochs = 10;
-  std::int64_t batch_size = 128;  // global: split evenly across the ranks
+  std::int64_t batch_size = 120;  // global: split evenly across the ranks
   std::uint64_t seed = 0;
   double clip = 0.0;  // 0: no clipping
   double eval_fraction = 0.2;
