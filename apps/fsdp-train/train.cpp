@@ -268,6 +268,7 @@ class Run {
     Trained trained;
     const double start = MPI_Wtime();
     double train_seconds = 0;
+    double trained_samples = 0;  // all ranks, padding of the sampler included
     for (int epoch = 0; epoch < o_.epochs; ++epoch) {
       schedule.set_epoch(epoch);
       const double epoch_start = MPI_Wtime();
@@ -292,6 +293,7 @@ class Run {
       group_.all_reduce(totals, 3);
       const double seconds = MPI_Wtime() - epoch_start;
       train_seconds += seconds;
+      trained_samples += totals[2];
       const double eval_accuracy = evaluate(model, net);
       nlohmann::json line = {{"type", "epoch"},
                              {"epoch", epoch + 1},
@@ -316,9 +318,7 @@ class Run {
     summary["first_step_loss"] = trained.first_step_loss;
     summary["train_seconds"] = train_seconds;
     summary["total_seconds"] = total_seconds;
-    summary["samples_per_s"] =
-        train_seconds > 0 ? static_cast<double>(data_.train.samples) * o_.epochs / train_seconds
-                          : 0.0;
+    summary["samples_per_s"] = train_seconds > 0 ? trained_samples / train_seconds : 0.0;
     summary["ranks"] = ranks_;
     summary["strategy"] = plan.strategy();
     summary["dtype"] = o_.dtype;
