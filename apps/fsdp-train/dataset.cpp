@@ -1,0 +1,325 @@
+#include "dataset.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "fsdp/core/error.hpp"
+
+namespace fsdp_train {
+namespace {
+
+std::uint64_t mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+double uniform(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  return hash_uniform(seed, a, b, c);
+}
+
+// Approximately standard normal: a sum of four uniforms, centred and scaled to variance 1.
+double normalish(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  double sum = 0;
+  for (std::uint64_t k = 0; k < 4; ++k) {
+    sum += uniform(seed, a, b, c * 4 + k);
+  }
+  return (sum - 2.0) * std::sqrt(3.0);
+}
+
+// ---- HDF5: every return code checked, errors name the file and the object ----
+
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() {
+    if (id_ >= 0) {
+      close_(id_);
+    }
+  }
+  hid_t get() const { return id_; }
+  herr_t close() {
+    const herr_t rc = id_ >= 0 ? close_(id_) : 0;
+    id_ = -1;
+    return rc;
+  }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+// fsdp-train reports HDF5 failures itself; HDF5's own stack printing is off meanwhile.
+class QuietErrorStack {
+ public:
+  QuietErrorStack() {
+    saved_ = H5Eget_auto2(H5E_DEFAULT, &function_, &data_) >= 0 &&
+             H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0;
+  }
+  QuietErrorStack(const QuietErrorStack&) = delete;
+  QuietErrorStack& operator=(const QuietErrorStack&) = delete;
+  ~QuietErrorStack() {
+    if (saved_ && H5Eset_auto2(H5E_DEFAULT, function_, data_) < 0) {
+      std::fprintf(stderr, "fsdp-train: could not restore HDF5's error printing\n");
+    }
+  }
+
+ private:
+  bool saved_ = false;
+  H5E_auto2_t function_ = nullptr;
+  void* data_ = nullptr;
+};
+
+struct Hdf5Context {
+  std::string path;
+  [[noreturn]] void fail(const std::string& call, const std::string& object) const {
+    throw fsdp::Error("HDF5 " + call + " failed for " + object + " in '" + path + "'");
+  }
+  hid_t check(hid_t id, const std::string& call, const std::string& object) const {
+    if (id < 0) {
+      fail(call, object);
+    }
+    return id;
+  }
+  void check_status(herr_t rc, const std::string& call, const std::string& object) const {
+    if (rc < 0) {
+      fail(call, object);
+    }
+  }
+};
+
+herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* names) {
+  static_cast<std::vector<std::string>*>(names)->push_back(name);
+  return 0;
+}
+
+std::string names_in(const Hdf5Context& h5, hid_t file) {
+  std::vector<std::string> names;
+  hsize_t index = 0;
+  h5.check_status(H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, &index, collect_name, &names),
+                  "H5Literate", "the root group");
+  if (names.empty()) {
+    return "the file has no datasets";
+  }
+  std::string list;
+  for (const auto& name : names) {
+    list += (list.empty() ? "" : ", ") + ("'" + name + "'");
+  }
+  return "the file has " + list;
+}
+
+// Opens dataset `name`, checks its rank and type class, returns its extents.
+std::vector<hsize_t> open_dataset(const Hdf5Context& h5, hid_t file, const std::string& name,
+                                  int rank, H5T_class_t type_class, const char* what,
+                                  hid_t* dataset_out) {
+  const htri_t exists = H5Lexists(file, name.c_str(), H5P_DEFAULT);
+  h5.check_status(exists, "H5Lexists", "'" + name + "'");
+  if (exists == 0) {
+    throw fsdp::Error("no dataset '" + name + "' in '" + h5.path + "' (" + what + "); " +
+                      names_in(h5, file));
+  }
+  const std::string object = "dataset '" + name + "'";
+  const hid_t dataset = h5.check(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "H5Dopen2", object);
+  *dataset_out = dataset;
+  Handle type(h5.check(H5Dget_type(dataset), "H5Dget_type", object), H5Tclose);
+  const H5T_class_t stored = H5Tget_class(type.get());
+  h5.check_status(stored == H5T_NO_CLASS ? -1 : 0, "H5Tget_class", object);
+  if (stored != type_class) {
+    throw fsdp::Error("dataset '" + name + "' in '" + h5.path + "' (" + what + ") must hold " +
+                      (type_class == H5T_FLOAT ? "floating-point" : "integer") + " values");
+  }
+  Handle space(h5.check(H5Dget_space(dataset), "H5Dget_space", object), H5Sclose);
+  const int dims = H5Sget_simple_extent_ndims(space.get());
+  h5.check_status(dims, "H5Sget_simple_extent_ndims", object);
+  if (dims != rank) {
+    throw fsdp::Error("dataset '" + name + "' in '" + h5.path + "' (" + what + ") has " +
+                      std::to_string(dims) + " dimensions; it must have " + std::to_string(rank) +
+                      (rank == 2 ? " ([samples, features])" : " ([samples])"));
+  }
+  std::vector<hsize_t> extents(static_cast<std::size_t>(rank));
+  h5.check_status(H5Sget_simple_extent_dims(space.get(), extents.data(), nullptr),
+                  "H5Sget_simple_extent_dims", object);
+  return extents;
+}
+
+}  // namespace
+
+// 53 bits of a chained splitmix64 hash.
+double hash_uniform(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  const std::uint64_t h = mix(mix(mix(mix(seed) ^ a) ^ b) ^ c);
+  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+Dataset make_synthetic(const SyntheticOptions& o) {
+  fsdp::require(o.samples >= 2 && o.dim >= 1 && o.classes >= 2 && o.clusters_per_class >= 1,
+                "synthetic data needs at least 2 samples, 1 feature, 2 classes and 1 cluster");
+  const std::int64_t centres = o.classes * o.clusters_per_class;
+  // Centre c: a random direction (normal coordinates, normalized) at distance `separation`.
+  std::vector<double> centre(static_cast<std::size_t>(centres * o.dim));
+  for (std::int64_t c = 0; c < centres; ++c) {
+    double norm = 0;
+    for (std::int64_t j = 0; j < o.dim; ++j) {
+      const double x =
+          normalish(o.seed, 1, static_cast<std::uint64_t>(c), static_cast<std::uint64_t>(j));
+      centre[static_cast<std::size_t>(c * o.dim + j)] = x;
+      norm += x * x;
+    }
+    norm = std::sqrt(norm);
+    for (std::int64_t j = 0; j < o.dim; ++j) {
+      centre[static_cast<std::size_t>(c * o.dim + j)] *= o.separation / std::max(norm, 1e-12);
+    }
+  }
+  Dataset data;
+  data.samples = o.samples;
+  data.dim = o.dim;
+  data.classes = o.classes;
+  data.features.resize(static_cast<std::size_t>(o.samples * o.dim));
+  data.labels.resize(static_cast<std::size_t>(o.samples));
+  for (std::int64_t i = 0; i < o.samples; ++i) {
+    const auto sample = static_cast<std::uint64_t>(i);
+    const std::int64_t label = i % o.classes;
+    const auto cluster = static_cast<std::int64_t>(uniform(o.seed, 2, sample, 0) *
+                                                   static_cast<double>(o.clusters_per_class));
+    const std::int64_t c = label * o.clusters_per_class + cluster;
+    data.labels[static_cast<std::size_t>(i)] = label;
+    for (std::int64_t j = 0; j < o.dim; ++j) {
+      data.features[static_cast<std::size_t>(i * o.dim + j)] =
+          centre[static_cast<std::size_t>(c * o.dim + j)] +
+          normalish(o.seed, 3, sample, static_cast<std::uint64_t>(j));
+    }
+  }
+  data.description = "synthetic: " + std::to_string(o.samples) + " samples, " +
+                     std::to_string(o.dim) + " features, " + std::to_string(o.classes) +
+                     " classes (" + std::to_string(o.clusters_per_class) +
+                     " clusters each), seed " + std::to_string(o.seed);
+  return data;
+}
+
+Dataset read_hdf5(const std::string& path, const std::string& features, const std::string& labels) {
+  {
+    std::ifstream probe(path, std::ios::binary);
+    fsdp::require(static_cast<bool>(probe),
+                  "cannot open data file '" + path + "': no such file or not readable");
+  }
+  QuietErrorStack quiet;
+  Hdf5Context h5{path};
+  const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+  if (is_hdf5 <= 0) {
+    throw fsdp::Error("data file '" + path + "' is not an HDF5 file");
+  }
+  Handle file(h5.check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen", "the file"),
+              H5Fclose);
+  hid_t id = -1;
+  const auto fx = open_dataset(h5, file.get(), features, 2, H5T_FLOAT, "features, --features", &id);
+  Handle feature_set(id, H5Dclose);
+  const auto lx = open_dataset(h5, file.get(), labels, 1, H5T_INTEGER, "labels, --labels", &id);
+  Handle label_set(id, H5Dclose);
+  if (fx[0] != lx[0]) {
+    throw fsdp::Error("shape mismatch in '" + path + "': features '" + features + "' has " +
+                      std::to_string(fx[0]) + " samples (rows) but labels '" + labels + "' has " +
+                      std::to_string(lx[0]) + "; they must be equal");
+  }
+  if (fx[0] < 2 || fx[1] < 1) {
+    throw fsdp::Error("features '" + features + "' in '" + path + "' is [" + std::to_string(fx[0]) +
+                      ", " + std::to_string(fx[1]) +
+                      "]; it needs at least 2 samples and 1 feature");
+  }
+  Dataset data;
+  data.samples = static_cast<std::int64_t>(fx[0]);
+  data.dim = static_cast<std::int64_t>(fx[1]);
+  data.features.resize(static_cast<std::size_t>(data.samples * data.dim));
+  data.labels.resize(static_cast<std::size_t>(data.samples));
+  h5.check_status(H5Dread(feature_set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                          data.features.data()),
+                  "H5Dread", "dataset '" + features + "'");
+  h5.check_status(
+      H5Dread(label_set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.labels.data()),
+      "H5Dread", "dataset '" + labels + "'");
+  std::int64_t largest = 0;
+  for (std::size_t i = 0; i < data.labels.size(); ++i) {
+    if (data.labels[i] < 0) {
+      throw fsdp::Error("labels '" + labels + "' in '" + path + "': sample " + std::to_string(i) +
+                        " has label " + std::to_string(data.labels[i]) +
+                        "; labels must be class numbers >= 0");
+    }
+    largest = std::max(largest, data.labels[i]);
+  }
+  for (double x : data.features) {
+    if (!std::isfinite(x)) {
+      throw fsdp::Error("features '" + features + "' in '" + path +
+                        "' contain a value that is not finite (NaN or infinity)");
+    }
+  }
+  data.classes = std::max<std::int64_t>(largest + 1, 2);
+  data.description = "'" + path + "' (" + features + ", " + labels +
+                     "): " + std::to_string(data.samples) + " samples, " +
+                     std::to_string(data.dim) + " features, " + std::to_string(data.classes) +
+                     " classes";
+  return data;
+}
+
+void write_hdf5(const Dataset& data, const std::string& path, const std::string& features,
+                const std::string& labels) {
+  QuietErrorStack quiet;
+  Hdf5Context h5{path};
+  Handle file(h5.check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                       "H5Fcreate", "the file (is the directory writable?)"),
+              H5Fclose);
+  const hsize_t fx[2] = {static_cast<hsize_t>(data.samples), static_cast<hsize_t>(data.dim)};
+  {
+    const std::string object = "dataset '" + features + "'";
+    Handle space(h5.check(H5Screate_simple(2, fx, nullptr), "H5Screate_simple", object), H5Sclose);
+    Handle set(h5.check(H5Dcreate2(file.get(), features.c_str(), H5T_IEEE_F32LE, space.get(),
+                                   H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                        "H5Dcreate2", object),
+               H5Dclose);
+    h5.check_status(
+        H5Dwrite(set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.features.data()),
+        "H5Dwrite", object);
+    h5.check_status(set.close(), "H5Dclose", object);
+  }
+  {
+    const std::string object = "dataset '" + labels + "'";
+    const hsize_t lx[1] = {fx[0]};
+    Handle space(h5.check(H5Screate_simple(1, lx, nullptr), "H5Screate_simple", object), H5Sclose);
+    Handle set(h5.check(H5Dcreate2(file.get(), labels.c_str(), H5T_STD_I32LE, space.get(),
+                                   H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                        "H5Dcreate2", object),
+               H5Dclose);
+    h5.check_status(
+        H5Dwrite(set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.labels.data()),
+        "H5Dwrite", object);
+    h5.check_status(set.close(), "H5Dclose", object);
+  }
+  h5.check_status(file.close(), "H5Fclose", "the file");
+}
+
+Split split(const Dataset& data, double eval_fraction) {
+  fsdp::require(eval_fraction > 0 && eval_fraction < 1,
+                "--eval-fraction must be in (0, 1), got " + std::to_string(eval_fraction));
+  auto eval = static_cast<std::int64_t>(std::llround(eval_fraction * double(data.samples)));
+  eval = std::min(std::max<std::int64_t>(eval, 1), data.samples - 1);
+  const std::int64_t train = data.samples - eval;
+  Split out;
+  for (Dataset* part : {&out.train, &out.eval}) {
+    const bool is_train = part == &out.train;
+    const std::int64_t first = is_train ? 0 : train;
+    part->samples = is_train ? train : eval;
+    part->dim = data.dim;
+    part->classes = data.classes;
+    part->description = data.description;
+    part->features.assign(data.features.begin() + first * data.dim,
+                          data.features.begin() + (first + part->samples) * data.dim);
+    part->labels.assign(data.labels.begin() + first, data.labels.begin() + first + part->samples);
+  }
+  return out;
+}
+
+}  // namespace fsdp_train

@@ -1,0 +1,242 @@
+// fsdp-train: the main job. Trains a multi-layer perceptron with fully sharded data parallelism
+// on every rank of MPI_COMM_WORLD: parameters, gradients and Adam state sharded by the strategy
+// given on the command line, samples from the DistributedSampler, progress per epoch on rank 0.
+// docs/train.md describes it.
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <Kokkos_Core.hpp>
+#include <climits>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dataset.hpp"
+#include "fsdp/comm/process_group.hpp"
+#include "fsdp/core/error.hpp"
+#include "train.hpp"
+
+namespace {
+
+// An error every rank has, with the same message: rank 0 prints it and every rank exits 1.
+class AgreedError : public std::runtime_error {
+ public:
+  explicit AgreedError(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Runs work on every rank; when it throws on any rank, every rank throws AgreedError with the
+// message of the lowest failing rank (so a file only one rank cannot read never leaves the others
+// waiting in a collective).
+template <class Work>
+void on_every_rank(fsdp::ProcessGroup& group, Work&& work) {
+  std::string message;
+  try {
+    work();
+  } catch (const std::exception& error) {
+    message = error.what();
+    if (message.empty()) {
+      message = "unknown error";
+    }
+  }
+  int failed = message.empty() ? INT_MAX : group.rank();
+  group.all_reduce(&failed, 1, fsdp::ReduceOp::min);
+  if (failed == INT_MAX) {
+    return;
+  }
+  std::int64_t length = static_cast<std::int64_t>(message.size());
+  group.broadcast(&length, 1, failed);
+  std::vector<std::int32_t> text(static_cast<std::size_t>(length));
+  for (std::size_t i = 0; i < text.size() && group.rank() == failed; ++i) {
+    text[i] = static_cast<unsigned char>(message[i]);
+  }
+  group.broadcast(text.data(), text.size(), failed);
+  message.assign(text.begin(), text.end());
+  if (message.rfind("fsdp: ", 0) == 0) {
+    message.erase(0, 6);
+  }
+  throw AgreedError(failed == 0 || group.size() == 1
+                        ? message
+                        : "rank " + std::to_string(failed) + ": " + message);
+}
+
+struct DataOptions {
+  std::string path;
+  std::string features = "features";
+  std::string labels = "labels";
+  std::string write_path;
+  fsdp_train::SyntheticOptions synthetic;
+};
+
+int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
+        const DataOptions& data_options) {
+  fsdp_train::Split data;
+  on_every_rank(group, [&] {
+    // Every rank reads (or generates) the whole set: it is small, and the --check reference on
+    // rank 0 needs all of it.
+    const fsdp_train::Dataset all =
+        data_options.path.empty()
+            ? fsdp_train::make_synthetic(data_options.synthetic)
+            : fsdp_train::read_hdf5(data_options.path, data_options.features, data_options.labels);
+    if (data_options.write_path.empty()) {
+      data = fsdp_train::split(all, options.eval_fraction);
+      fsdp_train::validate(options, group.size(), data);
+    } else if (group.rank() == 0) {
+      fsdp_train::write_hdf5(all, data_options.write_path, data_options.features,
+                             data_options.labels);
+      std::printf(
+          "fsdp-train: wrote %s to %s (datasets '%s' [%lld, %lld] fp32, '%s' [%lld] "
+          "int32)\n",
+          all.description.c_str(), data_options.write_path.c_str(), data_options.features.c_str(),
+          static_cast<long long>(all.samples), static_cast<long long>(all.dim),
+          data_options.labels.c_str(), static_cast<long long>(all.samples));
+    }
+  });
+  if (!data_options.write_path.empty()) {
+    return fsdp_train::kExitOk;
+  }
+  return fsdp_train::train(options, group, data);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    std::fprintf(stderr, "fsdp-train: MPI_Init_thread failed\n");
+    return 1;
+  }
+  int rank = 0, size = 1;
+  if (MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS ||
+      MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS) {
+    std::fprintf(stderr, "fsdp-train: MPI_Comm_rank/MPI_Comm_size failed\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int code = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    fsdp_train::TrainOptions o;
+    DataOptions d;
+    int layers = 0;
+    CLI::App app{
+        "fsdp-train: trains a multi-layer perceptron with fully sharded data parallelism on "
+        "every MPI rank (parameters, gradients and optimizer state split across the ranks). "
+        "Run it under mpiexec; docs/train.md describes it."};
+    app.add_option("--hidden", o.hidden, "hidden layer widths, comma separated")
+        ->delimiter(',')
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+        ->capture_default_str();
+    app.add_option("--layers", layers,
+                   "number of hidden layers (repeats a single --hidden width; default: as many "
+                   "as --hidden lists)")
+        ->check(CLI::Range(1, 1000));
+    app.add_option("--dtype", o.dtype, "element type of parameters and computation")
+        ->check(CLI::IsMember({"fp32", "fp64"}))
+        ->capture_default_str();
+    app.add_option("--optimizer", o.optimizer, "adam, adamw (decoupled weight decay) or sgd")
+        ->check(CLI::IsMember({"adam", "adamw", "sgd"}))
+        ->capture_default_str();
+    app.add_option("--lr", o.lr, "learning rate")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--weight-decay", o.weight_decay, "weight decay (L2 for adam and sgd)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--momentum", o.momentum, "sgd momentum")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--strategy", o.strategy,
+                   "sharding strategy: full (every parameter split across all ranks), "
+                   "layerwise (each layer whole on one rank) or hybrid")
+        ->check(CLI::IsMember({"full", "layerwise", "hybrid"}))
+        ->capture_default_str();
+    app.add_option("--full-shard", o.full_shard_patterns,
+                   "hybrid: layer-name globs to split across all ranks (layers are layer0, "
+                   "layer1, ...)");
+    app.add_option("--layer-wise", o.layer_wise_patterns,
+                   "hybrid: layer-name globs to place whole on one rank");
+    app.add_option("--epochs", o.epochs, "passes over the training split")
+        ->check(CLI::Range(1, 1000000))
+        ->capture_default_str();
+    app.add_option("--batch-size", o.batch_size,
+                   "global batch size, split evenly across the ranks (a multiple of the ranks)")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+        ->capture_default_str();
+    app.add_option("--seed", o.seed,
+                   "seed of the initial parameters, the sampler's shuffle and "
+                   "the synthetic data")
+        ->capture_default_str();
+    app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: no clipping)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--eval-fraction", o.eval_fraction,
+                   "share of the samples held out for evaluation (the last ones)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    app.add_flag("--json", o.json, "print one JSON object per line instead of a table");
+    app.add_flag("--check", o.check,
+                 "after training, train again unsharded on rank 0 and compare the parameters "
+                 "(exit code 2 beyond the tolerance: 1e-4 relative in fp32, 1e-9 in fp64)");
+    app.add_flag("--expect-loss-drop", o.expect_loss_drop,
+                 "exit with code 3 unless the last epoch's mean loss is below the first step's");
+    auto* data = app.add_option("--data", d.path,
+                                "HDF5 file with a 2-D float features dataset and a 1-D integer "
+                                "labels dataset (default: built-in synthetic data)");
+    app.add_option("--features", d.features, "--data: the features dataset [samples, features]")
+        ->capture_default_str();
+    app.add_option("--labels", d.labels, "--data: the labels dataset [samples], classes 0..K-1")
+        ->capture_default_str();
+    auto* samples = app.add_option("--samples", d.synthetic.samples, "synthetic: samples")
+                        ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 30))
+                        ->capture_default_str();
+    auto* dim = app.add_option("--features-dim", d.synthetic.dim, "synthetic: features")
+                    ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+                    ->capture_default_str();
+    auto* classes = app.add_option("--classes", d.synthetic.classes, "synthetic: classes")
+                        ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 20))
+                        ->capture_default_str();
+    auto* write = app.add_option("--write-data", d.write_path,
+                                 "write the synthetic data set to this HDF5 file (datasets "
+                                 "--features and --labels) and exit");
+    for (CLI::Option* option : {samples, dim, classes, write}) {
+      option->excludes(data);
+    }
+    try {
+      app.parse(argc, argv);
+      if (layers > 0) {
+        if (o.hidden.size() == 1) {
+          o.hidden.assign(static_cast<std::size_t>(layers), o.hidden[0]);
+        } else if (static_cast<int>(o.hidden.size()) != layers) {
+          throw CLI::ValidationError("--layers " + std::to_string(layers) +
+                                     " disagrees with --hidden, which lists " +
+                                     std::to_string(o.hidden.size()) +
+                                     " widths: give one width to repeat, or as many as layers");
+        }
+      }
+      if (o.eval_fraction <= 0 || o.eval_fraction >= 1) {
+        throw CLI::ValidationError("--eval-fraction must be strictly between 0 and 1");
+      }
+      d.synthetic.seed = o.seed;
+      fsdp::ProcessGroup group(MPI_COMM_WORLD);
+      code = run(group, o, d);
+    } catch (const CLI::ParseError& error) {
+      // Every rank parsed the same arguments: rank 0 speaks, every rank exits.
+      code = rank == 0 ? app.exit(error) : (error.get_exit_code() != 0 ? 1 : 0);
+    } catch (const AgreedError& error) {
+      if (rank == 0) {
+        std::fprintf(stderr, "fsdp-train: %s\n", error.what());
+      }
+      code = fsdp_train::kExitError;
+    } catch (const std::exception& error) {
+      // Not known to have happened on every rank: the others may be waiting in a collective.
+      std::fprintf(stderr, "fsdp-train: rank %d of %d: %s\n", rank, size, error.what());
+      std::fflush(stderr);
+      if (size > 1) {
+        MPI_Abort(MPI_COMM_WORLD, fsdp_train::kExitError);
+      }
+      code = fsdp_train::kExitError;
+    }
+  }
+  MPI_Finalize();
+  return code;
+}

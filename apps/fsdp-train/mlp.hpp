@@ -1,0 +1,161 @@
+// The multi-layer perceptron fsdp-train trains, written by hand: each layer's forward and
+// backward are loops over Kokkos Views on the host (Kokkos::parallel_for on the default host
+// execution space), taking the layer's full parameters as flat Views (what a gathered unit's
+// ShardedParameter::full() returns). No autograd: the activations backward needs are kept in the
+// caller's buffers.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fsdp/core/dtype.hpp"
+#include "fsdp/shard/parameter_info.hpp"
+
+namespace fsdp_train {
+
+template <class T>
+using Matrix = Kokkos::View<T**, Kokkos::LayoutRight, Kokkos::HostSpace>;
+template <class T>
+using Flat = Kokkos::View<T*, Kokkos::HostSpace>;
+using HostRange = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
+
+// widths = {input features, hidden..., classes}; layer l maps widths[l] -> widths[l + 1] with
+// weight [widths[l + 1], widths[l]] (row-major, PyTorch's Linear layout) and bias
+// [widths[l + 1]], ReLU after every layer but the last. Each layer is one unit "layer<l>".
+struct MlpShape {
+  std::vector<std::int64_t> widths;
+
+  std::size_t layers() const { return widths.size() - 1; }
+  std::int64_t in(std::size_t l) const { return widths[l]; }
+  std::int64_t out(std::size_t l) const { return widths[l + 1]; }
+  static std::string unit(std::size_t l) { return "layer" + std::to_string(l); }
+  static std::string weight(std::size_t l) { return unit(l) + ".weight"; }
+  static std::string bias(std::size_t l) { return unit(l) + ".bias"; }
+
+  std::vector<fsdp::ParameterInfo> parameters(fsdp::DType dtype) const {
+    std::vector<fsdp::ParameterInfo> list;
+    for (std::size_t l = 0; l < layers(); ++l) {
+      list.push_back({weight(l), {out(l), in(l)}, dtype, unit(l), false});
+      list.push_back({bias(l), {out(l)}, dtype, unit(l), false});
+    }
+    return list;
+  }
+  std::int64_t parameter_count() const {
+    std::int64_t count = 0;
+    for (std::size_t l = 0; l < layers(); ++l) {
+      count += out(l) * in(l) + out(l);
+    }
+    return count;
+  }
+};
+
+// out[r, o] = sum_i in[r, i] * weight[o, i] + bias[o] for r < rows; then max(0, .) when relu.
+template <class T>
+void layer_forward(const Flat<T>& weight, const Flat<T>& bias, const Matrix<T>& in,
+                   const Matrix<T>& out, std::int64_t rows, bool relu) {
+  const auto inputs = static_cast<std::int64_t>(in.extent(1));
+  const auto outputs = static_cast<std::int64_t>(out.extent(1));
+  Kokkos::parallel_for("fsdp_train::layer_forward", HostRange(0, static_cast<std::size_t>(rows)),
+                       [=](std::size_t r) {
+                         for (std::int64_t o = 0; o < outputs; ++o) {
+                           T sum = bias(o);
+                           const T* w = &weight(static_cast<std::size_t>(o * inputs));
+                           for (std::int64_t i = 0; i < inputs; ++i) {
+                             sum += in(r, i) * w[i];
+                           }
+                           out(r, o) = relu && sum < T(0) ? T(0) : sum;
+                         }
+                       });
+  Kokkos::DefaultHostExecutionSpace().fence();
+}
+
+// delta = dLoss / d(layer output before its activation), [rows, outputs]. Adds
+// weight_grad[o, i] += sum_r delta[r, o] * in[r, i] and bias_grad[o] += sum_r delta[r, o].
+// When delta_in is given, writes delta_in[r, i] = sum_o delta[r, o] * weight[o, i], masked by the
+// ReLU that produced `in` (in[r, i] > 0): the previous layer's delta.
+template <class T>
+void layer_backward(const Flat<T>& weight, const Flat<T>& weight_grad, const Flat<T>& bias_grad,
+                    const Matrix<T>& in, const Matrix<T>& delta, const Matrix<T>* delta_in,
+                    std::int64_t rows) {
+  const auto inputs = static_cast<std::int64_t>(in.extent(1));
+  const auto outputs = static_cast<std::int64_t>(delta.extent(1));
+  Kokkos::parallel_for("fsdp_train::layer_backward_weights",
+                       HostRange(0, static_cast<std::size_t>(outputs)), [=](std::size_t o) {
+                         T* gw = &weight_grad(o * static_cast<std::size_t>(inputs));
+                         T gb = T(0);
+                         for (std::int64_t r = 0; r < rows; ++r) {
+                           const T d = delta(r, o);
+                           gb += d;
+                           for (std::int64_t i = 0; i < inputs; ++i) {
+                             gw[i] += d * in(r, i);
+                           }
+                         }
+                         bias_grad(o) += gb;
+                       });
+  if (delta_in != nullptr) {
+    const Matrix<T> previous = *delta_in;
+    Kokkos::parallel_for("fsdp_train::layer_backward_inputs",
+                         HostRange(0, static_cast<std::size_t>(rows)), [=](std::size_t r) {
+                           for (std::int64_t i = 0; i < inputs; ++i) {
+                             previous(r, i) = T(0);
+                           }
+                           for (std::int64_t o = 0; o < outputs; ++o) {
+                             const T d = delta(r, o);
+                             const T* w = &weight(static_cast<std::size_t>(o * inputs));
+                             for (std::int64_t i = 0; i < inputs; ++i) {
+                               previous(r, i) += d * w[i];
+                             }
+                           }
+                           for (std::int64_t i = 0; i < inputs; ++i) {
+                             if (!(in(r, i) > T(0))) {
+                               previous(r, i) = T(0);
+                             }
+                           }
+                         });
+  }
+  Kokkos::DefaultHostExecutionSpace().fence();
+}
+
+struct LossSums {
+  double loss = 0;     // sum over rows of -log softmax(logits)[label]
+  double correct = 0;  // rows whose largest logit is the label's
+};
+
+// Softmax cross-entropy of logits [rows, classes] against labels. When delta is given it receives
+// dLoss/dlogits of the mean loss over `scale_rows` rows: (softmax - onehot) / scale_rows.
+template <class T>
+LossSums softmax_cross_entropy(const Matrix<T>& logits, const std::vector<std::int64_t>& labels,
+                               std::int64_t rows, const Matrix<T>* delta, std::int64_t scale_rows) {
+  const auto classes = static_cast<std::int64_t>(logits.extent(1));
+  LossSums sums;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t label = labels[static_cast<std::size_t>(r)];
+    std::int64_t best = 0;
+    T largest = logits(r, 0);
+    for (std::int64_t c = 1; c < classes; ++c) {
+      if (logits(r, c) > largest) {
+        largest = logits(r, c);
+        best = c;
+      }
+    }
+    double total = 0;
+    for (std::int64_t c = 0; c < classes; ++c) {
+      total += std::exp(static_cast<double>(logits(r, c) - largest));
+    }
+    sums.loss += std::log(total) - static_cast<double>(logits(r, label) - largest);
+    sums.correct += best == label ? 1 : 0;
+    if (delta != nullptr) {
+      for (std::int64_t c = 0; c < classes; ++c) {
+        const double p = std::exp(static_cast<double>(logits(r, c) - largest)) / total;
+        (*delta)(r, c) =
+            static_cast<T>((p - (c == label ? 1.0 : 0.0)) / static_cast<double>(scale_rows));
+      }
+    }
+  }
+  return sums;
+}
+
+}  // namespace fsdp_train

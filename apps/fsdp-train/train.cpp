@@ -1,0 +1,610 @@
+#include "train.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "fsdp/core/error.hpp"
+#include "fsdp/data/distributed_sampler.hpp"
+#include "fsdp/optim/adam.hpp"
+#include "fsdp/optim/grad_norm.hpp"
+#include "fsdp/optim/sgd.hpp"
+#include "fsdp/shard/plan_agreement.hpp"
+#include "fsdp/shard/plan_estimate.hpp"
+#include "fsdp/shard/sharding_strategy.hpp"
+#include "fsdp/unit/sharded_model.hpp"
+#include "mlp.hpp"
+
+namespace fsdp_train {
+namespace {
+
+// ---- the optimizer chosen on the command line ----
+
+fsdp::OptimizerKind optimizer_kind(const TrainOptions& o) {
+  if (o.optimizer == "sgd") {
+    return o.momentum > 0 ? fsdp::OptimizerKind::sgd_momentum : fsdp::OptimizerKind::sgd;
+  }
+  return o.optimizer == "adamw" ? fsdp::OptimizerKind::adamw : fsdp::OptimizerKind::adam;
+}
+
+template <class T>
+class Optimizer {
+ public:
+  explicit Optimizer(const TrainOptions& o) {
+    if (o.optimizer == "sgd") {
+      fsdp::SgdOptions options;
+      options.lr = o.lr;
+      options.momentum = o.momentum;
+      options.weight_decay = o.weight_decay;
+      sgd_ = std::make_unique<fsdp::Sgd<T>>(options);
+    } else if (o.optimizer == "adam" || o.optimizer == "adamw") {
+      fsdp::AdamOptions options;
+      options.lr = o.lr;
+      options.weight_decay = o.weight_decay;
+      options.decoupled_weight_decay = o.optimizer == "adamw";
+      adam_ = std::make_unique<fsdp::Adam<T>>(options);
+    } else {
+      throw fsdp::Error("--optimizer '" + o.optimizer + "' is unknown: use adam, adamw or sgd");
+    }
+  }
+  void step(fsdp::ShardedModel<T>& model) {
+    if (adam_) {
+      adam_->step(model);
+    } else {
+      sgd_->step(model);
+    }
+  }
+
+ private:
+  std::unique_ptr<fsdp::Adam<T>> adam_;
+  std::unique_ptr<fsdp::Sgd<T>> sgd_;
+};
+
+// ---- the network: activations and deltas this process keeps between forward and backward ----
+
+template <class T>
+struct Network {
+  MlpShape shape;
+  std::vector<Matrix<T>> activations;  // [0]: the input batch; [l + 1]: layer l's output
+  std::vector<Matrix<T>> deltas;       // [l]: dLoss / d(layer l's output before its ReLU)
+  std::vector<std::int64_t> labels;
+
+  Network(MlpShape s, std::int64_t capacity) : shape(std::move(s)) {
+    const auto rows = static_cast<std::size_t>(std::max<std::int64_t>(capacity, 1));
+    for (std::size_t l = 0; l <= shape.layers(); ++l) {
+      activations.emplace_back("activations", rows, static_cast<std::size_t>(shape.widths[l]));
+    }
+    for (std::size_t l = 0; l < shape.layers(); ++l) {
+      deltas.emplace_back("deltas", rows, static_cast<std::size_t>(shape.out(l)));
+    }
+    labels.resize(rows);
+  }
+  std::int64_t capacity() const { return static_cast<std::int64_t>(activations[0].extent(0)); }
+
+  void load(const Dataset& data, const std::vector<std::int64_t>& indices) {
+    fsdp::require(static_cast<std::int64_t>(indices.size()) <= capacity(),
+                  "fsdp-train: batch larger than the activation buffers");
+    const Matrix<T>& input = activations[0];
+    for (std::size_t r = 0; r < indices.size(); ++r) {
+      const auto i = static_cast<std::size_t>(indices[r]);
+      for (std::int64_t j = 0; j < data.dim; ++j) {
+        input(r, static_cast<std::size_t>(j)) =
+            static_cast<T>(data.features[i * static_cast<std::size_t>(data.dim) + j]);
+      }
+      labels[r] = data.labels[i];
+    }
+  }
+  const Matrix<T>& logits() const { return activations.back(); }
+};
+
+// ---- one training step: THE place where units are gathered, released and reduce-scattered ----
+
+// Forward of every layer in order, each between its unit's gather and release.
+template <class T>
+void forward(fsdp::ShardedModel<T>& model, Network<T>& net, std::int64_t rows) {
+  const MlpShape& shape = net.shape;
+  for (std::size_t l = 0; l < shape.layers(); ++l) {
+    fsdp::ShardedUnit<T>& unit = model.unit(MlpShape::unit(l));
+    unit.gather();
+    layer_forward<T>(unit.parameter(MlpShape::weight(l)).full(),
+                     unit.parameter(MlpShape::bias(l)).full(), net.activations[l],
+                     net.activations[l + 1], rows, l + 1 < shape.layers());
+    unit.release();
+  }
+}
+
+// Backward in reverse order: gather, write the full gradients, release, reduce-scatter them.
+template <class T>
+void backward(fsdp::ShardedModel<T>& model, Network<T>& net, std::int64_t rows) {
+  const MlpShape& shape = net.shape;
+  for (std::size_t l = shape.layers(); l-- > 0;) {
+    fsdp::ShardedUnit<T>& unit = model.unit(MlpShape::unit(l));
+    unit.gather();
+    fsdp::ShardedParameter<T>& weight = unit.parameter(MlpShape::weight(l));
+    fsdp::ShardedParameter<T>& bias = unit.parameter(MlpShape::bias(l));
+    layer_backward<T>(weight.full(), weight.grad(), bias.grad(), net.activations[l], net.deltas[l],
+                      l > 0 ? &net.deltas[l - 1] : nullptr, rows);
+    unit.release();
+    unit.reduce_scatter_grads();
+  }
+}
+
+// Forward, loss, backward, (clip), optimizer step on the batch loaded into net (rows samples).
+// The gradient is the mean over this process's rows; averaged over the ranks by the
+// reduce-scatter, it is the global batch's mean when every rank has as many rows.
+template <class T>
+LossSums train_step(fsdp::ShardedModel<T>& model, Network<T>& net, std::int64_t rows,
+                    Optimizer<T>& optimizer, double clip) {
+  forward(model, net, rows);
+  const LossSums sums =
+      softmax_cross_entropy<T>(net.logits(), net.labels, rows, &net.deltas.back(), rows);
+  backward(model, net, rows);
+  if (clip > 0) {
+    fsdp::clip_grad_norm(model, clip);
+  }
+  optimizer.step(model);
+  model.zero_grad();
+  return sums;
+}
+
+// ---- which samples each step takes ----
+
+// One sampler per rank whose samples this process trains on: its own (sharded run), or every
+// rank's (the unsharded reference of --check, whose step s takes the union of the ranks' local
+// batches of step s, in rank order).
+class Schedule {
+ public:
+  Schedule(std::vector<fsdp::DistributedSampler> samplers, std::int64_t local_batch)
+      : samplers_(std::move(samplers)), local_batch_(local_batch) {}
+  void set_epoch(std::int64_t epoch) {
+    for (auto& sampler : samplers_) {
+      sampler.set_epoch(epoch);
+    }
+  }
+  // The strided partition gives every rank the same length(): all ranks run as many steps, and
+  // the last (possibly short) step has as many samples on every rank.
+  std::int64_t steps() const { return (samplers_[0].length() + local_batch_ - 1) / local_batch_; }
+  void indices(std::int64_t step, std::vector<std::int64_t>& out) const {
+    out.clear();
+    for (const auto& sampler : samplers_) {
+      const std::int64_t end = std::min((step + 1) * local_batch_, sampler.length());
+      for (std::int64_t i = step * local_batch_; i < end; ++i) {
+        out.push_back(sampler.index(i));
+      }
+    }
+  }
+
+ private:
+  std::vector<fsdp::DistributedSampler> samplers_;
+  std::int64_t local_batch_;
+};
+
+// PyTorch's nn.Linear default: weight and bias uniform in +-1/sqrt(fan_in), here from a hash of
+// (seed, parameter, global element index), so a rank fills its own piece without the rest.
+template <class T>
+void initialize(fsdp::ShardedModel<T>& model, const MlpShape& shape, std::uint64_t seed) {
+  for (std::size_t l = 0; l < shape.layers(); ++l) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(shape.in(l)));
+    for (int which = 0; which < 2; ++which) {
+      const std::uint64_t tag = 100 + 2 * l + static_cast<std::uint64_t>(which);
+      model.init_with(which == 0 ? MlpShape::weight(l) : MlpShape::bias(l),
+                      [&](std::int64_t first, T* values, std::int64_t count) {
+                        for (std::int64_t k = 0; k < count; ++k) {
+                          const double u =
+                              hash_uniform(seed, tag, 0, static_cast<std::uint64_t>(first + k));
+                          values[k] = static_cast<T>((2 * u - 1) * bound);
+                        }
+                      });
+    }
+  }
+}
+
+// Every parameter whole, on every rank. Collective.
+template <class T>
+std::map<std::string, std::vector<double>> full_parameters(fsdp::ShardedModel<T>& model) {
+  std::map<std::string, std::vector<double>> out;
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    fsdp::ShardedUnit<T>& unit = model.unit(u);
+    unit.gather();
+    for (auto& parameter : unit.parameters()) {
+      const auto full = parameter.full();
+      out[parameter.name()].assign(full.data(), full.data() + full.size());
+    }
+    unit.release();
+  }
+  return out;
+}
+
+struct Trained {
+  std::vector<nlohmann::json> epochs;
+  double first_step_loss = 0;
+};
+
+// ---- the run ----
+
+template <class T>
+class Run {
+ public:
+  Run(const TrainOptions& o, fsdp::ProcessGroup& group, const Split& data)
+      : o_(o), group_(group), data_(data), ranks_(group.size()), rank_(group.rank()) {
+    shape_.widths.push_back(data.train.dim);
+    for (std::int64_t width : o.hidden) {
+      shape_.widths.push_back(width);
+    }
+    shape_.widths.push_back(data.train.classes);
+    parameters_ = shape_.parameters(fsdp::dtype_of<T>());
+    validate(o, ranks_, data);
+    local_batch_ = o.batch_size / ranks_;
+    eval_first_ = data.eval.samples * rank_ / ranks_;
+    eval_rows_ = data.eval.samples * (rank_ + 1) / ranks_ - eval_first_;
+  }
+
+  int run() {
+    const fsdp::StrategyOptions strategy_options{o_.full_shard_patterns, o_.layer_wise_patterns};
+    const auto strategy = fsdp::make_strategy(o_.strategy, strategy_options);
+    const fsdp::ShardingPlan plan = fsdp::agree_on_plan(*strategy, parameters_, group_);
+    fsdp::ShardedModel<T> model(group_, plan);
+    initialize(model, shape_, o_.seed);
+    Optimizer<T> optimizer(o_);
+    fsdp::SamplerOptions sampler_options;
+    sampler_options.seed = o_.seed;
+    fsdp::DistributedSampler sampler(group_, data_.train.samples, sampler_options);
+    seed_ = sampler.seed();
+    std::vector<fsdp::DistributedSampler> mine{sampler};
+    Schedule schedule(std::move(mine), local_batch_);
+    Network<T> net(shape_, std::max(local_batch_, data_.eval.samples / ranks_ + 1));
+
+    fsdp::EstimateOptions estimate_options;
+    estimate_options.optimizer = optimizer_kind(o_);
+    unsharded_bytes_ = fsdp::estimate(plan, estimate_options).unsharded_persistent_bytes;
+    print_header(plan, schedule.steps());
+
+    Trained trained;
+    const double start = MPI_Wtime();
+    double train_seconds = 0;
+    double trained_samples = 0;  // all ranks, padding of the sampler included
+    for (int epoch = 0; epoch < o_.epochs; ++epoch) {
+      schedule.set_epoch(epoch);
+      const double epoch_start = MPI_Wtime();
+      LossSums sums;
+      double samples = 0;
+      std::vector<std::int64_t> indices;
+      for (std::int64_t step = 0; step < schedule.steps(); ++step) {
+        schedule.indices(step, indices);
+        net.load(data_.train, indices);
+        const auto rows = static_cast<std::int64_t>(indices.size());
+        const LossSums step_sums = train_step(model, net, rows, optimizer, o_.clip);
+        if (epoch == 0 && step == 0) {
+          double first[2] = {step_sums.loss, static_cast<double>(rows)};
+          group_.all_reduce(first, 2);
+          trained.first_step_loss = first[0] / first[1];
+        }
+        sums.loss += step_sums.loss;
+        sums.correct += step_sums.correct;
+        samples += static_cast<double>(rows);
+      }
+      double totals[3] = {sums.loss, sums.correct, samples};
+      group_.all_reduce(totals, 3);
+      const double seconds = MPI_Wtime() - epoch_start;
+      train_seconds += seconds;
+      trained_samples += totals[2];
+      const double eval_accuracy = evaluate(model, net);
+      nlohmann::json line = {{"type", "epoch"},
+                             {"epoch", epoch + 1},
+                             {"steps", schedule.steps()},
+                             {"loss", totals[0] / totals[2]},
+                             {"train_accuracy", totals[1] / totals[2]},
+                             {"eval_accuracy", eval_accuracy},
+                             {"samples_per_s", totals[2] / seconds},
+                             {"seconds", seconds}};
+      add_memory(model, line);
+      print_epoch(line);
+      trained.epochs.push_back(std::move(line));
+    }
+    const double total_seconds = MPI_Wtime() - start;
+
+    int code = kExitOk;
+    nlohmann::json summary =
+        trained.epochs.empty() ? nlohmann::json::object() : nlohmann::json(trained.epochs.back());
+    summary["type"] = "summary";
+    summary.erase("seconds");
+    summary["epochs"] = o_.epochs;
+    summary["first_step_loss"] = trained.first_step_loss;
+    summary["train_seconds"] = train_seconds;
+    summary["total_seconds"] = total_seconds;
+    summary["samples_per_s"] = train_seconds > 0 ? trained_samples / train_seconds : 0.0;
+    summary["ranks"] = ranks_;
+    summary["strategy"] = plan.strategy();
+    summary["dtype"] = o_.dtype;
+    summary["parameters"] = shape_.parameter_count();
+    summary["peak_bytes_per_rank_max"] = max_over_ranks(model.memory().total_peak);
+    const bool dropped = !trained.epochs.empty() &&
+                         trained.epochs.back()["loss"].get<double>() < trained.first_step_loss;
+    summary["loss_dropped"] = dropped;
+    if (o_.expect_loss_drop && !dropped) {
+      code = kExitLossDidNotDrop;
+    }
+    print_summary(summary);
+
+    if (o_.check) {
+      const int check_code = check(model);
+      if (code == kExitOk) {
+        code = check_code;
+      }
+    }
+    if (o_.expect_loss_drop && !dropped && rank_ == 0) {
+      std::fprintf(stderr,
+                   "fsdp-train: the loss did not fall (--expect-loss-drop): last epoch's mean "
+                   "%.6g is not below the first step's %.6g\n",
+                   trained.epochs.empty() ? 0.0 : trained.epochs.back()["loss"].get<double>(),
+                   trained.first_step_loss);
+    }
+    return code;
+  }
+
+ private:
+  double max_over_ranks(std::int64_t bytes) {
+    double value = static_cast<double>(bytes);
+    group_.all_reduce(&value, 1, fsdp::ReduceOp::max);
+    return value;
+  }
+
+  void add_memory(fsdp::ShardedModel<T>& model, nlohmann::json& line) {
+    const double state = max_over_ranks(model.memory().model_state());
+    line["model_state_bytes_per_rank_max"] = state;
+    line["unsharded_model_state_bytes"] = unsharded_bytes_;
+    line["model_state_ratio"] =
+        state / static_cast<double>(std::max<std::int64_t>(1, unsharded_bytes_));
+  }
+
+  // Accuracy on the held-out split: each rank takes a contiguous slice, counts are summed.
+  double evaluate(fsdp::ShardedModel<T>& model, Network<T>& net) {
+    std::vector<std::int64_t> indices(static_cast<std::size_t>(eval_rows_));
+    for (std::int64_t i = 0; i < eval_rows_; ++i) {
+      indices[static_cast<std::size_t>(i)] = eval_first_ + i;
+    }
+    net.load(data_.eval, indices);
+    forward(model, net, eval_rows_);  // every rank gathers every unit, even with no rows
+    double correct =
+        softmax_cross_entropy<T>(net.logits(), net.labels, eval_rows_, nullptr, 1).correct;
+    group_.all_reduce(&correct, 1);
+    return correct / static_cast<double>(data_.eval.samples);
+  }
+
+  // The same training unsharded on rank 0 (a 1-rank group holds every parameter whole), from
+  // the same initial values, with the same optimizer and the same global batches in the same
+  // order; then the largest relative difference of each parameter (max |sharded - unsharded| /
+  // max |unsharded|). Collective; returns the same code on every rank.
+  int check(fsdp::ShardedModel<T>& model) {
+    const auto sharded = full_parameters(model);
+    double result[2] = {0, 0};  // largest relative difference, the parameter's index
+    if (rank_ == 0) {
+      fsdp::ProcessGroup alone(MPI_COMM_SELF);
+      const fsdp::ShardingPlan plan = fsdp::FullSharding().make_plan(parameters_, 1);
+      fsdp::ShardedModel<T> reference(alone, plan);
+      initialize(reference, shape_, o_.seed);
+      Optimizer<T> optimizer(o_);
+      fsdp::SamplerOptions sampler_options;
+      sampler_options.seed = seed_;
+      std::vector<fsdp::DistributedSampler> every_rank;
+      for (int r = 0; r < ranks_; ++r) {
+        every_rank.emplace_back(data_.train.samples, ranks_, r, sampler_options);
+      }
+      Schedule schedule(std::move(every_rank), local_batch_);
+      Network<T> net(shape_, o_.batch_size);
+      std::vector<std::int64_t> indices;
+      for (int epoch = 0; epoch < o_.epochs; ++epoch) {
+        schedule.set_epoch(epoch);
+        for (std::int64_t step = 0; step < schedule.steps(); ++step) {
+          schedule.indices(step, indices);
+          net.load(data_.train, indices);
+          train_step(reference, net, static_cast<std::int64_t>(indices.size()), optimizer, o_.clip);
+        }
+      }
+      const auto unsharded = full_parameters(reference);
+      int index = 0;
+      for (const auto& [name, values] : unsharded) {
+        const auto& other = sharded.at(name);
+        double largest = 0, difference = 0;
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          largest = std::max(largest, std::abs(values[i]));
+          difference = std::max(difference, std::abs(values[i] - other[i]));
+        }
+        const double relative = difference / std::max(largest, 1e-30);
+        if (relative >= result[0]) {
+          result[0] = relative;
+          result[1] = index;
+        }
+        ++index;
+      }
+    }
+    // The other ranks wait without spinning on the cores rank 0 computes on.
+    fsdp::Work arrived = group_.barrier_async();
+    while (!arrived.test()) {
+      usleep(1000);
+    }
+    group_.broadcast(result, 2, 0);
+    const double tolerance = check_tolerance(o_.dtype);
+    const bool pass = result[0] <= tolerance;
+    const std::string worst = std::next(sharded.begin(), static_cast<long>(result[1]))->first;
+    if (rank_ == 0) {
+      if (o_.json) {
+        const nlohmann::json line = {{"type", "check"},
+                                     {"max_relative_difference", result[0]},
+                                     {"parameter", worst},
+                                     {"tolerance", tolerance},
+                                     {"pass", pass}};
+        std::printf("%s\n", line.dump().c_str());
+      } else {
+        std::printf(
+            "check: largest relative parameter difference to unsharded training on one rank: "
+            "%.3g (%s), tolerance %.0e: %s\n",
+            result[0], worst.c_str(), tolerance, pass ? "PASS" : "FAIL");
+      }
+      std::fflush(stdout);
+    }
+    return pass ? kExitOk : kExitCheckFailed;
+  }
+
+  // ---- printing (rank 0) ----
+
+  static std::string human(double bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int unit = 0;
+    while (bytes >= 1024 && unit < 4) {
+      bytes /= 1024;
+      ++unit;
+    }
+    char text[32];
+    std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
+    return text;
+  }
+
+  void print_header(const fsdp::ShardingPlan& plan, std::int64_t steps) {
+    if (rank_ != 0) {
+      return;
+    }
+    std::string widths;
+    for (std::int64_t w : shape_.widths) {
+      widths += (widths.empty() ? "" : "-") + std::to_string(w);
+    }
+    if (o_.json) {
+      const nlohmann::json line = {{"type", "config"},
+                                   {"ranks", ranks_},
+                                   {"strategy", plan.strategy()},
+                                   {"mlp", widths},
+                                   {"parameters", shape_.parameter_count()},
+                                   {"dtype", o_.dtype},
+                                   {"optimizer", o_.optimizer},
+                                   {"lr", o_.lr},
+                                   {"data", data_.train.description},
+                                   {"train_samples", data_.train.samples},
+                                   {"eval_samples", data_.eval.samples},
+                                   {"global_batch", o_.batch_size},
+                                   {"local_batch", local_batch_},
+                                   {"steps_per_epoch", steps},
+                                   {"seed", seed_}};
+      std::printf("%s\n", line.dump().c_str());
+    } else {
+      std::printf("fsdp-train: %d ranks, strategy %s, MLP %s (%lld parameters, %s), %s lr %g\n",
+                  ranks_, plan.strategy().c_str(), widths.c_str(),
+                  static_cast<long long>(shape_.parameter_count()), o_.dtype.c_str(),
+                  o_.optimizer.c_str(), o_.lr);
+      std::printf("data: %s\n", data_.train.description.c_str());
+      std::printf(
+          "train %lld samples, eval %lld; global batch %lld (%lld per rank), %lld steps per "
+          "epoch\n\n",
+          static_cast<long long>(data_.train.samples), static_cast<long long>(data_.eval.samples),
+          static_cast<long long>(o_.batch_size), static_cast<long long>(local_batch_),
+          static_cast<long long>(steps));
+      std::printf("%5s %6s %9s %9s %9s %10s %24s\n", "epoch", "steps", "loss", "train acc",
+                  "eval acc", "samples/s", "model state/rank (ratio)");
+    }
+    std::fflush(stdout);
+  }
+
+  void print_epoch(const nlohmann::json& line) {
+    if (rank_ != 0) {
+      return;
+    }
+    if (o_.json) {
+      std::printf("%s\n", line.dump().c_str());
+    } else {
+      const std::string memory = human(line["model_state_bytes_per_rank_max"].get<double>()) +
+                                 " of " + human(static_cast<double>(unsharded_bytes_));
+      char ratio[32];
+      std::snprintf(ratio, sizeof ratio, " (%.2f)", line["model_state_ratio"].get<double>());
+      std::printf("%5d %6lld %9.4f %8.2f%% %8.2f%% %10.0f %24s\n", line["epoch"].get<int>(),
+                  static_cast<long long>(line["steps"].get<std::int64_t>()),
+                  line["loss"].get<double>(), 100 * line["train_accuracy"].get<double>(),
+                  100 * line["eval_accuracy"].get<double>(), line["samples_per_s"].get<double>(),
+                  (memory + ratio).c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  void print_summary(const nlohmann::json& summary) {
+    if (rank_ != 0) {
+      return;
+    }
+    if (o_.json) {
+      std::printf("%s\n", summary.dump().c_str());
+    } else if (!o_.json && summary.contains("loss")) {
+      std::printf(
+          "\nsummary: %d epochs in %.2f s (%.0f samples/s training), loss %.4f (first step "
+          "%.4f), train accuracy %.2f%%, eval accuracy %.2f%%\n",
+          o_.epochs, summary["total_seconds"].get<double>(), summary["samples_per_s"].get<double>(),
+          summary["loss"].get<double>(), summary["first_step_loss"].get<double>(),
+          100 * summary["train_accuracy"].get<double>(),
+          100 * summary["eval_accuracy"].get<double>());
+      std::printf(
+          "model state per rank (parameters + gradients + optimizer state, largest rank): %s, "
+          "unsharded %s: %.3f of it on %d ranks; peak of all fsdp buffers per rank %s\n",
+          human(summary["model_state_bytes_per_rank_max"].get<double>()).c_str(),
+          human(static_cast<double>(unsharded_bytes_)).c_str(),
+          summary["model_state_ratio"].get<double>(), ranks_,
+          human(summary["peak_bytes_per_rank_max"].get<double>()).c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  const TrainOptions& o_;
+  fsdp::ProcessGroup& group_;
+  const Split& data_;
+  int ranks_;
+  int rank_;
+  MlpShape shape_;
+  std::vector<fsdp::ParameterInfo> parameters_;
+  std::int64_t local_batch_ = 1;
+  std::int64_t eval_first_ = 0;
+  std::int64_t eval_rows_ = 0;
+  std::int64_t unsharded_bytes_ = 0;
+  std::uint64_t seed_ = 0;
+};
+
+}  // namespace
+
+double check_tolerance(const std::string& dtype) {
+  return dtype == "fp64" ? 1e-9 : 1e-4;
+}
+
+void validate(const TrainOptions& o, int ranks, const Split& data) {
+  fsdp::require(o.epochs >= 1, "--epochs must be at least 1, got " + std::to_string(o.epochs));
+  fsdp::require(o.dtype == "fp32" || o.dtype == "fp64",
+                "--dtype '" + o.dtype + "' is not supported: use fp32 or fp64");
+  fsdp::require(!o.hidden.empty(), "--hidden needs at least one layer width, e.g. 64,64");
+  for (std::int64_t width : o.hidden) {
+    fsdp::require(width >= 1, "--hidden widths must be >= 1, got " + std::to_string(width));
+  }
+  fsdp::require(o.clip >= 0, "--clip must be >= 0 (0: no clipping)");
+  Optimizer<double> optimizer(o);  // checks lr, weight decay, momentum
+  fsdp::require(data.train.classes >= 2, "the data needs at least 2 classes");
+  MlpShape shape;
+  shape.widths.push_back(data.train.dim);
+  shape.widths.insert(shape.widths.end(), o.hidden.begin(), o.hidden.end());
+  shape.widths.push_back(data.train.classes);
+  const fsdp::StrategyOptions strategy_options{o.full_shard_patterns, o.layer_wise_patterns};
+  fsdp::make_strategy(o.strategy, strategy_options)
+      ->make_plan(shape.parameters(fsdp::DType::f32), ranks);
+  fsdp::require(o.batch_size >= ranks && o.batch_size % ranks == 0,
+                "--batch-size " + std::to_string(o.batch_size) + " cannot be split evenly over " +
+                    std::to_string(ranks) + " ranks: give a multiple of " + std::to_string(ranks) +
+                    " (e.g. " +
+                    std::to_string(std::max<std::int64_t>(1, o.batch_size / ranks) * ranks) +
+                    "), so that every rank's local batch has the same size");
+}
+
+int train(const TrainOptions& options, fsdp::ProcessGroup& group, const Split& data) {
+  if (options.dtype == "fp64") {
+    return Run<double>(options, group, data).run();
+  }
+  return Run<float>(options, group, data).run();
+}
+
+}  // namespace fsdp_train

@@ -1,0 +1,53 @@
+// fsdp-train's training run: options, and the run itself for fp32 or fp64.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dataset.hpp"
+#include "fsdp/comm/process_group.hpp"
+
+namespace fsdp_train {
+
+struct TrainOptions {
+  std::vector<std::int64_t> hidden{64, 64};
+  std::string dtype = "fp32";
+  std::string optimizer = "adam";
+  double lr = 3e-3;
+  double weight_decay = 0.0;
+  double momentum = 0.0;  // sgd only
+  std::string strategy = "full";
+  std::vector<std::string> full_shard_patterns;
+  std::vector<std::string> layer_wise_patterns;
+  int epochs = 10;
+  std::int64_t batch_size = 120;  // global: split evenly across the ranks
+  std::uint64_t seed = 0;
+  double clip = 0.0;  // 0: no clipping
+  double eval_fraction = 0.2;
+  bool json = false;
+  bool check = false;
+  bool expect_loss_drop = false;
+};
+
+// Exit codes of fsdp-train.
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;
+constexpr int kExitCheckFailed = 2;
+constexpr int kExitLossDidNotDrop = 3;
+
+// --check tolerance on the largest relative parameter difference, by element type. fp32: the
+// sharded run averages N per-rank mean gradients where the unsharded one takes one mean over the
+// global batch, so the sums round differently (~1e-7 relative per step) and Adam carries the
+// differences on; fp64 rounds 2^29 times finer.
+double check_tolerance(const std::string& dtype);
+
+// Throws fsdp::Error naming the option that is wrong and what would be right. No communication:
+// every rank reaches the same verdict from the same options and data.
+void validate(const TrainOptions& options, int ranks, const Split& data);
+
+// Trains on every rank of group (collective) and prints on rank 0. Returns an exit code that is
+// the same on every rank. Throws fsdp::Error on bad options (the same on every rank).
+int train(const TrainOptions& options, fsdp::ProcessGroup& group, const Split& data);
+
+}  // namespace fsdp_train
