@@ -26,6 +26,16 @@ std::ostream& boost_test_print_type(std::ostream& out, const SamplerState& state
 
 namespace {
 
+// Properties computed for many replica counts inside one process need no real ranks: they run in
+// the 1-rank job only, instead of repeating the same work on every rank of every job.
+boost::test_tools::assertion_result one_process_job(boost::unit_test::test_unit_id) {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  boost::test_tools::assertion_result result(size == 1);
+  result.message() << "computed in one process: runs in the 1-rank job";
+  return result;
+}
+
 using Indices = std::vector<std::int64_t>;
 
 Indices indices_of(const DistributedSampler& sampler) {
@@ -90,7 +100,8 @@ const int kReplicas[] = {1, 2, 3, 4, 5, 7, 8, 16, 64, 1000};
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(permutation_is_a_bijection_with_an_inverse) {
+BOOST_AUTO_TEST_CASE(permutation_is_a_bijection_with_an_inverse,
+                     *boost::unit_test::precondition(one_process_job)) {
   for (std::uint64_t n :
        {1ull, 2ull, 3ull, 4ull, 5ull, 17ull, 1000ull, 65536ull, 65537ull, 300007ull}) {
     IndexPermutation permutation(n, 12345, 6);
@@ -169,7 +180,8 @@ BOOST_AUTO_TEST_CASE(iteration_matches_random_access) {
   BOOST_TEST(i == sampler.length());
 }
 
-BOOST_AUTO_TEST_CASE(strided_is_pytorch_order_padded_or_truncated) {
+BOOST_AUTO_TEST_CASE(strided_is_pytorch_order_padded_or_truncated,
+                     *boost::unit_test::precondition(one_process_job)) {
   for (bool shuffle : {false, true}) {
     for (std::int64_t n : kSizes) {
       // The global order: the same sampler on one replica.
@@ -210,7 +222,8 @@ BOOST_AUTO_TEST_CASE(strided_is_pytorch_order_padded_or_truncated) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(contiguous_blocks_visit_every_sample_once) {
+BOOST_AUTO_TEST_CASE(contiguous_blocks_visit_every_sample_once,
+                     *boost::unit_test::precondition(one_process_job)) {
   // The seed's defect: 10 samples on 3 replicas never visited 6 and 7.
   const auto seed_case = all_ranks(
       10, 3, options_with(Partition::contiguous, false, false, 0, ContiguousBalance::uneven));
@@ -317,7 +330,8 @@ BOOST_AUTO_TEST_CASE(orders_depend_on_seed_and_epoch_only) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(each_index_lands_in_each_position_uniformly) {
+BOOST_AUTO_TEST_CASE(each_index_lands_in_each_position_uniformly,
+                     *boost::unit_test::precondition(one_process_job)) {
   // Over many seeds, count how often index i sits at position p. For a uniform shuffle the
   // counts are multinomial; sum of (observed - expected)^2 / expected over all cells is close to
   // a chi-square with n(n-1) degrees of freedom. The bound is mean + 8 standard deviations: far
@@ -375,7 +389,8 @@ BOOST_AUTO_TEST_CASE(each_index_lands_in_each_position_uniformly) {
   BOOST_TEST(chi_square < df + 8 * std::sqrt(2 * df) + 10, "chi-square " << chi_square);
 }
 
-BOOST_AUTO_TEST_CASE(strided_resume_at_another_world_size_continues_the_global_order) {
+BOOST_AUTO_TEST_CASE(strided_resume_at_another_world_size_continues_the_global_order,
+                     *boost::unit_test::precondition(one_process_job)) {
   for (bool drop_last : {false, true}) {
     const auto options = options_with(Partition::strided, true, drop_last, 99);
     for (std::int64_t n : {10, 101, 1000}) {
