@@ -169,6 +169,11 @@ int main(int argc, char** argv) {
     app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: no clipping)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
+    app.add_option("--prefetch-limit", o.prefetch_limit,
+                   "units gathered at once, the computing one included (prefetch depth + 1)")
+        ->check(CLI::PositiveNumber);
+    app.add_flag("--no-prefetch", o.no_prefetch,
+                 "gather each unit only when its scope opens (no overlap)");
     app.add_option("--eval-fraction", o.eval_fraction,
                    "share of the samples held out for evaluation (the last ones)")
         ->check(CLI::Range(0.0, 1.0))

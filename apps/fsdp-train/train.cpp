@@ -15,6 +15,7 @@
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/grad_norm.hpp"
 #include "fsdp/optim/sgd.hpp"
+#include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
@@ -103,35 +104,32 @@ struct Network {
   const Matrix<T>& logits() const { return activations.back(); }
 };
 
-// ---- one training step: THE place where units are gathered, released and reduce-scattered ----
+// ---- one training step: the scopes are where units are gathered, released and reduce-scattered
 
-// Forward of every layer in order, each between its unit's gather and release.
+// Forward of every layer in order, each inside its unit's forward scope: the scope waits for the
+// unit's gather (already in flight when prefetch is on) and releases it when it closes.
 template <class T>
-void forward(fsdp::ShardedModel<T>& model, Network<T>& net, std::int64_t rows) {
+void forward(fsdp::Runtime<T>& runtime, Network<T>& net, std::int64_t rows) {
   const MlpShape& shape = net.shape;
   for (std::size_t l = 0; l < shape.layers(); ++l) {
-    fsdp::ShardedUnit<T>& unit = model.unit(MlpShape::unit(l));
-    unit.gather();
-    layer_forward<T>(unit.parameter(MlpShape::weight(l)).full(),
-                     unit.parameter(MlpShape::bias(l)).full(), net.activations[l],
-                     net.activations[l + 1], rows, l + 1 < shape.layers());
-    unit.release();
+    auto scope = runtime.forward(MlpShape::unit(l));
+    layer_forward<T>(scope.full(MlpShape::weight(l)), scope.full(MlpShape::bias(l)),
+                     net.activations[l], net.activations[l + 1], rows, l + 1 < shape.layers());
+    scope.close();
   }
 }
 
-// Backward in reverse order: gather, write the full gradients, release, reduce-scatter them.
+// Backward in reverse order, each inside its unit's backward scope: the scope gathers again and,
+// when it closes, reduce-scatters the full gradients written here and releases the unit.
 template <class T>
-void backward(fsdp::ShardedModel<T>& model, Network<T>& net, std::int64_t rows) {
+void backward(fsdp::Runtime<T>& runtime, Network<T>& net, std::int64_t rows) {
   const MlpShape& shape = net.shape;
   for (std::size_t l = shape.layers(); l-- > 0;) {
-    fsdp::ShardedUnit<T>& unit = model.unit(MlpShape::unit(l));
-    unit.gather();
-    fsdp::ShardedParameter<T>& weight = unit.parameter(MlpShape::weight(l));
-    fsdp::ShardedParameter<T>& bias = unit.parameter(MlpShape::bias(l));
-    layer_backward<T>(weight.full(), weight.grad(), bias.grad(), net.activations[l], net.deltas[l],
+    auto scope = runtime.backward(MlpShape::unit(l));
+    layer_backward<T>(scope.full(MlpShape::weight(l)), scope.grad(MlpShape::weight(l)),
+                      scope.grad(MlpShape::bias(l)), net.activations[l], net.deltas[l],
                       l > 0 ? &net.deltas[l - 1] : nullptr, rows);
-    unit.release();
-    unit.reduce_scatter_grads();
+    scope.close();
   }
 }
 
@@ -139,18 +137,33 @@ void backward(fsdp::ShardedModel<T>& model, Network<T>& net, std::int64_t rows) 
 // The gradient is the mean over this process's rows; averaged over the ranks by the
 // reduce-scatter, it is the global batch's mean when every rank has as many rows.
 template <class T>
-LossSums train_step(fsdp::ShardedModel<T>& model, Network<T>& net, std::int64_t rows,
-                    Optimizer<T>& optimizer, double clip) {
-  forward(model, net, rows);
+LossSums train_step(fsdp::ShardedModel<T>& model, fsdp::Runtime<T>& runtime, Network<T>& net,
+                    std::int64_t rows, Optimizer<T>& optimizer, double clip) {
+  forward(runtime, net, rows);
   const LossSums sums =
       softmax_cross_entropy<T>(net.logits(), net.labels, rows, &net.deltas.back(), rows);
-  backward(model, net, rows);
+  backward(runtime, net, rows);
+  runtime.finish_step();
   if (clip > 0) {
     fsdp::clip_grad_norm(model, clip);
   }
   optimizer.step(model);
   model.zero_grad();
   return sums;
+}
+
+// The runtime of a model of this MLP: its units in layer order, prefetch as the options say.
+template <class T>
+fsdp::Runtime<T> make_runtime(fsdp::ShardedModel<T>& model, const MlpShape& shape,
+                              const TrainOptions& o) {
+  std::vector<std::string> order;
+  for (std::size_t l = 0; l < shape.layers(); ++l) {
+    order.push_back(MlpShape::unit(l));
+  }
+  fsdp::RuntimeOptions options;
+  options.prefetch = !o.no_prefetch;
+  options.max_gathered_units = o.prefetch_limit;
+  return fsdp::Runtime<T>(model, order, options);
 }
 
 // ---- which samples each step takes ----
@@ -250,6 +263,7 @@ class Run {
     const auto strategy = fsdp::make_strategy(o_.strategy, strategy_options);
     const fsdp::ShardingPlan plan = fsdp::agree_on_plan(*strategy, parameters_, group_);
     fsdp::ShardedModel<T> model(group_, plan);
+    fsdp::Runtime<T> runtime = make_runtime(model, shape_, o_);
     initialize(model, shape_, o_.seed);
     Optimizer<T> optimizer(o_);
     fsdp::SamplerOptions sampler_options;
@@ -279,7 +293,7 @@ class Run {
         schedule.indices(step, indices);
         net.load(data_.train, indices);
         const auto rows = static_cast<std::int64_t>(indices.size());
-        const LossSums step_sums = train_step(model, net, rows, optimizer, o_.clip);
+        const LossSums step_sums = train_step(model, runtime, net, rows, optimizer, o_.clip);
         if (epoch == 0 && step == 0) {
           double first[2] = {step_sums.loss, static_cast<double>(rows)};
           group_.all_reduce(first, 2);
@@ -294,7 +308,7 @@ class Run {
       const double seconds = MPI_Wtime() - epoch_start;
       train_seconds += seconds;
       trained_samples += totals[2];
-      const double eval_accuracy = evaluate(model, net);
+      const double eval_accuracy = evaluate(runtime, net);
       nlohmann::json line = {{"type", "epoch"},
                              {"epoch", epoch + 1},
                              {"steps", schedule.steps()},
@@ -364,13 +378,14 @@ class Run {
   }
 
   // Accuracy on the held-out split: each rank takes a contiguous slice, counts are summed.
-  double evaluate(fsdp::ShardedModel<T>& model, Network<T>& net) {
+  double evaluate(fsdp::Runtime<T>& runtime, Network<T>& net) {
     std::vector<std::int64_t> indices(static_cast<std::size_t>(eval_rows_));
     for (std::int64_t i = 0; i < eval_rows_; ++i) {
       indices[static_cast<std::size_t>(i)] = eval_first_ + i;
     }
     net.load(data_.eval, indices);
-    forward(model, net, eval_rows_);  // every rank gathers every unit, even with no rows
+    forward(runtime, net, eval_rows_);  // every rank gathers every unit, even with no rows
+    runtime.finish_step();              // an evaluation step: forward scopes only
     double correct =
         softmax_cross_entropy<T>(net.logits(), net.labels, eval_rows_, nullptr, 1).correct;
     group_.all_reduce(&correct, 1);
@@ -388,6 +403,7 @@ class Run {
       fsdp::ProcessGroup alone(MPI_COMM_SELF);
       const fsdp::ShardingPlan plan = fsdp::FullSharding().make_plan(parameters_, 1);
       fsdp::ShardedModel<T> reference(alone, plan);
+      fsdp::Runtime<T> reference_runtime = make_runtime(reference, shape_, o_);
       initialize(reference, shape_, o_.seed);
       Optimizer<T> optimizer(o_);
       fsdp::SamplerOptions sampler_options;
@@ -404,7 +420,8 @@ class Run {
         for (std::int64_t step = 0; step < schedule.steps(); ++step) {
           schedule.indices(step, indices);
           net.load(data_.train, indices);
-          train_step(reference, net, static_cast<std::int64_t>(indices.size()), optimizer, o_.clip);
+          train_step(reference, reference_runtime, net, static_cast<std::int64_t>(indices.size()),
+                     optimizer, o_.clip);
         }
       }
       const auto unsharded = full_parameters(reference);

@@ -23,7 +23,9 @@ struct TrainOptions {
   int epochs = 10;
   std::int64_t batch_size = 120;  // global: split evenly across the ranks
   std::uint64_t seed = 0;
-  double clip = 0.0;  // 0: no clipping
+  double clip = 0.0;         // 0: no clipping
+  int prefetch_limit = 2;    // units gathered at once (RuntimeOptions::max_gathered_units)
+  bool no_prefetch = false;  // gather each unit only when its scope opens
   double eval_fraction = 0.2;
   bool json = false;
   bool check = false;
