@@ -15,6 +15,14 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   Kokkos::initialize(argc, argv);
   int code = 0;
+  // Ranks 0 and 2 meet once more before the abort, so that both have printed by then.
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm waiting = MPI_COMM_NULL;
+  if (MPI_Comm_split(MPI_COMM_WORLD, world_rank == 1 ? MPI_UNDEFINED : 0, world_rank, &waiting) !=
+      MPI_SUCCESS) {
+    std::printf("UNEXPECTED: MPI_Comm_split failed\n");
+  }
   {
     fsdp::ProcessGroup group(MPI_COMM_WORLD);
     std::vector<float> send(16, 1.0f), recv(16 * group.size());
@@ -44,6 +52,9 @@ int main(int argc, char** argv) {
         }
       }
       std::fflush(stdout);
+      if (MPI_Barrier(waiting) != MPI_SUCCESS) {
+        std::printf("UNEXPECTED: MPI_Barrier failed\n");
+      }
       code = 3;
     }
   }
