@@ -148,21 +148,23 @@ void run(const StepOptions& options, const CommonOptions& common) {
         n, options.layers, static_cast<long long>(options.width),
         static_cast<double>(shape.parameter_count()) * 4 / 1e6,
         static_cast<long long>(options.local_batch), options.steps);
-    std::printf("%-17s %10s %14s %14s %14s %14s %12s\n", "mode", "step (ms)", "/ replicated",
-                "one rank / it", "peak MB/rank", "state MB/rank", "ready/scopes");
+    std::printf("%-17s %10s %13s %14s %13s %14s %13s %10s\n", "mode", "step (ms)", "/ replicated",
+                "one rank / it", "peak MB/rank", "state MB/rank", "ready/scopes", "wait (ms)");
   }
   for (std::size_t mode = 0; mode < modes; ++mode) {
     Trainer* trainer = mode < trainers.size() ? trainers[mode].get() : alone.get();
     double memory[2] = {0, 0};
-    double stats[2] = {0, 0};
+    double stats[3] = {0, 0, 0};
     if (trainer != nullptr) {
       memory[0] = static_cast<double>(trainer->model->memory().total_peak);
       memory[1] = static_cast<double>(trainer->model->memory().model_state());
       stats[0] = static_cast<double>(trainer->runtime->stats().ready_on_entry);
       stats[1] = static_cast<double>(trainer->runtime->stats().scopes);
+      // Per timed step: the time scopes waited for gathers (communication not hidden).
+      stats[2] = trainer->runtime->stats().wait_s / (options.steps + 1);
     }
     group.all_reduce(memory, 2, ReduceOp::max);
-    group.all_reduce(stats, 2, ReduceOp::max);
+    group.all_reduce(stats, 3, ReduceOp::max);
     const std::string name = mode < trainers.size() ? trainers[mode]->name : "one_rank";
     nlohmann::json result = {{"benchmark", "step"},
                              {"mode", name},
@@ -173,11 +175,12 @@ void run(const StepOptions& options, const CommonOptions& common) {
                              {"peak_bytes_per_rank", memory[0]},
                              {"model_state_bytes_per_rank", memory[1]},
                              {"scopes_ready_on_entry", stats[0]},
-                             {"scopes", stats[1]}};
+                             {"scopes", stats[1]},
+                             {"gather_wait_s_per_step", stats[2]}};
     emit(common, group.rank(), result, [&] {
-      std::printf("%-17s %10.2f %14.3f %14.3f %14.2f %14.2f %5.0f/%-6.0f\n", name.c_str(),
+      std::printf("%-17s %10.2f %13.3f %14.3f %13.2f %14.2f %6.0f/%-6.0f %10.2f\n", name.c_str(),
                   medians[mode] * 1e3, medians[mode] / replicated_s, one_rank_s / medians[mode],
-                  memory[0] / 1e6, memory[1] / 1e6, stats[0], stats[1]);
+                  memory[0] / 1e6, memory[1] / 1e6, stats[0], stats[1], stats[2] * 1e3);
     });
   }
 }
