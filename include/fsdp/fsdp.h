@@ -1,0 +1,157 @@
+/* fsdp's C API: sharded models, the forward/backward begin/end calls and the optimizers, for C
+ * (C99 or later) and, through the Fortran module `fsdp`, for Fortran. docs/c-fortran.md.
+ *
+ * Every function returns FSDP_SUCCESS (0) or one of the fsdp_error codes, and on failure leaves
+ * a message in fsdp_last_error(). No C++ exception ever leaves these functions. Handles are
+ * opaque; the destroy functions accept NULL and never fail. Calls on one handle are not
+ * thread-safe (like the C++ objects behind them). */
+#ifndef FSDP_FSDP_H
+#define FSDP_FSDP_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes. The message of fsdp_last_error() says what was wrong and what would be right. */
+enum fsdp_error {
+  FSDP_SUCCESS = 0,
+  /* The library refused or failed: a plan the ranks disagree on, a unit in the wrong state, an
+   * optimizer step without gradients, an MPI failure or timeout. */
+  FSDP_ERROR_LIBRARY = 1,
+  /* A NULL handle or pointer, a dtype or count out of range, a strategy name not known. */
+  FSDP_ERROR_INVALID_ARGUMENT = 2,
+  /* A unit or parameter name the model does not have (the message names it). */
+  FSDP_ERROR_UNKNOWN_NAME = 3,
+  /* A begin/end call out of order: a scope opened while another is open, out of the registered
+   * order, closed without being open, a step finished half way. */
+  FSDP_ERROR_ORDER = 4,
+  /* A call the handle's state does not allow: a parameter added after fsdp_model_shard, a model
+   * used before it, a gradient outside a backward scope, a runtime whose step failed, fsdp not
+   * initialized, fsdp_finalize with handles alive. */
+  FSDP_ERROR_STATE = 5,
+  /* The user's callback returned nonzero. */
+  FSDP_ERROR_CALLBACK = 6,
+  FSDP_ERROR_OUT_OF_MEMORY = 7,
+  /* Any other exception: a bug in fsdp; please report the message. */
+  FSDP_ERROR_INTERNAL = 8
+};
+
+/* Element types of a model's parameters (one per model). */
+enum fsdp_dtype { FSDP_FLOAT32 = 1, FSDP_FLOAT64 = 2 };
+
+/* Kinds of pattern for the hybrid strategy (fsdp_model_add_strategy_pattern). */
+enum fsdp_pattern_kind { FSDP_PATTERN_FULL_SHARD = 1, FSDP_PATTERN_LAYER_WISE = 2 };
+
+typedef struct fsdp_model_s* fsdp_model_t;
+typedef struct fsdp_runtime_s* fsdp_runtime_t;
+typedef struct fsdp_optimizer_s* fsdp_optimizer_t;
+
+/* The message of the last failed call on this thread ("" when none failed). Valid until the
+ * next failing call on this thread. */
+const char* fsdp_last_error(void);
+/* "FSDP_ERROR_ORDER" and so on; "unknown fsdp error code" for anything else. */
+const char* fsdp_error_name(int code);
+
+/* For language bindings (the Fortran module): records message as fsdp_last_error() of this
+ * thread and returns code. */
+int fsdp_set_error(int code, const char* message);
+
+/* ---- library ---------------------------------------------------------------------------- */
+/* After MPI_Init: initializes Kokkos unless the application already did. */
+int fsdp_initialize(void);
+/* Before MPI_Finalize, after every handle is destroyed: finalizes Kokkos if fsdp_initialize
+ * initialized it. FSDP_ERROR_STATE (and nothing finalized) while handles are alive. */
+int fsdp_finalize(void);
+
+/* ---- model: a builder, then sharded over a communicator --------------------------------- */
+/* An empty model of dtype FSDP_FLOAT32 or FSDP_FLOAT64, to which parameters are added. */
+int fsdp_model_create(int dtype, fsdp_model_t* model);
+/* A parameter of `ndim` dimensions (0: a scalar) in row-major (C) order; layer: the unit it is
+ * gathered with (NULL or "": the parameter alone); always_gather: replicated on every rank. */
+int fsdp_model_add_parameter(fsdp_model_t model, const char* name, int ndim, const int64_t* shape,
+                             const char* layer, int always_gather);
+/* A glob pattern for the "hybrid" strategy (kind: fsdp_pattern_kind). */
+int fsdp_model_add_strategy_pattern(fsdp_model_t model, int kind, const char* pattern);
+/* Collective over comm: makes the plan with strategy "full", "layerwise" or "hybrid" on rank 0,
+ * agrees on it over the group (agree_on_plan: every rank must have added the same parameters),
+ * and allocates this rank's pieces, all zero. The model keeps its own duplicate of comm.
+ * comm is a Fortran handle (MPI_Comm_c2f, or a Fortran `integer` communicator). */
+int fsdp_model_shard(fsdp_model_t model, MPI_Fint comm, const char* strategy);
+/* The same with a C communicator. */
+int fsdp_model_shard_comm(fsdp_model_t model, MPI_Comm comm, const char* strategy);
+
+/* Elements of a parameter, and the part of it this rank holds: the first element (of the
+ * flattened parameter) and the count (0 when it holds none). */
+int fsdp_model_parameter_numel(fsdp_model_t model, const char* name, int64_t* numel);
+int fsdp_model_parameter_piece(fsdp_model_t model, const char* name, int64_t* first,
+                               int64_t* count);
+/* FSDP_FLOAT32 or FSDP_FLOAT64, as created. */
+int fsdp_model_dtype(fsdp_model_t model, int* dtype);
+/* The rank of this process in the model's group and the group's size. */
+int fsdp_model_rank(fsdp_model_t model, int* rank, int* size);
+
+/* Initialization. values point at elements of the model's dtype (float or double). */
+/* Every rank passes the whole parameter (numel elements); each keeps its piece. No communication.*/
+int fsdp_model_init_from_full(fsdp_model_t model, const char* name, const void* full);
+/* Rank 0 passes the whole parameter (others may pass NULL); collective. */
+int fsdp_model_init_from_root(fsdp_model_t model, const char* name, const void* full_on_root);
+/* fill(first, values, count, user_data) fills this rank's piece: the count elements of the
+ * flattened parameter from element first (0-based). Return 0, or nonzero to fail the call with
+ * FSDP_ERROR_CALLBACK. Not called on a rank that holds none of the parameter. */
+typedef int (*fsdp_fill_function)(int64_t first, void* values, int64_t count, void* user_data);
+int fsdp_model_init_with(fsdp_model_t model, const char* name, fsdp_fill_function fill,
+                         void* user_data);
+
+/* Sets every gradient piece to zero (after the optimizer step). */
+int fsdp_model_zero_grad(fsdp_model_t model);
+/* Collective: the whole parameter, numel elements, into out on every rank (for checking and
+ * saving). Any time after fsdp_model_shard; leaves the units' state alone. */
+int fsdp_model_copy_parameter(fsdp_model_t model, const char* name, void* out);
+/* Never fails. The model's storage lives until its runtimes and optimizers are destroyed too. */
+void fsdp_model_destroy(fsdp_model_t model);
+
+/* ---- runtime: forward and backward scopes as begin/end calls --------------------------- */
+/* order: every unit of the model once, in forward execution order (backward runs it in
+ * reverse). prefetch: nonzero to gather the next units while one computes. max_gathered_units:
+ * units gathered or gathering at once, the current one included (>= 1; FSDP's default is 2). */
+int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order, int prefetch,
+                        int max_gathered_units, fsdp_runtime_t* runtime);
+/* A step: for every unit in order, begin_forward .. end_forward; then for every unit in
+ * reverse order, begin_backward .. end_backward; then finish_step (also after forward only:
+ * evaluation). begin_* gathers the unit (or waits for its prefetch); end_forward releases it;
+ * end_backward releases it and reduce-scatters the gradients written in the scope. */
+int fsdp_begin_forward(fsdp_runtime_t runtime, const char* unit);
+int fsdp_end_forward(fsdp_runtime_t runtime, const char* unit);
+int fsdp_begin_backward(fsdp_runtime_t runtime, const char* unit);
+int fsdp_end_backward(fsdp_runtime_t runtime, const char* unit);
+int fsdp_finish_step(fsdp_runtime_t runtime);
+/* Inside an open scope, for a parameter of its unit: the whole parameter (read only) and, in a
+ * backward scope only, its whole gradient, to add this rank's gradient into (zero on the
+ * first backward of a step). numel elements of the model's dtype, valid until the scope ends. */
+int fsdp_full(fsdp_runtime_t runtime, const char* parameter, void** values, int64_t* numel);
+int fsdp_grad(fsdp_runtime_t runtime, const char* parameter, void** values, int64_t* numel);
+/* Moves the prefetched gathers along; call it now and then inside a long computation. */
+int fsdp_progress(fsdp_runtime_t runtime);
+void fsdp_runtime_destroy(fsdp_runtime_t runtime);
+
+/* ---- optimizers: PyTorch's rules on each rank's pieces (docs/units.md) ------------------ */
+int fsdp_optimizer_create_sgd(fsdp_model_t model, double lr, double momentum, double dampening,
+                              int nesterov, double weight_decay, fsdp_optimizer_t* optimizer);
+/* Adam: weight_decay is L2 (added to the gradient). */
+int fsdp_optimizer_create_adam(fsdp_model_t model, double lr, double beta1, double beta2,
+                               double eps, double weight_decay, fsdp_optimizer_t* optimizer);
+/* AdamW: decoupled weight decay (p *= 1 - lr * weight_decay first). */
+int fsdp_optimizer_create_adamw(fsdp_model_t model, double lr, double beta1, double beta2,
+                                double eps, double weight_decay, fsdp_optimizer_t* optimizer);
+/* Updates every piece of the optimizer's model from its reduce-scattered gradient. */
+int fsdp_optimizer_step(fsdp_optimizer_t optimizer);
+void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FSDP_FSDP_H */

@@ -1,0 +1,815 @@
+! The Fortran module `fsdp`: BIND(C) interfaces to fsdp's C API (include/fsdp/fsdp.h) and thin
+! wrappers in the style of HDF5 and MPI: communicators as `integer` or `type(MPI_Comm)`, Fortran
+! strings, real(c_float) / real(c_double) arrays, and an `ierr` argument (FSDP_SUCCESS = 0 or an
+! error code; fsdp_last_error() says what went wrong). docs/c-fortran.md.
+!
+! Shapes are given as Fortran declares the array; the module reverses them for the library (as
+! HDF5's Fortran API does), so the library's row-major flattening is Fortran's memory order and
+! element i of a flattened parameter is the i-th element of the Fortran array in memory.
+module fsdp
+  use, intrinsic :: iso_c_binding
+  use mpi_f08, only: MPI_Comm
+  implicit none
+  private
+
+  ! Return codes (enum fsdp_error).
+  integer, parameter, public :: FSDP_SUCCESS = 0
+  integer, parameter, public :: FSDP_ERROR_LIBRARY = 1
+  integer, parameter, public :: FSDP_ERROR_INVALID_ARGUMENT = 2
+  integer, parameter, public :: FSDP_ERROR_UNKNOWN_NAME = 3
+  integer, parameter, public :: FSDP_ERROR_ORDER = 4
+  integer, parameter, public :: FSDP_ERROR_STATE = 5
+  integer, parameter, public :: FSDP_ERROR_CALLBACK = 6
+  integer, parameter, public :: FSDP_ERROR_OUT_OF_MEMORY = 7
+  integer, parameter, public :: FSDP_ERROR_INTERNAL = 8
+  ! Element types (enum fsdp_dtype) and hybrid pattern kinds (enum fsdp_pattern_kind).
+  integer, parameter, public :: FSDP_FLOAT32 = 1
+  integer, parameter, public :: FSDP_FLOAT64 = 2
+  integer, parameter, public :: FSDP_PATTERN_FULL_SHARD = 1
+  integer, parameter, public :: FSDP_PATTERN_LAYER_WISE = 2
+
+  type, public :: fsdp_model
+    type(c_ptr) :: handle = c_null_ptr
+  end type fsdp_model
+
+  type, public :: fsdp_runtime
+    type(c_ptr) :: handle = c_null_ptr
+    integer :: dtype = 0  ! the model's, to check the kind of the arrays fsdp_full/fsdp_grad return
+  end type fsdp_runtime
+
+  type, public :: fsdp_optimizer
+    type(c_ptr) :: handle = c_null_ptr
+  end type fsdp_optimizer
+
+  ! A fill function for fsdp_model_init_with: fills the count elements of this rank's piece,
+  ! starting at element `first` (0-based) of the flattened parameter; values points at count
+  ! elements of the model's kind (c_f_pointer them). Returns 0, or nonzero to fail the call.
+  abstract interface
+    integer(c_int) function fsdp_fill_function(first, values, count, user_data) bind(c)
+      import :: c_int, c_int64_t, c_ptr
+      integer(c_int64_t), value :: first
+      type(c_ptr), value :: values
+      integer(c_int64_t), value :: count
+      type(c_ptr), value :: user_data
+    end function fsdp_fill_function
+  end interface
+  public :: fsdp_fill_function
+
+  public :: fsdp_last_error, fsdp_initialize, fsdp_finalize
+  public :: fsdp_model_create, fsdp_model_add_parameter, fsdp_model_add_strategy_pattern
+  public :: fsdp_model_shard, fsdp_model_parameter_numel, fsdp_model_parameter_piece
+  public :: fsdp_model_dtype, fsdp_model_rank
+  public :: fsdp_model_init_from_full, fsdp_model_init_from_root, fsdp_model_init_with
+  public :: fsdp_model_zero_grad, fsdp_model_copy_parameter, fsdp_model_destroy
+  public :: fsdp_runtime_create, fsdp_begin_forward, fsdp_end_forward, fsdp_begin_backward
+  public :: fsdp_end_backward, fsdp_finish_step, fsdp_full, fsdp_grad, fsdp_progress
+  public :: fsdp_runtime_destroy
+  public :: fsdp_optimizer_create_sgd, fsdp_optimizer_create_adam, fsdp_optimizer_create_adamw
+  public :: fsdp_optimizer_step, fsdp_optimizer_destroy
+
+  ! A communicator as `integer` or as `type(MPI_Comm)` (mpi_f08).
+  interface fsdp_model_shard
+    module procedure model_shard_integer, model_shard_f08
+  end interface fsdp_model_shard
+  interface fsdp_model_init_from_full
+    module procedure init_from_full_f32, init_from_full_f64
+  end interface fsdp_model_init_from_full
+  interface fsdp_model_init_from_root
+    module procedure init_from_root_f32, init_from_root_f64
+  end interface fsdp_model_init_from_root
+  interface fsdp_model_copy_parameter
+    module procedure copy_parameter_f32, copy_parameter_f64
+  end interface fsdp_model_copy_parameter
+  interface fsdp_full
+    module procedure full_f32, full_f64
+  end interface fsdp_full
+  interface fsdp_grad
+    module procedure grad_f32, grad_f64
+  end interface fsdp_grad
+
+  ! ---- the C functions ----
+  interface
+    type(c_ptr) function c_last_error() bind(c, name='fsdp_last_error')
+      import :: c_ptr
+    end function c_last_error
+    integer(c_int) function c_set_error(code, message) bind(c, name='fsdp_set_error')
+      import :: c_int, c_char
+      integer(c_int), value :: code
+      character(kind=c_char), intent(in) :: message(*)
+    end function c_set_error
+    integer(c_int) function c_initialize() bind(c, name='fsdp_initialize')
+      import :: c_int
+    end function c_initialize
+    integer(c_int) function c_finalize() bind(c, name='fsdp_finalize')
+      import :: c_int
+    end function c_finalize
+
+    integer(c_int) function c_model_create(dtype, model) bind(c, name='fsdp_model_create')
+      import :: c_int, c_ptr
+      integer(c_int), value :: dtype
+      type(c_ptr), intent(out) :: model
+    end function c_model_create
+    integer(c_int) function c_model_add_parameter(model, name, ndim, shape, layer, always_gather) &
+        bind(c, name='fsdp_model_add_parameter')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_int), value :: ndim
+      integer(c_int64_t), intent(in) :: shape(*)
+      character(kind=c_char), intent(in) :: layer(*)
+      integer(c_int), value :: always_gather
+    end function c_model_add_parameter
+    integer(c_int) function c_model_add_strategy_pattern(model, kind, pattern) &
+        bind(c, name='fsdp_model_add_strategy_pattern')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      integer(c_int), value :: kind
+      character(kind=c_char), intent(in) :: pattern(*)
+    end function c_model_add_strategy_pattern
+    integer(c_int) function c_model_shard(model, comm, strategy) bind(c, name='fsdp_model_shard')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      integer(c_int), value :: comm  ! MPI_Fint
+      character(kind=c_char), intent(in) :: strategy(*)
+    end function c_model_shard
+    integer(c_int) function c_model_parameter_numel(model, name, numel) &
+        bind(c, name='fsdp_model_parameter_numel')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_int64_t), intent(out) :: numel
+    end function c_model_parameter_numel
+    integer(c_int) function c_model_parameter_piece(model, name, first, count) &
+        bind(c, name='fsdp_model_parameter_piece')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_int64_t), intent(out) :: first, count
+    end function c_model_parameter_piece
+    integer(c_int) function c_model_dtype(model, dtype) bind(c, name='fsdp_model_dtype')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int), intent(out) :: dtype
+    end function c_model_dtype
+    integer(c_int) function c_model_rank(model, rank, size) bind(c, name='fsdp_model_rank')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int), intent(out) :: rank, size
+    end function c_model_rank
+    integer(c_int) function c_model_init_from_full(model, name, full) &
+        bind(c, name='fsdp_model_init_from_full')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: name(*)
+      type(c_ptr), value :: full
+    end function c_model_init_from_full
+    integer(c_int) function c_model_init_from_root(model, name, full) &
+        bind(c, name='fsdp_model_init_from_root')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: name(*)
+      type(c_ptr), value :: full
+    end function c_model_init_from_root
+    integer(c_int) function c_model_init_with(model, name, fill, user_data) &
+        bind(c, name='fsdp_model_init_with')
+      import :: c_int, c_ptr, c_char, c_funptr
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: name(*)
+      type(c_funptr), value :: fill
+      type(c_ptr), value :: user_data
+    end function c_model_init_with
+    integer(c_int) function c_model_zero_grad(model) bind(c, name='fsdp_model_zero_grad')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+    end function c_model_zero_grad
+    integer(c_int) function c_model_copy_parameter(model, name, out) &
+        bind(c, name='fsdp_model_copy_parameter')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: name(*)
+      type(c_ptr), value :: out
+    end function c_model_copy_parameter
+    subroutine c_model_destroy(model) bind(c, name='fsdp_model_destroy')
+      import :: c_ptr
+      type(c_ptr), value :: model
+    end subroutine c_model_destroy
+
+    integer(c_int) function c_runtime_create(model, nunits, order, prefetch, max_gathered_units, &
+                                             runtime) bind(c, name='fsdp_runtime_create')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int), value :: nunits
+      type(c_ptr), intent(in) :: order(*)
+      integer(c_int), value :: prefetch, max_gathered_units
+      type(c_ptr), intent(out) :: runtime
+    end function c_runtime_create
+    integer(c_int) function c_begin_forward(runtime, unit) bind(c, name='fsdp_begin_forward')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: runtime
+      character(kind=c_char), intent(in) :: unit(*)
+    end function c_begin_forward
+    integer(c_int) function c_end_forward(runtime, unit) bind(c, name='fsdp_end_forward')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: runtime
+      character(kind=c_char), intent(in) :: unit(*)
+    end function c_end_forward
+    integer(c_int) function c_begin_backward(runtime, unit) bind(c, name='fsdp_begin_backward')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: runtime
+      character(kind=c_char), intent(in) :: unit(*)
+    end function c_begin_backward
+    integer(c_int) function c_end_backward(runtime, unit) bind(c, name='fsdp_end_backward')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: runtime
+      character(kind=c_char), intent(in) :: unit(*)
+    end function c_end_backward
+    integer(c_int) function c_finish_step(runtime) bind(c, name='fsdp_finish_step')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime
+    end function c_finish_step
+    integer(c_int) function c_full(runtime, parameter, values, numel) bind(c, name='fsdp_full')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: runtime
+      character(kind=c_char), intent(in) :: parameter(*)
+      type(c_ptr), intent(out) :: values
+      integer(c_int64_t), intent(out) :: numel
+    end function c_full
+    integer(c_int) function c_grad(runtime, parameter, values, numel) bind(c, name='fsdp_grad')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: runtime
+      character(kind=c_char), intent(in) :: parameter(*)
+      type(c_ptr), intent(out) :: values
+      integer(c_int64_t), intent(out) :: numel
+    end function c_grad
+    integer(c_int) function c_progress(runtime) bind(c, name='fsdp_progress')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime
+    end function c_progress
+    subroutine c_runtime_destroy(runtime) bind(c, name='fsdp_runtime_destroy')
+      import :: c_ptr
+      type(c_ptr), value :: runtime
+    end subroutine c_runtime_destroy
+
+    integer(c_int) function c_optimizer_create_sgd(model, lr, momentum, dampening, nesterov, &
+                                                   weight_decay, optimizer) &
+        bind(c, name='fsdp_optimizer_create_sgd')
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: model
+      real(c_double), value :: lr, momentum, dampening
+      integer(c_int), value :: nesterov
+      real(c_double), value :: weight_decay
+      type(c_ptr), intent(out) :: optimizer
+    end function c_optimizer_create_sgd
+    integer(c_int) function c_optimizer_create_adam(model, lr, beta1, beta2, eps, weight_decay, &
+                                                    optimizer) bind(c, name='fsdp_optimizer_create_adam')
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: model
+      real(c_double), value :: lr, beta1, beta2, eps, weight_decay
+      type(c_ptr), intent(out) :: optimizer
+    end function c_optimizer_create_adam
+    integer(c_int) function c_optimizer_create_adamw(model, lr, beta1, beta2, eps, weight_decay, &
+                                                     optimizer) bind(c, name='fsdp_optimizer_create_adamw')
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: model
+      real(c_double), value :: lr, beta1, beta2, eps, weight_decay
+      type(c_ptr), intent(out) :: optimizer
+    end function c_optimizer_create_adamw
+    integer(c_int) function c_optimizer_step(optimizer) bind(c, name='fsdp_optimizer_step')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: optimizer
+    end function c_optimizer_step
+    subroutine c_optimizer_destroy(optimizer) bind(c, name='fsdp_optimizer_destroy')
+      import :: c_ptr
+      type(c_ptr), value :: optimizer
+    end subroutine c_optimizer_destroy
+
+    integer(c_size_t) function c_strlen(text) bind(c, name='strlen')
+      import :: c_size_t, c_ptr
+      type(c_ptr), value :: text
+    end function c_strlen
+  end interface
+
+contains
+
+  ! ---- helpers ----
+
+  ! A Fortran string as a NUL-terminated C string (trailing blanks dropped).
+  pure function c_string(text) result(c)
+    character(len=*), intent(in) :: text
+    character(kind=c_char, len=:), allocatable :: c
+    c = trim(text) // c_null_char
+  end function c_string
+
+  ! Records message as fsdp_last_error() and returns code: for failures the module detects.
+  integer function set_error(code, message)
+    integer, intent(in) :: code
+    character(len=*), intent(in) :: message
+    set_error = int(c_set_error(int(code, c_int), c_string(message)))
+  end function set_error
+
+  ! ierr for a call whose array must have numel elements of the model's kind.
+  integer function check_array(model, name, kind, size_of_array, operation)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name, operation
+    integer, intent(in) :: kind
+    integer(c_int64_t), intent(in) :: size_of_array
+    integer(c_int) :: dtype
+    integer(c_int64_t) :: numel
+    character(len=32) :: have, want
+    check_array = int(c_model_dtype(model%handle, dtype))
+    if (check_array /= FSDP_SUCCESS) return
+    if (dtype /= kind) then
+      check_array = set_error(FSDP_ERROR_INVALID_ARGUMENT, operation // ": '" // trim(name) // &
+                              "' passed as " // kind_name(kind) // " to a model of " // &
+                              kind_name(int(dtype)))
+      return
+    end if
+    check_array = int(c_model_parameter_numel(model%handle, c_string(name), numel))
+    if (check_array /= FSDP_SUCCESS) return
+    if (size_of_array /= numel) then
+      write (have, '(i0)') size_of_array
+      write (want, '(i0)') numel
+      check_array = set_error(FSDP_ERROR_INVALID_ARGUMENT, operation // ": the array for '" // &
+                              trim(name) // "' has " // trim(have) // " elements; the parameter has " &
+                              // trim(want))
+    end if
+  end function check_array
+
+  function kind_name(dtype) result(name)
+    integer, intent(in) :: dtype
+    character(len=:), allocatable :: name
+    if (dtype == FSDP_FLOAT32) then
+      name = 'real(c_float)'
+    else
+      name = 'real(c_double)'
+    end if
+  end function kind_name
+
+  ! ---- library ----
+
+  ! The message of the last failed call ('' when none failed).
+  function fsdp_last_error() result(message)
+    character(len=:), allocatable :: message
+    type(c_ptr) :: text
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, n
+    text = c_last_error()
+    n = int(c_strlen(text))
+    call c_f_pointer(text, chars, [n])
+    allocate (character(len=n) :: message)
+    do i = 1, n
+      message(i:i) = chars(i)
+    end do
+  end function fsdp_last_error
+
+  ! After MPI_Init: initializes Kokkos unless the application already did.
+  subroutine fsdp_initialize(ierr)
+    integer, intent(out) :: ierr
+    ierr = int(c_initialize())
+  end subroutine fsdp_initialize
+
+  ! Before MPI_Finalize, after every handle is destroyed.
+  subroutine fsdp_finalize(ierr)
+    integer, intent(out) :: ierr
+    ierr = int(c_finalize())
+  end subroutine fsdp_finalize
+
+  ! ---- model ----
+
+  subroutine fsdp_model_create(model, dtype, ierr)
+    type(fsdp_model), intent(out) :: model
+    integer, intent(in) :: dtype
+    integer, intent(out) :: ierr
+    ierr = int(c_model_create(int(dtype, c_int), model%handle))
+  end subroutine fsdp_model_create
+
+  ! shape as Fortran declares the array (size(shape) = 0: a scalar); layer: the unit the
+  ! parameter is gathered with ('' for the parameter alone).
+  subroutine fsdp_model_add_parameter(model, name, shape, layer, ierr, always_gather)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    integer, intent(in) :: shape(:)
+    character(len=*), intent(in) :: layer
+    integer, intent(out) :: ierr
+    logical, intent(in), optional :: always_gather
+    integer(c_int64_t) :: c_shape(max(size(shape), 1))
+    integer(c_int) :: replicated
+    integer :: i, n
+    n = size(shape)
+    c_shape = 0
+    do i = 1, n
+      c_shape(i) = int(shape(n + 1 - i), c_int64_t)  ! Fortran's column-major order reversed
+    end do
+    replicated = 0
+    if (present(always_gather)) then
+      if (always_gather) replicated = 1
+    end if
+    ierr = int(c_model_add_parameter(model%handle, c_string(name), int(n, c_int), c_shape, &
+                                     c_string(layer), replicated))
+  end subroutine fsdp_model_add_parameter
+
+  subroutine fsdp_model_add_strategy_pattern(model, kind, pattern, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(in) :: kind
+    character(len=*), intent(in) :: pattern
+    integer, intent(out) :: ierr
+    ierr = int(c_model_add_strategy_pattern(model%handle, int(kind, c_int), c_string(pattern)))
+  end subroutine fsdp_model_add_strategy_pattern
+
+  ! Collective over comm: agrees on the plan of strategy 'full', 'layerwise' or 'hybrid'.
+  subroutine model_shard_integer(model, comm, strategy, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: strategy
+    integer, intent(out) :: ierr
+    ierr = int(c_model_shard(model%handle, int(comm, c_int), c_string(strategy)))
+  end subroutine model_shard_integer
+
+  subroutine model_shard_f08(model, comm, strategy, ierr)
+    type(fsdp_model), intent(in) :: model
+    type(MPI_Comm), intent(in) :: comm
+    character(len=*), intent(in) :: strategy
+    integer, intent(out) :: ierr
+    ierr = int(c_model_shard(model%handle, int(comm%MPI_VAL, c_int), c_string(strategy)))
+  end subroutine model_shard_f08
+
+  subroutine fsdp_model_parameter_numel(model, name, numel, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    integer(c_int64_t), intent(out) :: numel
+    integer, intent(out) :: ierr
+    ierr = int(c_model_parameter_numel(model%handle, c_string(name), numel))
+  end subroutine fsdp_model_parameter_numel
+
+  ! This rank's piece: `first` is the 0-based offset of its first element in the flattened
+  ! parameter, count its length (0 when this rank holds none).
+  subroutine fsdp_model_parameter_piece(model, name, first, count, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    integer(c_int64_t), intent(out) :: first, count
+    integer, intent(out) :: ierr
+    ierr = int(c_model_parameter_piece(model%handle, c_string(name), first, count))
+  end subroutine fsdp_model_parameter_piece
+
+  subroutine fsdp_model_dtype(model, dtype, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(out) :: dtype, ierr
+    integer(c_int) :: c_dtype
+    ierr = int(c_model_dtype(model%handle, c_dtype))
+    dtype = int(c_dtype)
+  end subroutine fsdp_model_dtype
+
+  subroutine fsdp_model_rank(model, rank, size, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(out) :: rank, size, ierr
+    integer(c_int) :: c_rank, c_size
+    ierr = int(c_model_rank(model%handle, c_rank, c_size))
+    rank = int(c_rank)
+    size = int(c_size)
+  end subroutine fsdp_model_rank
+
+  ! Every rank passes the whole parameter (any rank, numel elements); each keeps its piece.
+  subroutine init_from_full_f32(model, name, values, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    real(c_float), intent(in), target, contiguous :: values(..)
+    integer, intent(out) :: ierr
+    ierr = check_array(model, name, FSDP_FLOAT32, int(size(values), c_int64_t), &
+                       'fsdp_model_init_from_full')
+    if (ierr /= FSDP_SUCCESS) return
+    ierr = int(c_model_init_from_full(model%handle, c_string(name), c_loc(values)))
+  end subroutine init_from_full_f32
+
+  subroutine init_from_full_f64(model, name, values, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    real(c_double), intent(in), target, contiguous :: values(..)
+    integer, intent(out) :: ierr
+    ierr = check_array(model, name, FSDP_FLOAT64, int(size(values), c_int64_t), &
+                       'fsdp_model_init_from_full')
+    if (ierr /= FSDP_SUCCESS) return
+    ierr = int(c_model_init_from_full(model%handle, c_string(name), c_loc(values)))
+  end subroutine init_from_full_f64
+
+  ! Collective: rank 0 passes the whole parameter; the other ranks' values are ignored (pass any
+  ! array of the model's kind, e.g. of size 0).
+  subroutine init_from_root_f32(model, name, values, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    real(c_float), intent(in), target, contiguous :: values(..)
+    integer, intent(out) :: ierr
+    integer(c_int64_t) :: numel
+    integer :: rank, nranks
+    call fsdp_model_rank(model, rank, nranks, ierr)
+    if (ierr /= FSDP_SUCCESS) return
+    numel = int(size(values), c_int64_t)
+    if (rank /= 0) call fsdp_model_parameter_numel(model, name, numel, ierr)
+    if (ierr /= FSDP_SUCCESS) return
+    ierr = check_array(model, name, FSDP_FLOAT32, numel, 'fsdp_model_init_from_root')
+    if (ierr /= FSDP_SUCCESS) return
+    if (rank == 0) then
+      ierr = int(c_model_init_from_root(model%handle, c_string(name), c_loc(values)))
+    else
+      ierr = int(c_model_init_from_root(model%handle, c_string(name), c_null_ptr))
+    end if
+  end subroutine init_from_root_f32
+
+  subroutine init_from_root_f64(model, name, values, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    real(c_double), intent(in), target, contiguous :: values(..)
+    integer, intent(out) :: ierr
+    integer(c_int64_t) :: numel
+    integer :: rank, nranks
+    call fsdp_model_rank(model, rank, nranks, ierr)
+    if (ierr /= FSDP_SUCCESS) return
+    numel = int(size(values), c_int64_t)
+    if (rank /= 0) call fsdp_model_parameter_numel(model, name, numel, ierr)
+    if (ierr /= FSDP_SUCCESS) return
+    ierr = check_array(model, name, FSDP_FLOAT64, numel, 'fsdp_model_init_from_root')
+    if (ierr /= FSDP_SUCCESS) return
+    if (rank == 0) then
+      ierr = int(c_model_init_from_root(model%handle, c_string(name), c_loc(values)))
+    else
+      ierr = int(c_model_init_from_root(model%handle, c_string(name), c_null_ptr))
+    end if
+  end subroutine init_from_root_f64
+
+  ! fill (a BIND(C) function, see fsdp_fill_function) fills this rank's piece; user_data is
+  ! passed to it unchanged.
+  subroutine fsdp_model_init_with(model, name, fill, ierr, user_data)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    procedure(fsdp_fill_function) :: fill
+    integer, intent(out) :: ierr
+    type(c_ptr), intent(in), optional :: user_data
+    type(c_ptr) :: data
+    data = c_null_ptr
+    if (present(user_data)) data = user_data
+    ierr = int(c_model_init_with(model%handle, c_string(name), c_funloc(fill), data))
+  end subroutine fsdp_model_init_with
+
+  subroutine fsdp_model_zero_grad(model, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(out) :: ierr
+    ierr = int(c_model_zero_grad(model%handle))
+  end subroutine fsdp_model_zero_grad
+
+  ! Collective: the whole parameter into values on every rank.
+  subroutine copy_parameter_f32(model, name, values, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    real(c_float), intent(inout), target, contiguous :: values(..)
+    integer, intent(out) :: ierr
+    ierr = check_array(model, name, FSDP_FLOAT32, int(size(values), c_int64_t), &
+                       'fsdp_model_copy_parameter')
+    if (ierr /= FSDP_SUCCESS) return
+    ierr = int(c_model_copy_parameter(model%handle, c_string(name), c_loc(values)))
+  end subroutine copy_parameter_f32
+
+  subroutine copy_parameter_f64(model, name, values, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    real(c_double), intent(inout), target, contiguous :: values(..)
+    integer, intent(out) :: ierr
+    ierr = check_array(model, name, FSDP_FLOAT64, int(size(values), c_int64_t), &
+                       'fsdp_model_copy_parameter')
+    if (ierr /= FSDP_SUCCESS) return
+    ierr = int(c_model_copy_parameter(model%handle, c_string(name), c_loc(values)))
+  end subroutine copy_parameter_f64
+
+  ! Never fails. The model's storage lives until its runtimes and optimizers are destroyed too.
+  subroutine fsdp_model_destroy(model)
+    type(fsdp_model), intent(inout) :: model
+    call c_model_destroy(model%handle)
+    model%handle = c_null_ptr
+  end subroutine fsdp_model_destroy
+
+  ! ---- runtime ----
+
+  ! order: every unit once, in forward execution order. prefetch (default .true.) and
+  ! max_gathered_units (default 2) as in the C++ RuntimeOptions.
+  subroutine fsdp_runtime_create(runtime, model, order, ierr, prefetch, max_gathered_units)
+    type(fsdp_runtime), intent(out) :: runtime
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: order(:)
+    integer, intent(out) :: ierr
+    logical, intent(in), optional :: prefetch
+    integer, intent(in), optional :: max_gathered_units
+    ! The names one after the other, each NUL-terminated, in one buffer that outlives the call.
+    character(kind=c_char), allocatable, target :: buffer(:)
+    type(c_ptr), allocatable :: pointers(:)
+    integer(c_int) :: c_prefetch, c_limit, dtype
+    integer :: i, j, at, n
+    allocate (buffer(max(1, sum([(len_trim(order(i)) + 1, i = 1, size(order))]))))
+    allocate (pointers(max(1, size(order))))
+    at = 1
+    do i = 1, size(order)
+      n = len_trim(order(i))
+      pointers(i) = c_loc(buffer(at))
+      do j = 1, n
+        buffer(at + j - 1) = order(i)(j:j)
+      end do
+      buffer(at + n) = c_null_char
+      at = at + n + 1
+    end do
+    c_prefetch = 1
+    if (present(prefetch)) then
+      if (.not. prefetch) c_prefetch = 0
+    end if
+    c_limit = 2
+    if (present(max_gathered_units)) c_limit = int(max_gathered_units, c_int)
+    ierr = int(c_model_dtype(model%handle, dtype))
+    if (ierr /= FSDP_SUCCESS) return
+    runtime%dtype = int(dtype)
+    ierr = int(c_runtime_create(model%handle, int(size(order), c_int), pointers, c_prefetch, &
+                                c_limit, runtime%handle))
+  end subroutine fsdp_runtime_create
+
+  subroutine fsdp_begin_forward(runtime, unit, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: unit
+    integer, intent(out) :: ierr
+    ierr = int(c_begin_forward(runtime%handle, c_string(unit)))
+  end subroutine fsdp_begin_forward
+
+  subroutine fsdp_end_forward(runtime, unit, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: unit
+    integer, intent(out) :: ierr
+    ierr = int(c_end_forward(runtime%handle, c_string(unit)))
+  end subroutine fsdp_end_forward
+
+  subroutine fsdp_begin_backward(runtime, unit, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: unit
+    integer, intent(out) :: ierr
+    ierr = int(c_begin_backward(runtime%handle, c_string(unit)))
+  end subroutine fsdp_begin_backward
+
+  subroutine fsdp_end_backward(runtime, unit, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: unit
+    integer, intent(out) :: ierr
+    ierr = int(c_end_backward(runtime%handle, c_string(unit)))
+  end subroutine fsdp_end_backward
+
+  subroutine fsdp_finish_step(runtime, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    integer, intent(out) :: ierr
+    ierr = int(c_finish_step(runtime%handle))
+  end subroutine fsdp_finish_step
+
+  ! Inside the open scope of the parameter's unit: the whole parameter, flattened (remap it with
+  ! `w(1:m, 1:n) => values`). Read only; valid until the scope ends.
+  subroutine full_f32(runtime, parameter, values, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: parameter
+    real(c_float), pointer, intent(out) :: values(:)
+    integer, intent(out) :: ierr
+    call scope_array(runtime, parameter, .false., FSDP_FLOAT32, ierr, values32=values)
+  end subroutine full_f32
+
+  subroutine full_f64(runtime, parameter, values, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: parameter
+    real(c_double), pointer, intent(out) :: values(:)
+    integer, intent(out) :: ierr
+    call scope_array(runtime, parameter, .false., FSDP_FLOAT64, ierr, values64=values)
+  end subroutine full_f64
+
+  ! In a backward scope only: the whole gradient of the parameter, to add this rank's into.
+  subroutine grad_f32(runtime, parameter, values, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: parameter
+    real(c_float), pointer, intent(out) :: values(:)
+    integer, intent(out) :: ierr
+    call scope_array(runtime, parameter, .true., FSDP_FLOAT32, ierr, values32=values)
+  end subroutine grad_f32
+
+  subroutine grad_f64(runtime, parameter, values, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: parameter
+    real(c_double), pointer, intent(out) :: values(:)
+    integer, intent(out) :: ierr
+    call scope_array(runtime, parameter, .true., FSDP_FLOAT64, ierr, values64=values)
+  end subroutine grad_f64
+
+  subroutine scope_array(runtime, parameter, gradient, kind, ierr, values32, values64)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: parameter
+    logical, intent(in) :: gradient
+    integer, intent(in) :: kind
+    integer, intent(out) :: ierr
+    real(c_float), pointer, intent(out), optional :: values32(:)
+    real(c_double), pointer, intent(out), optional :: values64(:)
+    type(c_ptr) :: data
+    integer(c_int64_t) :: numel
+    if (present(values32)) nullify (values32)
+    if (present(values64)) nullify (values64)
+    if (runtime%dtype /= kind) then
+      ierr = set_error(FSDP_ERROR_INVALID_ARGUMENT, "fsdp_full/fsdp_grad: '" // trim(parameter) &
+                       // "' requested as " // kind_name(kind) // " from a model of " // &
+                       kind_name(runtime%dtype))
+      return
+    end if
+    if (gradient) then
+      ierr = int(c_grad(runtime%handle, c_string(parameter), data, numel))
+    else
+      ierr = int(c_full(runtime%handle, c_string(parameter), data, numel))
+    end if
+    if (ierr /= FSDP_SUCCESS) return
+    if (present(values32)) call c_f_pointer(data, values32, [numel])
+    if (present(values64)) call c_f_pointer(data, values64, [numel])
+  end subroutine scope_array
+
+  subroutine fsdp_progress(runtime, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    integer, intent(out) :: ierr
+    ierr = int(c_progress(runtime%handle))
+  end subroutine fsdp_progress
+
+  subroutine fsdp_runtime_destroy(runtime)
+    type(fsdp_runtime), intent(inout) :: runtime
+    call c_runtime_destroy(runtime%handle)
+    runtime%handle = c_null_ptr
+  end subroutine fsdp_runtime_destroy
+
+  ! ---- optimizers (PyTorch's rules; defaults as PyTorch's) ----
+
+  subroutine fsdp_optimizer_create_sgd(optimizer, model, lr, ierr, momentum, dampening, nesterov, &
+                                       weight_decay)
+    type(fsdp_optimizer), intent(out) :: optimizer
+    type(fsdp_model), intent(in) :: model
+    real(c_double), intent(in) :: lr
+    integer, intent(out) :: ierr
+    real(c_double), intent(in), optional :: momentum, dampening, weight_decay
+    logical, intent(in), optional :: nesterov
+    real(c_double) :: m, d, wd
+    integer(c_int) :: n
+    m = 0
+    d = 0
+    wd = 0
+    n = 0
+    if (present(momentum)) m = momentum
+    if (present(dampening)) d = dampening
+    if (present(weight_decay)) wd = weight_decay
+    if (present(nesterov)) then
+      if (nesterov) n = 1
+    end if
+    ierr = int(c_optimizer_create_sgd(model%handle, lr, m, d, n, wd, optimizer%handle))
+  end subroutine fsdp_optimizer_create_sgd
+
+  ! Adam with L2 weight decay (default 0).
+  subroutine fsdp_optimizer_create_adam(optimizer, model, lr, ierr, beta1, beta2, eps, &
+                                        weight_decay)
+    type(fsdp_optimizer), intent(out) :: optimizer
+    type(fsdp_model), intent(in) :: model
+    real(c_double), intent(in) :: lr
+    integer, intent(out) :: ierr
+    real(c_double), intent(in), optional :: beta1, beta2, eps, weight_decay
+    real(c_double) :: b1, b2, e, wd
+    call adam_defaults(0.0_c_double, b1, b2, e, wd, beta1, beta2, eps, weight_decay)
+    ierr = int(c_optimizer_create_adam(model%handle, lr, b1, b2, e, wd, optimizer%handle))
+  end subroutine fsdp_optimizer_create_adam
+
+  ! AdamW: decoupled weight decay (default 0.01).
+  subroutine fsdp_optimizer_create_adamw(optimizer, model, lr, ierr, beta1, beta2, eps, &
+                                         weight_decay)
+    type(fsdp_optimizer), intent(out) :: optimizer
+    type(fsdp_model), intent(in) :: model
+    real(c_double), intent(in) :: lr
+    integer, intent(out) :: ierr
+    real(c_double), intent(in), optional :: beta1, beta2, eps, weight_decay
+    real(c_double) :: b1, b2, e, wd
+    call adam_defaults(0.01_c_double, b1, b2, e, wd, beta1, beta2, eps, weight_decay)
+    ierr = int(c_optimizer_create_adamw(model%handle, lr, b1, b2, e, wd, optimizer%handle))
+  end subroutine fsdp_optimizer_create_adamw
+
+  subroutine adam_defaults(default_decay, b1, b2, e, wd, beta1, beta2, eps, weight_decay)
+    real(c_double), intent(in) :: default_decay
+    real(c_double), intent(out) :: b1, b2, e, wd
+    real(c_double), intent(in), optional :: beta1, beta2, eps, weight_decay
+    b1 = 0.9_c_double
+    b2 = 0.999_c_double
+    e = 1e-8_c_double
+    wd = default_decay
+    if (present(beta1)) b1 = beta1
+    if (present(beta2)) b2 = beta2
+    if (present(eps)) e = eps
+    if (present(weight_decay)) wd = weight_decay
+  end subroutine adam_defaults
+
+  subroutine fsdp_optimizer_step(optimizer, ierr)
+    type(fsdp_optimizer), intent(in) :: optimizer
+    integer, intent(out) :: ierr
+    ierr = int(c_optimizer_step(optimizer%handle))
+  end subroutine fsdp_optimizer_step
+
+  subroutine fsdp_optimizer_destroy(optimizer)
+    type(fsdp_optimizer), intent(inout) :: optimizer
+    call c_optimizer_destroy(optimizer%handle)
+    optimizer%handle = c_null_ptr
+  end subroutine fsdp_optimizer_destroy
+
+end module fsdp

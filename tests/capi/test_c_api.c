@@ -1,0 +1,523 @@
+/* The C API from plain C99: a 2-layer linear model trained through the begin/end calls, checked
+ * against the same training done unsharded by hand on every rank, and the error paths. Run under
+ * mpiexec at 1, 2 and 3 ranks; any failed check prints and aborts the whole job (exit code 1),
+ * so that no rank is left waiting in a collective. */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/fsdp.h"
+
+static int world_rank = 0;
+
+#define CHECK(condition, ...)                                                                 \
+  do {                                                                                        \
+    if (!(condition)) {                                                                       \
+      fprintf(stderr, "test_c_api: rank %d: %s:%d: check failed: %s: ", world_rank, __FILE__, \
+              __LINE__, #condition);                                                          \
+      fprintf(stderr, __VA_ARGS__);                                                           \
+      fprintf(stderr, "\n  fsdp_last_error(): %s\n", fsdp_last_error());                      \
+      fflush(stderr);                                                                         \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                           \
+    }                                                                                         \
+  } while (0)
+
+#define CHECK_OK(call)                                                                             \
+  do {                                                                                             \
+    int check_ok_code = (call);                                                                    \
+    CHECK(check_ok_code == FSDP_SUCCESS, "%s returned %s", #call, fsdp_error_name(check_ok_code)); \
+  } while (0)
+
+#define CHECK_CODE(call, expected)                                        \
+  do {                                                                    \
+    int check_code = (call);                                              \
+    CHECK(check_code == (expected), "%s returned %s, expected %s", #call, \
+          fsdp_error_name(check_code), fsdp_error_name(expected));        \
+  } while (0)
+
+/* ---- the model: y = W1 (W0 x + b0) + b1, loss = mean over the batch of |y - t|^2 / 2 ---- */
+enum { IN = 3, HIDDEN = 5, OUT = 2, BATCH = 2, NPARAM = 4 };
+static const char* const parameter_names[NPARAM] = {"l0.w", "l0.b", "l1.w", "l1.b"};
+static const int64_t parameter_numel[NPARAM] = {HIDDEN * IN, HIDDEN, OUT* HIDDEN, OUT};
+static const char* const unit_order[2] = {"l0", "l1"};
+
+typedef struct {
+  double w0[HIDDEN * IN], b0[HIDDEN], w1[OUT * HIDDEN], b1[OUT];
+} Parameters;
+
+static double* parameter_of(Parameters* p, int i) {
+  double* all[NPARAM] = {p->w0, p->b0, p->w1, p->b1};
+  return all[i];
+}
+
+/* Rank r's samples at a step: deterministic, different on every rank. */
+static void sample(int rank, int step, int k, double x[IN], double t[OUT]) {
+  for (int i = 0; i < IN; ++i) {
+    x[i] = sin(1.0 + 7.0 * rank + 3.0 * k + 11.0 * step + i);
+  }
+  for (int j = 0; j < OUT; ++j) {
+    t[j] = cos(0.5 * rank + k + 2.0 * step + j);
+  }
+}
+
+static void initial_parameters(Parameters* p) {
+  for (int i = 0; i < NPARAM; ++i) {
+    for (int64_t e = 0; e < parameter_numel[i]; ++e) {
+      parameter_of(p, i)[e] = 0.3 * sin(1.7 * (double)e + 0.9 * i + 0.2);
+    }
+  }
+}
+
+/* Forward of one layer: out = W in + b (W is rows x cols, row-major). */
+static void linear(const double* w, const double* b, const double* in, double* out, int rows,
+                   int cols) {
+  for (int r = 0; r < rows; ++r) {
+    out[r] = b[r];
+    for (int c = 0; c < cols; ++c) {
+      out[r] += w[r * cols + c] * in[c];
+    }
+  }
+}
+
+/* The gradient of rank `rank`'s batch with respect to p, added into g. */
+static void batch_gradient(const Parameters* p, int rank, int step, Parameters* g) {
+  for (int k = 0; k < BATCH; ++k) {
+    double x[IN], t[OUT], h[HIDDEN], y[OUT], dy[OUT], dh[HIDDEN];
+    sample(rank, step, k, x, t);
+    linear(p->w0, p->b0, x, h, HIDDEN, IN);
+    linear(p->w1, p->b1, h, y, OUT, HIDDEN);
+    for (int j = 0; j < OUT; ++j) {
+      dy[j] = (y[j] - t[j]) / BATCH;
+      g->b1[j] += dy[j];
+      for (int c = 0; c < HIDDEN; ++c) {
+        g->w1[j * HIDDEN + c] += dy[j] * h[c];
+      }
+    }
+    for (int c = 0; c < HIDDEN; ++c) {
+      dh[c] = 0.0;
+      for (int j = 0; j < OUT; ++j) {
+        dh[c] += p->w1[j * HIDDEN + c] * dy[j];
+      }
+      g->b0[c] += dh[c];
+      for (int i = 0; i < IN; ++i) {
+        g->w0[c * IN + i] += dh[c] * x[i];
+      }
+    }
+  }
+}
+
+typedef struct {
+  int adam; /* 0: SGD with momentum; 1: AdamW */
+  double lr, momentum, weight_decay;
+} Rule;
+
+/* Unsharded training by hand: the gradient averaged over every rank's batch, then the rule. */
+static void reference_training(Parameters* p, int world, int steps, Rule rule) {
+  Parameters m, v;
+  memset(&m, 0, sizeof m);
+  memset(&v, 0, sizeof v);
+  for (int step = 0; step < steps; ++step) {
+    Parameters g;
+    memset(&g, 0, sizeof g);
+    for (int r = 0; r < world; ++r) {
+      batch_gradient(p, r, step, &g);
+    }
+    for (int i = 0; i < NPARAM; ++i) {
+      double *w = parameter_of(p, i), *gi = parameter_of(&g, i);
+      double *mi = parameter_of(&m, i), *vi = parameter_of(&v, i);
+      for (int64_t e = 0; e < parameter_numel[i]; ++e) {
+        const double grad = gi[e] / world;
+        if (rule.adam) {
+          const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+          w[e] *= 1.0 - rule.lr * rule.weight_decay;
+          mi[e] = b1 * mi[e] + (1.0 - b1) * grad;
+          vi[e] = b2 * vi[e] + (1.0 - b2) * grad * grad;
+          const double mhat = mi[e] / (1.0 - pow(b1, step + 1));
+          const double vhat = vi[e] / (1.0 - pow(b2, step + 1));
+          w[e] -= rule.lr * mhat / (sqrt(vhat) + eps);
+        } else {
+          const double d = grad + rule.weight_decay * w[e];
+          mi[e] = step == 0 ? d : rule.momentum * mi[e] + d;
+          w[e] -= rule.lr * mi[e];
+        }
+      }
+    }
+  }
+}
+
+/* ---- the same through the C API ---- */
+static double get(const void* values, int dtype, int64_t i) {
+  return dtype == FSDP_FLOAT32 ? (double)((const float*)values)[i] : ((const double*)values)[i];
+}
+static void add(void* values, int dtype, int64_t i, double x) {
+  if (dtype == FSDP_FLOAT32) {
+    ((float*)values)[i] += (float)x;
+  } else {
+    ((double*)values)[i] += x;
+  }
+}
+
+/* Reads the parameter as doubles. */
+static void full_parameter(fsdp_runtime_t runtime, int i, int dtype, double* out) {
+  void* values = NULL;
+  int64_t numel = 0;
+  CHECK_OK(fsdp_full(runtime, parameter_names[i], &values, &numel));
+  CHECK(numel == parameter_numel[i], "%s has %lld elements", parameter_names[i], (long long)numel);
+  for (int64_t e = 0; e < numel; ++e) {
+    out[e] = get(values, dtype, e);
+  }
+}
+
+static fsdp_model_t make_model(int dtype, const char* strategy) {
+  fsdp_model_t model = NULL;
+  CHECK_OK(fsdp_model_create(dtype, &model));
+  const int64_t shapes[NPARAM][2] = {{HIDDEN, IN}, {HIDDEN, 0}, {OUT, HIDDEN}, {OUT, 0}};
+  const int ndims[NPARAM] = {2, 1, 2, 1};
+  const char* const layers[NPARAM] = {"l0", "l0", "l1", "l1"};
+  for (int i = 0; i < NPARAM; ++i) {
+    CHECK_OK(
+        fsdp_model_add_parameter(model, parameter_names[i], ndims[i], shapes[i], layers[i], 0));
+  }
+  /* MPI_Fint, as Fortran passes it: the C side converts with MPI_Comm_f2c. */
+  CHECK_OK(fsdp_model_shard(model, MPI_Comm_c2f(MPI_COMM_WORLD), strategy));
+  return model;
+}
+
+static void init_model(fsdp_model_t model, int dtype) {
+  Parameters p;
+  initial_parameters(&p);
+  for (int i = 0; i < NPARAM; ++i) {
+    if (dtype == FSDP_FLOAT32) {
+      float values[HIDDEN * IN];
+      for (int64_t e = 0; e < parameter_numel[i]; ++e) {
+        values[e] = (float)parameter_of(&p, i)[e];
+      }
+      CHECK_OK(fsdp_model_init_from_full(model, parameter_names[i], values));
+    } else {
+      CHECK_OK(fsdp_model_init_from_full(model, parameter_names[i], parameter_of(&p, i)));
+    }
+  }
+}
+
+/* One training step of this rank's batch through the scopes. */
+static void api_step(fsdp_runtime_t runtime, int dtype, int rank, int step) {
+  Parameters p;
+  double x[BATCH][IN], t[BATCH][OUT], h[BATCH][HIDDEN], y[BATCH][OUT];
+  for (int k = 0; k < BATCH; ++k) {
+    sample(rank, step, k, x[k], t[k]);
+  }
+  CHECK_OK(fsdp_begin_forward(runtime, "l0"));
+  full_parameter(runtime, 0, dtype, p.w0);
+  full_parameter(runtime, 1, dtype, p.b0);
+  for (int k = 0; k < BATCH; ++k) {
+    linear(p.w0, p.b0, x[k], h[k], HIDDEN, IN);
+  }
+  CHECK_OK(fsdp_end_forward(runtime, "l0"));
+  CHECK_OK(fsdp_begin_forward(runtime, "l1"));
+  full_parameter(runtime, 2, dtype, p.w1);
+  full_parameter(runtime, 3, dtype, p.b1);
+  for (int k = 0; k < BATCH; ++k) {
+    linear(p.w1, p.b1, h[k], y[k], OUT, HIDDEN);
+  }
+  CHECK_OK(fsdp_end_forward(runtime, "l1"));
+
+  double dh[BATCH][HIDDEN];
+  CHECK_OK(fsdp_begin_backward(runtime, "l1"));
+  {
+    void *gw = NULL, *gb = NULL;
+    int64_t n = 0;
+    CHECK_OK(fsdp_grad(runtime, "l1.w", &gw, &n));
+    CHECK_OK(fsdp_grad(runtime, "l1.b", &gb, &n));
+    full_parameter(runtime, 2, dtype, p.w1);
+    for (int k = 0; k < BATCH; ++k) {
+      for (int c = 0; c < HIDDEN; ++c) {
+        dh[k][c] = 0.0;
+      }
+      for (int j = 0; j < OUT; ++j) {
+        const double dy = (y[k][j] - t[k][j]) / BATCH;
+        add(gb, dtype, j, dy);
+        for (int c = 0; c < HIDDEN; ++c) {
+          add(gw, dtype, j * HIDDEN + c, dy * h[k][c]);
+          dh[k][c] += p.w1[j * HIDDEN + c] * dy;
+        }
+      }
+    }
+  }
+  CHECK_OK(fsdp_end_backward(runtime, "l1"));
+  CHECK_OK(fsdp_begin_backward(runtime, "l0"));
+  {
+    void *gw = NULL, *gb = NULL;
+    int64_t n = 0;
+    CHECK_OK(fsdp_grad(runtime, "l0.w", &gw, &n));
+    CHECK_OK(fsdp_grad(runtime, "l0.b", &gb, &n));
+    for (int k = 0; k < BATCH; ++k) {
+      for (int c = 0; c < HIDDEN; ++c) {
+        add(gb, dtype, c, dh[k][c]);
+        for (int i = 0; i < IN; ++i) {
+          add(gw, dtype, c * IN + i, dh[k][c] * x[k][i]);
+        }
+      }
+    }
+  }
+  CHECK_OK(fsdp_end_backward(runtime, "l0"));
+  CHECK_OK(fsdp_finish_step(runtime));
+}
+
+static void compare(fsdp_model_t model, int dtype, const Parameters* expected, double tolerance,
+                    const char* label) {
+  double largest = 0.0;
+  for (int i = 0; i < NPARAM; ++i) {
+    double whole64[HIDDEN * IN];
+    float whole32[HIDDEN * IN];
+    CHECK_OK(fsdp_model_copy_parameter(model, parameter_names[i],
+                                       dtype == FSDP_FLOAT32 ? (void*)whole32 : (void*)whole64));
+    for (int64_t e = 0; e < parameter_numel[i]; ++e) {
+      const double got = dtype == FSDP_FLOAT32 ? (double)whole32[e] : whole64[e];
+      const double want = parameter_of((Parameters*)expected, i)[e];
+      const double difference = fabs(got - want) / fmax(1.0, fabs(want));
+      largest = fmax(largest, difference);
+      CHECK(difference <= tolerance, "%s: %s[%lld] = %.17g, unsharded training gives %.17g", label,
+            parameter_names[i], (long long)e, got, want);
+    }
+  }
+  if (world_rank == 0) {
+    printf("test_c_api: %s: largest relative difference from unsharded training %.3g\n", label,
+           largest);
+  }
+}
+
+static void train_and_compare(int dtype, const char* strategy, Rule rule, int steps, int prefetch,
+                              int limit, double tolerance, const char* label) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  fsdp_model_t model = make_model(dtype, strategy);
+  init_model(model, dtype);
+  fsdp_runtime_t runtime = NULL;
+  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, prefetch, limit, &runtime));
+  fsdp_optimizer_t optimizer = NULL;
+  if (rule.adam) {
+    CHECK_OK(fsdp_optimizer_create_adamw(model, rule.lr, 0.9, 0.999, 1e-8, rule.weight_decay,
+                                         &optimizer));
+  } else {
+    CHECK_OK(fsdp_optimizer_create_sgd(model, rule.lr, rule.momentum, 0.0, 0, rule.weight_decay,
+                                       &optimizer));
+  }
+  for (int step = 0; step < steps; ++step) {
+    api_step(runtime, dtype, world_rank, step);
+    CHECK_OK(fsdp_optimizer_step(optimizer));
+    CHECK_OK(fsdp_model_zero_grad(model));
+  }
+  Parameters expected;
+  initial_parameters(&expected);
+  reference_training(&expected, world, steps, rule);
+  {
+    /* The comparison means something only if training moved the parameters. */
+    Parameters initial;
+    double moved = 0.0;
+    initial_parameters(&initial);
+    for (int i = 0; i < NPARAM; ++i) {
+      for (int64_t e = 0; e < parameter_numel[i]; ++e) {
+        moved = fmax(moved, fabs(parameter_of(&expected, i)[e] - parameter_of(&initial, i)[e]));
+      }
+    }
+    CHECK(moved > 1e-3, "%s: training moved the parameters by only %g", label, moved);
+  }
+  compare(model, dtype, &expected, tolerance, label);
+  /* Any order of destruction: the model's storage lives until the last handle goes. */
+  fsdp_model_destroy(model);
+  fsdp_optimizer_destroy(optimizer);
+  fsdp_runtime_destroy(runtime);
+}
+
+/* ---- initialization by callback, and plain SGD's exact rule ---- */
+static int fill_with_index(int64_t first, void* values, int64_t count, void* user_data) {
+  const double scale = *(const double*)user_data;
+  for (int64_t i = 0; i < count; ++i) {
+    ((double*)values)[i] = scale * (double)(first + i);
+  }
+  return 0;
+}
+
+static int failing_fill(int64_t first, void* values, int64_t count, void* user_data) {
+  (void)first;
+  (void)values;
+  (void)count;
+  (void)user_data;
+  return 42;
+}
+
+static void test_init_with_and_sgd_rule(void) {
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  double scale = 0.5;
+  for (int i = 0; i < NPARAM; ++i) {
+    CHECK_OK(fsdp_model_init_with(model, parameter_names[i], fill_with_index, &scale));
+  }
+  double whole[HIDDEN * IN];
+  CHECK_OK(fsdp_model_copy_parameter(model, "l0.w", whole));
+  for (int e = 0; e < HIDDEN * IN; ++e) {
+    CHECK(whole[e] == 0.5 * e, "l0.w[%d] = %g after init_with, expected %g", e, whole[e], 0.5 * e);
+  }
+  int64_t first = -1, count = -1, total = 0;
+  CHECK_OK(fsdp_model_parameter_piece(model, "l0.w", &first, &count));
+  CHECK(count >= 0 && first >= 0 && first + count <= HIDDEN * IN, "piece %lld + %lld",
+        (long long)first, (long long)count);
+  MPI_Allreduce(&count, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(total == HIDDEN * IN, "the pieces of l0.w add up to %lld elements", (long long)total);
+
+  /* Every rank adds rank + 1 to each gradient element: the average is (N + 1) / 2, and plain SGD
+   * moves p to p - lr (N + 1) / 2 exactly (all values are exact in binary). */
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  fsdp_runtime_t runtime = NULL;
+  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
+  fsdp_optimizer_t sgd = NULL;
+  CHECK_OK(fsdp_optimizer_create_sgd(model, 0.25, 0.0, 0.0, 0, 0.0, &sgd));
+  CHECK_CODE(fsdp_optimizer_step(sgd), FSDP_ERROR_LIBRARY); /* no gradients yet */
+  CHECK(strstr(fsdp_last_error(), "fsdp_optimizer_step") != NULL, "message: %s", fsdp_last_error());
+  CHECK_OK(fsdp_begin_forward(runtime, "l0"));
+  CHECK_OK(fsdp_end_forward(runtime, "l0"));
+  CHECK_OK(fsdp_begin_forward(runtime, "l1"));
+  CHECK_OK(fsdp_end_forward(runtime, "l1"));
+  const char* backward_order[2] = {"l1", "l0"};
+  for (int u = 0; u < 2; ++u) {
+    CHECK_OK(fsdp_begin_backward(runtime, backward_order[u]));
+    for (int i = 0; i < NPARAM; ++i) {
+      if (strncmp(parameter_names[i], backward_order[u], 2) != 0) {
+        continue;
+      }
+      void* grad = NULL;
+      int64_t numel = 0;
+      CHECK_OK(fsdp_grad(runtime, parameter_names[i], &grad, &numel));
+      for (int64_t e = 0; e < numel; ++e) {
+        ((double*)grad)[e] += world_rank + 1;
+      }
+    }
+    CHECK_OK(fsdp_end_backward(runtime, backward_order[u]));
+  }
+  CHECK_OK(fsdp_finish_step(runtime));
+  CHECK_OK(fsdp_optimizer_step(sgd));
+  for (int i = 0; i < NPARAM; ++i) {
+    CHECK_OK(fsdp_model_copy_parameter(model, parameter_names[i], whole));
+    for (int64_t e = 0; e < parameter_numel[i]; ++e) {
+      const double want = 0.5 * (double)e - 0.25 * (world + 1) / 2.0;
+      CHECK(whole[e] == want, "%s[%lld] = %.17g after one SGD step, expected %.17g",
+            parameter_names[i], (long long)e, whole[e], want);
+    }
+  }
+  CHECK_CODE(fsdp_model_init_with(model, "l0.w", failing_fill, NULL), FSDP_ERROR_CALLBACK);
+  CHECK(strstr(fsdp_last_error(), "returned 42") != NULL, "message: %s", fsdp_last_error());
+  fsdp_optimizer_destroy(sgd);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: init_with and SGD's exact rule: ok\n");
+  }
+}
+
+/* ---- misuse: codes and messages, never a crash, and the runtime still usable after ---- */
+static void test_errors(void) {
+  fsdp_model_t model = NULL;
+  CHECK_CODE(fsdp_model_create(7, &model), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(model == NULL, "no model on failure");
+  CHECK(strstr(fsdp_last_error(), "dtype 7") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_model_add_parameter(NULL, "x", 0, NULL, NULL, 0), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_begin_forward(NULL, "l0"), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_finish_step(NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  fsdp_model_destroy(NULL);
+  fsdp_runtime_destroy(NULL);
+  fsdp_optimizer_destroy(NULL);
+
+  CHECK_OK(fsdp_model_create(FSDP_FLOAT32, &model));
+  const int64_t bad_shape[2] = {3, 0};
+  CHECK_CODE(fsdp_model_add_parameter(model, "w", 2, bad_shape, "l", 0),
+             FSDP_ERROR_INVALID_ARGUMENT);
+  fsdp_optimizer_t optimizer = NULL;
+  CHECK_CODE(fsdp_optimizer_create_adam(model, 1e-3, 0.9, 0.999, 1e-8, 0.0, &optimizer),
+             FSDP_ERROR_STATE); /* not sharded yet */
+  CHECK_CODE(fsdp_model_shard(model, MPI_Comm_c2f(MPI_COMM_WORLD), "diagonal"),
+             FSDP_ERROR_INVALID_ARGUMENT);
+  fsdp_model_destroy(model);
+
+  model = make_model(FSDP_FLOAT32, "full");
+  const int64_t shape[1] = {4};
+  CHECK_CODE(fsdp_model_add_parameter(model, "late", 1, shape, NULL, 0), FSDP_ERROR_STATE);
+  CHECK_CODE(fsdp_model_init_from_full(model, "l9.w", shape), FSDP_ERROR_UNKNOWN_NAME);
+  CHECK(strstr(fsdp_last_error(), "'l9.w'") != NULL, "message: %s", fsdp_last_error());
+
+  fsdp_runtime_t runtime = NULL;
+  const char* bad_order[2] = {"l0", "decoder"};
+  CHECK_CODE(fsdp_runtime_create(model, 2, bad_order, 1, 2, &runtime), FSDP_ERROR_UNKNOWN_NAME);
+  CHECK(runtime == NULL, "no runtime on failure");
+  CHECK(strstr(fsdp_last_error(), "'decoder'") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_runtime_create(model, 1, unit_order, 1, 2, &runtime), FSDP_ERROR_LIBRARY);
+  CHECK(strstr(fsdp_last_error(), "l1") != NULL, "message names the missing unit: %s",
+        fsdp_last_error());
+  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
+
+  /* A wrong unit name: the code, and a message naming it. */
+  CHECK_CODE(fsdp_begin_forward(runtime, "encoder"), FSDP_ERROR_UNKNOWN_NAME);
+  CHECK(strstr(fsdp_last_error(), "'encoder'") != NULL, "message: %s", fsdp_last_error());
+  /* Calls out of order. */
+  CHECK_CODE(fsdp_begin_forward(runtime, "l1"), FSDP_ERROR_ORDER);
+  CHECK(strstr(fsdp_last_error(), "expected 'l0'") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_end_forward(runtime, "l0"), FSDP_ERROR_ORDER);
+  CHECK_CODE(fsdp_begin_backward(runtime, "l1"), FSDP_ERROR_ORDER);
+  CHECK_CODE(fsdp_finish_step(runtime), FSDP_ERROR_ORDER);
+  void* values = NULL;
+  int64_t numel = 0;
+  CHECK_CODE(fsdp_full(runtime, "l0.w", &values, &numel), FSDP_ERROR_STATE);
+  CHECK_OK(fsdp_begin_forward(runtime, "l0"));
+  CHECK_CODE(fsdp_begin_forward(runtime, "l1"), FSDP_ERROR_ORDER); /* l0 still open */
+  CHECK(strstr(fsdp_last_error(), "'l0' is open") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_grad(runtime, "l0.w", &values, &numel), FSDP_ERROR_STATE);
+  CHECK(strstr(fsdp_last_error(), "backward scopes") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_full(runtime, "l1.w", &values, &numel), FSDP_ERROR_STATE); /* other unit */
+  CHECK_CODE(fsdp_full(runtime, "l7.w", &values, &numel), FSDP_ERROR_UNKNOWN_NAME);
+  CHECK_OK(fsdp_full(runtime, "l0.w", &values, &numel));
+  CHECK(values != NULL && numel == HIDDEN * IN, "l0.w while gathered: %lld elements",
+        (long long)numel);
+  CHECK_CODE(fsdp_end_backward(runtime, "l0"), FSDP_ERROR_ORDER);
+  CHECK_CODE(fsdp_finish_step(runtime), FSDP_ERROR_ORDER);
+  CHECK_OK(fsdp_end_forward(runtime, "l0"));
+  CHECK_OK(fsdp_begin_forward(runtime, "l1"));
+  CHECK_OK(fsdp_end_forward(runtime, "l1"));
+  CHECK_CODE(fsdp_begin_forward(runtime, "l0"), FSDP_ERROR_ORDER); /* forward already ran */
+  CHECK_CODE(fsdp_begin_backward(runtime, "l0"), FSDP_ERROR_ORDER);
+  CHECK(strstr(fsdp_last_error(), "expected 'l1'") != NULL, "message: %s", fsdp_last_error());
+  /* After all that, an evaluation step and a training step still work. */
+  CHECK_OK(fsdp_finish_step(runtime));
+  api_step(runtime, FSDP_FLOAT32, world_rank, 0);
+
+  CHECK_CODE(fsdp_finalize(), FSDP_ERROR_STATE); /* handles alive */
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: error paths: ok\n");
+  }
+}
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  CHECK_OK(fsdp_initialize());
+
+  const Rule sgd = {0, 0.1, 0.9, 0.01};
+  const Rule adamw = {1, 0.01, 0.0, 0.05};
+  train_and_compare(FSDP_FLOAT64, "full", sgd, 3, 1, 2, 1e-12, "fp64 full SGD+momentum");
+  train_and_compare(FSDP_FLOAT64, "full", adamw, 3, 1, 1, 1e-12, "fp64 full AdamW limit 1");
+  train_and_compare(FSDP_FLOAT64, "layerwise", adamw, 2, 0, 2, 1e-12,
+                    "fp64 layerwise AdamW no prefetch");
+  train_and_compare(FSDP_FLOAT32, "full", sgd, 3, 1, 2, 1e-5, "fp32 full SGD+momentum");
+  test_init_with_and_sgd_rule();
+  test_errors();
+
+  CHECK_OK(fsdp_finalize());
+  MPI_Finalize();
+  if (world_rank == 0) {
+    printf("test_c_api: all checks passed\n");
+  }
+  return 0;
+}
