@@ -23,4 +23,8 @@ run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install" -B "${consumer}"
     # the Kokkos fsdp was built with, not whichever the consumer would find first
     "-DKokkos_DIR=${Kokkos_DIR}")
 run(${CMAKE_COMMAND} --build "${consumer}")
+# The Fortran consumer first: the test passes on the C++ consumer's line, printed last.
+if(EXISTS "${consumer}/consumer_fortran")
+  run(${MPIEXEC} ${NUMPROC_FLAG} 2 "${consumer}/consumer_fortran")
+endif()
 run(${MPIEXEC} ${NUMPROC_FLAG} 2 "${consumer}/consumer")
