@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/io/hdf5_handle.hpp"
 
 namespace fsdp_train {
 namespace {
@@ -34,48 +35,8 @@ double normalish(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint
 
 // ---- HDF5: every return code checked, errors name the file and the object ----
 
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  ~Handle() {
-    if (id_ >= 0) {
-      close_(id_);
-    }
-  }
-  hid_t get() const { return id_; }
-  herr_t close() {
-    const herr_t rc = id_ >= 0 ? close_(id_) : 0;
-    id_ = -1;
-    return rc;
-  }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
-// fsdp-train reports HDF5 failures itself; HDF5's own stack printing is off meanwhile.
-class QuietErrorStack {
- public:
-  QuietErrorStack() {
-    saved_ = H5Eget_auto2(H5E_DEFAULT, &function_, &data_) >= 0 &&
-             H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0;
-  }
-  QuietErrorStack(const QuietErrorStack&) = delete;
-  QuietErrorStack& operator=(const QuietErrorStack&) = delete;
-  ~QuietErrorStack() {
-    if (saved_ && H5Eset_auto2(H5E_DEFAULT, function_, data_) < 0) {
-      std::fprintf(stderr, "fsdp-train: could not restore HDF5's error printing\n");
-    }
-  }
-
- private:
-  bool saved_ = false;
-  H5E_auto2_t function_ = nullptr;
-  void* data_ = nullptr;
-};
+using fsdp::hdf5::Handle;
+using fsdp::hdf5::QuietErrorStack;
 
 struct Hdf5Context {
   std::string path;

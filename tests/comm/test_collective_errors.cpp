@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "error_message.hpp"
 #include "fsdp/comm/process_group.hpp"
 
 using namespace fsdp;
+using fsdp::test::message_has;
 
 namespace {
 
@@ -16,16 +18,6 @@ ProcessGroup checked_world() {
   options.check_arguments = true;
   options.timeout_s = 60;
   return ProcessGroup(MPI_COMM_WORLD, options);
-}
-
-auto message_has(const std::string& text) {
-  return [text](const Error& error) {
-    const bool found = std::string(error.what()).find(text) != std::string::npos;
-    if (!found) {
-      BOOST_TEST_MESSAGE("message was: " << error.what());
-    }
-    return found;
-  };
 }
 
 }  // namespace

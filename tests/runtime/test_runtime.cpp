@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "../unit/reference_training.hpp"
+#include "error_message.hpp"
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
@@ -153,18 +154,6 @@ BOOST_AUTO_TEST_CASE(begin_end_calls_for_c_and_fortran) {
   runtime.release_multiple({"l0", "l1"});
   BOOST_TEST(units_not_sharded(model) == 0);
 }
-
-namespace {
-auto message_has(const std::string& text) {
-  return [text](const Error& error) {
-    const bool found = std::string(error.what()).find(text) != std::string::npos;
-    if (!found) {
-      BOOST_TEST_MESSAGE("message was: " << error.what());
-    }
-    return found;
-  };
-}
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(misuse_is_a_clear_error) {
   ShardedModel<double> model = make_model(strategies()[0]);

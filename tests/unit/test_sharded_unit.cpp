@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 #include <numeric>
 
+#include "error_message.hpp"
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/sgd.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
@@ -17,16 +18,6 @@ ShardedModel<double> make_model(const char* strategy = "full") {
   ProcessGroup group(MPI_COMM_WORLD);
   return ShardedModel<double>(
       group, make_strategy(strategy)->make_plan(tiny_mlp_parameters<double>(), group.size()));
-}
-
-auto message_has(const std::string& text) {
-  return [text](const Error& error) {
-    const bool found = std::string(error.what()).find(text) != std::string::npos;
-    if (!found) {
-      BOOST_TEST_MESSAGE("message was: " << error.what());
-    }
-    return found;
-  };
 }
 
 }  // namespace
