@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Starts a private one-node SLURM cluster, runs fsdp-bench through srun and through the sbatch
 # script, checks their output, and stops the cluster whatever happens.
-# Usage: run_under_slurm.sh <source-dir> <fsdp-bench>   (exit 77 = skipped: no SLURM or not root)
+# Usage: run_under_slurm.sh <source-dir> <fsdp-bench> <fsdp-train>
+#        (exit 77 = skipped: no SLURM or not root)
 set -euo pipefail
 source_dir=$1
 bench=$2
+trainer=$3
 
 if [[ $(id -u) -ne 0 ]] || ! command -v slurmctld > /dev/null || ! command -v munged > /dev/null; then
   echo "SKIPPED: needs root and slurm-wlm + munge (scripts/install-deps --with-slurm)"
@@ -44,4 +46,15 @@ timeout 180 sbatch --wait --export="ALL,FSDP_BIN=$(dirname "$bench")" \
 job_out=$(cat "$state"/fsdp-collectives-*.out)
 echo "$job_out"
 expect_results "the batch job" 4 "$job_out"
-echo "PASSED: srun and sbatch ran fsdp-bench on 4 ranks"
+
+echo "== sbatch --wait slurm/train.sbatch"
+timeout 180 sbatch --wait --export="ALL,FSDP_BIN=$(dirname "$trainer")" \
+  "$source_dir/slurm/train.sbatch" --epochs 2 --json
+train_out=$(cat "$state"/fsdp-train-*.out)
+echo "$train_out"
+if ! grep -q '"type":"summary"' <<< "$train_out" || ! grep -q '"ranks":4' <<< "$train_out" ||
+  ! grep -q '"pass":true' <<< "$train_out"; then
+  echo "FAILED: the training batch job did not end with a 4-rank summary and a passing check"
+  exit 1
+fi
+echo "PASSED: srun and sbatch ran fsdp-bench and fsdp-train on 4 ranks"
