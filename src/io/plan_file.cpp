@@ -80,7 +80,8 @@ void write_int_attribute(const Hdf5File& file, hid_t object, const char* name, i
                     std::string("attribute ") + name);
 }
 
-std::string read_string_attribute(const Hdf5File& file, hid_t object, const char* name) {
+// The attribute, or an Error saying the file is no plan when it is missing.
+Handle open_attribute(const Hdf5File& file, hid_t object, const char* name) {
   const std::string what = std::string("attribute ") + name;
   const htri_t exists = H5Aexists(object, name);
   file.check_status(exists, "H5Aexists", what);
@@ -88,7 +89,12 @@ std::string read_string_attribute(const Hdf5File& file, hid_t object, const char
     throw Error("fsdp: plan file '" + file.path() + "' has no attribute '" + name +
                 "'; it is not an fsdp sharding plan");
   }
-  Handle attribute(file.check(H5Aopen(object, name, H5P_DEFAULT), "H5Aopen", what), H5Aclose);
+  return Handle(file.check(H5Aopen(object, name, H5P_DEFAULT), "H5Aopen", what), H5Aclose);
+}
+
+std::string read_string_attribute(const Hdf5File& file, hid_t object, const char* name) {
+  const std::string what = std::string("attribute ") + name;
+  Handle attribute = open_attribute(file, object, name);
   Handle stored(file.check(H5Aget_type(attribute.get()), "H5Aget_type", what), H5Tclose);
   const htri_t variable = H5Tis_variable_str(stored.get());
   file.check_status(variable, "H5Tis_variable_str", what);
@@ -106,13 +112,7 @@ std::string read_string_attribute(const Hdf5File& file, hid_t object, const char
 
 int read_int_attribute(const Hdf5File& file, hid_t object, const char* name) {
   const std::string what = std::string("attribute ") + name;
-  const htri_t exists = H5Aexists(object, name);
-  file.check_status(exists, "H5Aexists", what);
-  if (exists == 0) {
-    throw Error("fsdp: plan file '" + file.path() + "' has no attribute '" + name +
-                "'; it is not an fsdp sharding plan");
-  }
-  Handle attribute(file.check(H5Aopen(object, name, H5P_DEFAULT), "H5Aopen", what), H5Aclose);
+  Handle attribute = open_attribute(file, object, name);
   int value = 0;
   file.check_status(H5Aread(attribute.get(), H5T_NATIVE_INT, &value), "H5Aread", what);
   return value;

@@ -225,23 +225,12 @@ Graph random_graph(std::uint64_t seed, int max_nodes) {
 
 std::vector<NamedGraph> reference_graphs(int random) {
   std::vector<NamedGraph> graphs;
-  const auto decl = [](const std::string& id, const std::string& op,
-                       std::vector<std::string> inputs, std::vector<std::int64_t> shape,
-                       const std::string& sharding = "") {
-    NodeDecl d;
-    d.id = id;
-    d.op = op;
-    d.inputs = std::move(inputs);
-    d.shape = std::move(shape);
-    d.dtype = DType::f32;
-    d.sharding = sharding;
-    return d;
-  };
-  graphs.push_back(
-      {"seed example (1024,512)@(512,2048)",
-       Graph({decl("A", "input", {}, {1024, 512}), decl("B", "parameter", {}, {512, 2048}),
-              decl("C", "matmul", {"A", "B"}, {1024, 2048}), decl("out", "output", {"C"}, {})}),
-       8});
+  graphs.push_back({"seed example (1024,512)@(512,2048)",
+                    Graph({fp32_node("A", "input", {}, {1024, 512}),
+                           fp32_node("B", "parameter", {}, {512, 2048}),
+                           fp32_node("C", "matmul", {"A", "B"}, {1024, 2048}),
+                           fp32_node("out", "output", {"C"}, {})}),
+                    8});
   ModelShape many;
   many.batch = 8;
   many.sequence = 512;
@@ -253,17 +242,19 @@ std::vector<NamedGraph> reference_graphs(int random) {
   few.batch = 1;
   few.sequence = 4;
   graphs.push_back({"mlp block, 4 tokens (decode)", mlp_block(few), 8});
-  graphs.push_back({"pinned conflict: add of [S,R] and [R,S]",
-                    Graph({decl("p", "input", {}, {64, 4096}, "[S,R]"),
-                           decl("q", "input", {}, {1, 4096}, "[R,S]"),
-                           decl("sum", "add", {"p", "q"}, {}), decl("out", "output", {"sum"}, {})}),
-                    8});
+  graphs.push_back(
+      {"pinned conflict: add of [S,R] and [R,S]",
+       Graph({fp32_node("p", "input", {}, {64, 4096}, "[S,R]"),
+              fp32_node("q", "input", {}, {1, 4096}, "[R,S]"),
+              fp32_node("sum", "add", {"p", "q"}, {}), fp32_node("out", "output", {"sum"}, {})}),
+       8});
   graphs.push_back(
       {"pinned: batch-sharded input into a pinned column-sharded weight",
-       Graph({decl("x", "input", {}, {4096, 1024}, "S0"),
-              decl("w", "parameter", {}, {1024, 4096}, "S1"), decl("h", "matmul", {"x", "w"}, {}),
-              decl("a", "relu", {"h"}, {}), decl("w2", "parameter", {}, {4096, 1024}, "S0"),
-              decl("y", "matmul", {"a", "w2"}, {}), decl("out", "output", {"y"}, {})}),
+       Graph({fp32_node("x", "input", {}, {4096, 1024}, "S0"),
+              fp32_node("w", "parameter", {}, {1024, 4096}, "S1"),
+              fp32_node("h", "matmul", {"x", "w"}, {}), fp32_node("a", "relu", {"h"}, {}),
+              fp32_node("w2", "parameter", {}, {4096, 1024}, "S0"),
+              fp32_node("y", "matmul", {"a", "w2"}, {}), fp32_node("out", "output", {"y"}, {})}),
        8});
   for (int i = 0; i < random; ++i) {
     const int devices = 2 << (i % 3);

@@ -611,4 +611,16 @@ std::string Graph::to_json() const {
   return nlohmann::json{{"nodes", list}}.dump(1);
 }
 
+NodeDecl fp32_node(const std::string& id, const std::string& op, std::vector<std::string> inputs,
+                   std::vector<std::int64_t> shape, const std::string& sharding) {
+  NodeDecl node;
+  node.id = id;
+  node.op = op;
+  node.inputs = std::move(inputs);
+  node.shape = std::move(shape);
+  node.dtype = DType::f32;
+  node.sharding = sharding;
+  return node;
+}
+
 }  // namespace fsdp::solver

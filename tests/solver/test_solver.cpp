@@ -19,18 +19,6 @@ using namespace fsdp::solver;
 
 namespace {
 
-NodeDecl decl(const std::string& id, const std::string& op, std::vector<std::string> inputs,
-              std::vector<std::int64_t> shape = {}, const std::string& sharding = "") {
-  NodeDecl d;
-  d.id = id;
-  d.op = op;
-  d.inputs = std::move(inputs);
-  d.shape = std::move(shape);
-  d.dtype = DType::f32;
-  d.sharding = sharding;
-  return d;
-}
-
 Machine machine_with(int devices) {
   Machine m;
   m.devices = devices;
@@ -38,8 +26,9 @@ Machine machine_with(int devices) {
 }
 
 Graph seed_example() {
-  return Graph({decl("A", "input", {}, {1024, 512}), decl("B", "parameter", {}, {512, 2048}),
-                decl("C", "matmul", {"A", "B"}, {1024, 2048}), decl("out", "output", {"C"})});
+  return Graph(
+      {fp32_node("A", "input", {}, {1024, 512}), fp32_node("B", "parameter", {}, {512, 2048}),
+       fp32_node("C", "matmul", {"A", "B"}, {1024, 2048}), fp32_node("out", "output", {"C"})});
 }
 
 // Every assignment of strategies, for checking the exact solver on tiny graphs.
@@ -150,11 +139,12 @@ BOOST_AUTO_TEST_CASE(sharding_spec_text) {
 BOOST_AUTO_TEST_CASE(propagation_through_elementwise_chain) {
   // Few tokens (4 < 8 devices): the matmul cannot split its rows, so the seed is the output
   // feature split, and its column layout must flow through the chain with no conversion.
-  const Graph graph({decl("x", "input", {}, {4, 4096}), decl("w", "parameter", {}, {4096, 4096}),
-                     decl("h", "matmul", {"x", "w"}), decl("a", "relu", {"h"}),
-                     decl("b", "tanh", {"a"}), decl("c", "scale", {"b"}),
-                     decl("bias", "parameter", {}, {4096}), decl("d", "add", {"c", "bias"}),
-                     decl("out", "output", {"d"})});
+  const Graph graph({fp32_node("x", "input", {}, {4, 4096}),
+                     fp32_node("w", "parameter", {}, {4096, 4096}),
+                     fp32_node("h", "matmul", {"x", "w"}), fp32_node("a", "relu", {"h"}),
+                     fp32_node("b", "tanh", {"a"}), fp32_node("c", "scale", {"b"}),
+                     fp32_node("bias", "parameter", {}, {4096}),
+                     fp32_node("d", "add", {"c", "bias"}), fp32_node("out", "output", {"d"})});
   SimpleSolver solver(machine_with(8));
   const Solution solution = solver.solve(graph);
   for (const char* id : {"h", "a", "b", "c", "d", "out"}) {
@@ -171,9 +161,10 @@ BOOST_AUTO_TEST_CASE(propagation_through_elementwise_chain) {
   BOOST_TEST(solution.node("b").flops_per_device == 4.0 * 4096 / 8);
 
   // Many tokens: the batch split flows instead.
-  const Graph wide({decl("x", "input", {}, {4096, 1024}), decl("w", "parameter", {}, {1024, 1024}),
-                    decl("h", "matmul", {"x", "w"}), decl("a", "gelu", {"h"}),
-                    decl("b", "softmax", {"a"}), decl("out", "output", {"b"})});
+  const Graph wide({fp32_node("x", "input", {}, {4096, 1024}),
+                    fp32_node("w", "parameter", {}, {1024, 1024}),
+                    fp32_node("h", "matmul", {"x", "w"}), fp32_node("a", "gelu", {"h"}),
+                    fp32_node("b", "softmax", {"a"}), fp32_node("out", "output", {"b"})});
   const Solution rows = SimpleSolver(machine_with(8)).solve(wide);
   for (const char* id : {"x", "h", "a", "b", "out"}) {
     BOOST_TEST_INFO("node " << id);
@@ -208,9 +199,9 @@ BOOST_AUTO_TEST_CASE(partial_sums_flow_through_linear_ops_and_are_reduced_once) 
 BOOST_AUTO_TEST_CASE(conflict_resolved_by_lower_total_cost) {
   // p is pinned row-sharded, q column-sharded; their sum can follow either, at the price of
   // converting the other. q is one row, so gathering it is far cheaper than moving p.
-  const Graph graph({decl("p", "input", {}, {64, 4096}, "[S,R]"),
-                     decl("q", "input", {}, {1, 4096}, "[R,S]"), decl("sum", "add", {"p", "q"}),
-                     decl("out", "output", {"sum"})});
+  const Graph graph({fp32_node("p", "input", {}, {64, 4096}, "[S,R]"),
+                     fp32_node("q", "input", {}, {1, 4096}, "[R,S]"),
+                     fp32_node("sum", "add", {"p", "q"}), fp32_node("out", "output", {"sum"})});
   SimpleSolver solver(machine_with(8));
   const Solution solution = solver.solve(graph);
   const NodeSolution& sum = solution.node("sum");
@@ -222,9 +213,9 @@ BOOST_AUTO_TEST_CASE(conflict_resolved_by_lower_total_cost) {
   BOOST_TEST(solution.total_s == ExactSolver(machine_with(8)).solve(graph).total_s);
 
   // Swap which side is big: now the sum follows q's columns.
-  const Graph swapped({decl("p", "input", {}, {64, 1}, "[S,R]"),
-                       decl("q", "input", {}, {64, 4096}, "[R,S]"), decl("sum", "add", {"p", "q"}),
-                       decl("out", "output", {"sum"})});
+  const Graph swapped({fp32_node("p", "input", {}, {64, 1}, "[S,R]"),
+                       fp32_node("q", "input", {}, {64, 4096}, "[R,S]"),
+                       fp32_node("sum", "add", {"p", "q"}), fp32_node("out", "output", {"sum"})});
   BOOST_TEST(SimpleSolver(machine_with(8)).solve(swapped).node("sum").output_spec.to_string(2) ==
              "[R,S]");
 }
@@ -305,14 +296,16 @@ BOOST_AUTO_TEST_CASE(larger_random_graphs_against_optimum) {
 
 BOOST_AUTO_TEST_CASE(reshape_keeps_a_surviving_cut) {
   // (B, S, H) -> (B, S, heads, hd): a cut of H becomes a cut of heads when heads divide.
-  const Graph graph({decl("x", "input", {}, {2, 4, 64}, "[R,R,S]"),
-                     decl("r", "reshape", {"x"}, {2, 4, 8, 8}), decl("out", "output", {"r"})});
+  const Graph graph({fp32_node("x", "input", {}, {2, 4, 64}, "[R,R,S]"),
+                     fp32_node("r", "reshape", {"x"}, {2, 4, 8, 8}),
+                     fp32_node("out", "output", {"r"})});
   const Solution solution = SimpleSolver(machine_with(8)).solve(graph);
   BOOST_TEST(solution.node("r").output_spec.to_string(4) == "[R,R,S,R]");
   BOOST_TEST(solution.total_s == 0.0);
   // With 16 devices the 8 heads cannot take the cut: the reshape needs another layout.
-  const Graph narrow({decl("x", "input", {}, {2, 4, 64}, "[R,R,S]"),
-                      decl("r", "reshape", {"x"}, {2, 4, 8, 8}), decl("out", "output", {"r"})});
+  const Graph narrow({fp32_node("x", "input", {}, {2, 4, 64}, "[R,R,S]"),
+                      fp32_node("r", "reshape", {"x"}, {2, 4, 8, 8}),
+                      fp32_node("out", "output", {"r"})});
   BOOST_TEST(SimpleSolver(machine_with(16)).solve(narrow).resharding_s > 0.0);
 }
 
@@ -410,7 +403,7 @@ BOOST_AUTO_TEST_CASE(malformed_graphs_name_the_node) {
   expect_error([] { Graph::from_json("[1, 2"); }, {"does not parse"});
   expect_error(
       [] {
-        const Graph g({decl("x", "input", {}, {4, 8}, "S0")});
+        const Graph g({fp32_node("x", "input", {}, {4, 8}, "S0")});
         SimpleSolver(machine_with(8)).solve(g);
       },
       {"'x'", "pinned sharding [S,R]", "not possible"});

@@ -42,6 +42,10 @@ struct NodeDecl {
   std::string sharding;             // optional pin of the output spec, e.g. "S0" or "[R,S]"
 };
 
+// An fp32 node in one line, for graphs written in code (generators, tests).
+NodeDecl fp32_node(const std::string& id, const std::string& op, std::vector<std::string> inputs,
+                   std::vector<std::int64_t> shape = {}, const std::string& sharding = "");
+
 struct Node {
   std::string id;
   OpKind kind = OpKind::input;
