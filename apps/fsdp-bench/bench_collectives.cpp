@@ -31,6 +31,11 @@ int repeats_for(std::size_t bytes, const CollectivesOptions& options) {
       std::clamp<std::size_t>(by_size, options.min_repeats, options.max_repeats));
 }
 
+// What carries the benchmark's bytes: its buffers are host Views.
+const char* transport_of(const ProcessGroup& group) {
+  return name_of(group.transport_for<Kokkos::HostSpace>());
+}
+
 template <class Raw, class Wrapped>
 void measure(const char* operation, std::size_t bytes, int repeats, ProcessGroup& group,
              const CommonOptions& common, Raw&& raw, Wrapped&& wrapped) {
@@ -58,10 +63,15 @@ void measure(const char* operation, std::size_t bytes, int repeats, ProcessGroup
   const double raw_median = median(slowest_rank(raw_s, group.mpi_comm()));
   const double wrapped_median = median(slowest_rank(wrapped_s, group.mpi_comm()));
   const double ratio = raw_median / wrapped_median;  // wrapper throughput / raw throughput
-  nlohmann::json result = {{"benchmark", "collectives"}, {"operation", operation},
-                           {"ranks", group.size()},      {"bytes_per_rank", bytes},
-                           {"repeats", repeats},         {"process_group_s", wrapped_median},
-                           {"raw_mpi_s", raw_median},    {"throughput_ratio", ratio}};
+  nlohmann::json result = {{"benchmark", "collectives"},
+                           {"operation", operation},
+                           {"ranks", group.size()},
+                           {"bytes_per_rank", bytes},
+                           {"repeats", repeats},
+                           {"process_group_s", wrapped_median},
+                           {"raw_mpi_s", raw_median},
+                           {"throughput_ratio", ratio},
+                           {"transport", transport_of(group)}};
   emit(common, group.rank(), result, [&] {
     std::printf("%-15s %12zu %8d %14.6f %14.6f %10.3f\n", operation, bytes, repeats,
                 wrapped_median * 1e3, raw_median * 1e3, ratio);
@@ -78,6 +88,7 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
         "fsdp-bench collectives: %d ranks, median of repeats of the slowest rank, ratio = "
         "raw MPI time / ProcessGroup time (1.0 = as fast as raw MPI)\n",
         n);
+    std::printf("transport: %s\n", transport_of(group));
     std::printf("%-15s %12s %8s %14s %14s %10s\n", "operation", "bytes/rank", "repeats",
                 "group (ms)", "raw MPI (ms)", "ratio");
   }

@@ -12,6 +12,7 @@
 #include "benchmark.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/data/distributed_sampler.hpp"
+#include "peak_memory.hpp"
 
 namespace fsdp::bench {
 namespace {
@@ -26,18 +27,6 @@ struct SamplerBenchOptions {
   double baseline_max_bytes = 0;
 };
 
-// A field of /proc/self/status in kB ("VmHWM:", "VmRSS:"); -1 when unavailable.
-long status_kb(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.compare(0, field.size(), field) == 0) {
-      return std::stol(line.substr(field.size()));
-    }
-  }
-  return -1;
-}
-
 long mem_available_kb() {
   std::ifstream meminfo("/proc/meminfo");
   std::string line;
@@ -48,26 +37,6 @@ long mem_available_kb() {
   }
   return -1;
 }
-
-// Measures the peak resident memory a piece of work adds to the process: the kernel's high-water
-// mark (VmHWM) is reset to the current RSS through /proc/self/clear_refs before the work and read
-// after it. Where the reset is not allowed, the peak is the process's since it started, which is
-// still an upper bound (the report says which).
-class PeakMemory {
- public:
-  PeakMemory() {
-    std::ofstream clear("/proc/self/clear_refs");
-    reset_ok_ = static_cast<bool>(clear << "5" << std::flush);
-    rss_before_kb_ = status_kb("VmRSS:");
-  }
-  // Peak RSS during the work minus RSS before it, in kB.
-  long added_kb() const { return status_kb("VmHWM:") - rss_before_kb_; }
-  bool reset_ok() const { return reset_ok_; }
-
- private:
-  bool reset_ok_ = false;
-  long rss_before_kb_ = 0;
-};
 
 // The baseline's shuffle: Fisher-Yates with splitmix64 and Lemire's multiply-shift bound (not
 // std::shuffle: its output differs between standard libraries).

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "../common/barrier_without_spinning.hpp"
 #include "../fsdp-train/mlp.hpp"
 #include "benchmark.hpp"
 #include "fsdp/optim/adam.hpp"
@@ -13,7 +14,6 @@
 namespace fsdp::bench {
 namespace {
 
-using fsdp_train::Flat;
 using fsdp_train::Matrix;
 using fsdp_train::MlpShape;
 
@@ -109,7 +109,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
                                                options.local_batch));
   trainers.push_back(
       std::make_unique<Trainer>("replicated", group, shape, true, prefetch, options.local_batch));
-  // One rank alone trains the whole global batch; the others wait at the barrier.
+  // One rank alone trains the whole global batch; the others wait, sleeping, until it is done.
   std::unique_ptr<Trainer> alone;
   if (group.rank() == 0) {
     alone = std::make_unique<Trainer>("one_rank", ProcessGroup(MPI_COMM_SELF), shape, false,
@@ -132,6 +132,11 @@ void run(const StepOptions& options, const CommonOptions& common) {
       const double elapsed = MPI_Wtime() - start;
       if (round > 0) {  // the first round warms up
         seconds[mode].push_back(elapsed);
+      }
+      if (mode == trainers.size()) {
+        // Rank 0 trained alone: the others wait without spinning on the cores it computed on, so
+        // that the baseline is one rank's step on an otherwise idle machine.
+        fsdp_apps::barrier_without_spinning(group);
       }
     }
   }

@@ -1,6 +1,6 @@
 // fsdp-bench gather: gathering a unit of typical layer sizes against one raw MPI_Allgather of the
-// same total bytes. fsdp-bench memory: per-rank peak of a sharded training step against the plan's
-// estimate and against unsharded training.
+// same total bytes. fsdp-bench memory: per-rank peak of a sharded training step, as fsdp tracks it
+// and as the kernel measures it (VmHWM), against the plan's estimate and unsharded training.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -10,6 +10,7 @@
 #include "fsdp/shard/plan_estimate.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "fsdp/unit/sharded_model.hpp"
+#include "peak_memory.hpp"
 
 namespace fsdp::bench {
 namespace {
@@ -116,6 +117,8 @@ struct MemoryOptions {
 void run_memory(const MemoryOptions& options, const CommonOptions& common) {
   ProcessGroup group(MPI_COMM_WORLD);
   const int n = group.size();
+  // Resident memory from here on, measured by the kernel: an independent check of the tracker.
+  const PeakMemory resident;
   // An MLP of `layers` square layers with biases: a few hundred MB of fp32 parameters.
   std::vector<ParameterInfo> parameters;
   for (int k = 0; k < options.layers; ++k) {
@@ -157,7 +160,10 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
   std::vector<std::int64_t> mine = {report.total_peak, report.model_state(),
                                     report.peak_of(MemoryCategory::gathered_parameters) +
                                         report.peak_of(MemoryCategory::full_gradients) +
-                                        report.peak_of(MemoryCategory::communication)};
+                                        report.peak_of(MemoryCategory::communication),
+                                    std::int64_t{1024} * resident.peak_kb(),
+                                    std::int64_t{1024} * resident.added_kb()};
+  const std::size_t fields = mine.size();
   std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(n));
   group.all_gather(mine.data(), all.data(), mine.size());
   if (group.rank() == 0 && !common.json) {
@@ -167,13 +173,21 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
         n, options.layers, static_cast<long long>(options.hidden),
         static_cast<long long>(options.hidden), planned.total_elements * 4 / 1e6,
         options.strategy.c_str());
-    std::printf("%5s %14s %14s %14s %16s %16s %10s\n", "rank", "peak (MB)", "estimate (MB)",
-                "state (MB)", "transient (MB)", "unsharded (MB)", "peak/unsh");
+    std::printf(
+        "resident: the kernel's peak resident set (VmHWM) of the process; added: minus "
+        "its resident set before the model was built%s\n",
+        resident.reset_ok() ? "" : " (VmHWM could not be reset: peak since start)");
+    std::printf("%5s %14s %14s %14s %16s %16s %10s %15s %13s\n", "rank", "peak (MB)",
+                "estimate (MB)", "state (MB)", "transient (MB)", "unsharded (MB)", "peak/unsh",
+                "resident (MB)", "added (MB)");
   }
   for (int r = 0; r < n; ++r) {
-    const std::int64_t peak = all[3 * r];
-    const std::int64_t state = all[3 * r + 1];
-    const std::int64_t transient = all[3 * r + 2];
+    const std::int64_t* theirs = &all[fields * static_cast<std::size_t>(r)];
+    const std::int64_t peak = theirs[0];
+    const std::int64_t state = theirs[1];
+    const std::int64_t transient = theirs[2];
+    const std::int64_t resident_peak = theirs[3];
+    const std::int64_t resident_added = theirs[4];
     const std::int64_t estimate_bytes =
         planned.ranks[static_cast<std::size_t>(r)].persistent_bytes() +
         planned.gathered_working_set_bytes;
@@ -186,12 +200,16 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
         {"model_state_bytes", state},
         {"transient_peak_bytes", transient},
         {"unsharded_bytes", planned.unsharded_persistent_bytes},
-        {"peak_over_unsharded", static_cast<double>(peak) / planned.unsharded_persistent_bytes}};
+        {"peak_over_unsharded", static_cast<double>(peak) / planned.unsharded_persistent_bytes},
+        {"resident_peak_bytes", resident_peak},
+        {"resident_added_bytes", resident_added},
+        {"resident_peak_is_since_process_start", !resident.reset_ok()}};
     emit(common, group.rank(), result, [&] {
-      std::printf("%5d %14.1f %14.1f %14.1f %16.1f %16.1f %10.3f\n", r, peak / 1e6,
+      std::printf("%5d %14.1f %14.1f %14.1f %16.1f %16.1f %10.3f %15.1f %13.1f\n", r, peak / 1e6,
                   estimate_bytes / 1e6, state / 1e6, transient / 1e6,
                   planned.unsharded_persistent_bytes / 1e6,
-                  static_cast<double>(peak) / planned.unsharded_persistent_bytes);
+                  static_cast<double>(peak) / planned.unsharded_persistent_bytes,
+                  resident_peak / 1e6, resident_added / 1e6);
     });
   }
 }
@@ -210,7 +228,9 @@ void add_gather(CLI::App& app, const CommonOptions& common) {
 void add_memory(CLI::App& app, const CommonOptions& common) {
   auto options = std::make_shared<MemoryOptions>();
   CLI::App* sub = app.add_subcommand(
-      "memory", "per-rank peak of one sharded training step against the plan and unsharded");
+      "memory",
+      "per-rank peak of one sharded training step (tracked and VmHWM) against the plan and "
+      "unsharded");
   sub->add_option("--hidden", options->hidden, "width of the square layers");
   sub->add_option("--layers", options->layers, "number of layers");
   sub->add_option("--strategy", options->strategy, "full, layerwise or hybrid");

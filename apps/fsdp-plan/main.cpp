@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 #include "fsdp/io/plan_file.hpp"
 #include "fsdp/shard/model_description.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
@@ -37,14 +38,6 @@ struct Options {
   std::string output;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  fsdp::require(static_cast<bool>(in), "cannot open '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The model: a description file, or a preset with the user's overrides.
 std::vector<fsdp::ParameterInfo> model_parameters(const Options& o, std::string& description) {
   if (!o.model_path.empty()) {
@@ -53,8 +46,9 @@ std::vector<fsdp::ParameterInfo> model_parameters(const Options& o, std::string&
   }
   fsdp::TransformerConfig config;
   if (!o.preset_config.empty()) {
-    config = fsdp::transformer_config_from_json(read_text(o.preset_config),
-                                                "preset config '" + o.preset_config + "'");
+    config = fsdp::transformer_config_from_json(
+        fsdp::read_text_file(o.preset_config, "model configuration"),
+        "preset config '" + o.preset_config + "'");
   } else {
     config = fsdp::parse_family(o.preset) == fsdp::TransformerFamily::llama
                  ? fsdp::TransformerConfig::llama2_7b()
@@ -329,11 +323,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
   } catch (const std::exception& error) {
-    std::string message = error.what();
-    if (message.rfind("fsdp: ", 0) == 0) {
-      message.erase(0, 6);
-    }
-    std::fprintf(stderr, "fsdp-plan: %s\n", message.c_str());
+    std::fprintf(stderr, "fsdp-plan: %s\n", fsdp::message_of(error).c_str());
     return 1;
   }
 }

@@ -3,16 +3,10 @@
 #include <cstdio>
 #include <string>
 
+#include "fsdp/core/text.hpp"
+
 namespace fsdp::apps {
 namespace {
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string text = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    text += (i ? "," : "") + std::to_string(shape[i]);
-  }
-  return text + ")";
-}
 
 std::string bytes_text(double bytes) {
   char buffer[32];
@@ -44,7 +38,7 @@ void print_solution(const solver::Solution& solution, const solver::Graph& graph
     const auto& node = graph.size() ? &graph.node(graph.index_of(n.id)) : nullptr;
     for (std::size_t k = 0; k < n.transfers.size(); ++k) {
       const auto& t = n.transfers[k];
-      if (t.transfer.collective == solver::Collective::none) {
+      if (t.transfer.collective == solver::LayoutCollective::none) {
         continue;
       }
       const int from_rank =
@@ -55,7 +49,7 @@ void print_solution(const solver::Solution& solution, const solver::Graph& graph
                      bytes_text(t.transfer.buffer_bytes);
     }
     std::printf("%-22s %-14s %-20s %-28s %-12s %11.4f %8.2fus %8.2fus %8.2fus  %s\n", n.id.c_str(),
-                n.op.c_str(), shape_text(n.shape).c_str(), n.strategy.c_str(),
+                n.op.c_str(), shape_text(n.shape, "()", ",").c_str(), n.strategy.c_str(),
                 n.output_spec.to_string(rank).c_str(), n.flops_per_device / 1e9, n.compute_s * 1e6,
                 n.communication_s * 1e6, n.resharding_s * 1e6, conversions.c_str());
   }
@@ -77,7 +71,7 @@ void print_seed_candidates(const solver::SimpleSolver& solver, const solver::Gra
     }
     for (const auto& c : solver.seed_candidates(graph, static_cast<int>(i))) {
       std::string comm = "none";
-      if (c.communication.collective != solver::Collective::none) {
+      if (c.communication.collective != solver::LayoutCollective::none) {
         char buffer[64];
         std::snprintf(
             buffer, sizeof buffer, "%s %s %.2fus", solver::name_of(c.communication.collective),

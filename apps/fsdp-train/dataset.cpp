@@ -8,27 +8,17 @@
 #include <fstream>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
 
 namespace fsdp_train {
 namespace {
 
-std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-double uniform(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-  return hash_uniform(seed, a, b, c);
-}
-
 // Approximately standard normal: a sum of four uniforms, centred and scaled to variance 1.
 double normalish(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
   double sum = 0;
   for (std::uint64_t k = 0; k < 4; ++k) {
-    sum += uniform(seed, a, b, c * 4 + k);
+    sum += hash_uniform(seed, a, b, c * 4 + k);
   }
   return (sum - 2.0) * std::sqrt(3.0);
 }
@@ -38,30 +28,12 @@ double normalish(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint
 using fsdp::hdf5::Handle;
 using fsdp::hdf5::QuietErrorStack;
 
-struct Hdf5Context {
-  std::string path;
-  [[noreturn]] void fail(const std::string& call, const std::string& object) const {
-    throw fsdp::Error("HDF5 " + call + " failed for " + object + " in '" + path + "'");
-  }
-  hid_t check(hid_t id, const std::string& call, const std::string& object) const {
-    if (id < 0) {
-      fail(call, object);
-    }
-    return id;
-  }
-  void check_status(herr_t rc, const std::string& call, const std::string& object) const {
-    if (rc < 0) {
-      fail(call, object);
-    }
-  }
-};
-
 herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* names) {
   static_cast<std::vector<std::string>*>(names)->push_back(name);
   return 0;
 }
 
-std::string names_in(const Hdf5Context& h5, hid_t file) {
+std::string names_in(const fsdp::hdf5::Checker& h5, hid_t file) {
   std::vector<std::string> names;
   hsize_t index = 0;
   h5.check_status(H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, &index, collect_name, &names),
@@ -69,21 +41,20 @@ std::string names_in(const Hdf5Context& h5, hid_t file) {
   if (names.empty()) {
     return "the file has no datasets";
   }
-  std::string list;
-  for (const auto& name : names) {
-    list += (list.empty() ? "" : ", ") + ("'" + name + "'");
+  for (auto& name : names) {
+    name = "'" + name + "'";
   }
-  return "the file has " + list;
+  return "the file has " + fsdp::join(names);
 }
 
 // Opens dataset `name`, checks its rank and type class, returns its extents.
-std::vector<hsize_t> open_dataset(const Hdf5Context& h5, hid_t file, const std::string& name,
-                                  int rank, H5T_class_t type_class, const char* what,
-                                  hid_t* dataset_out) {
+std::vector<hsize_t> open_dataset(const fsdp::hdf5::Checker& h5, hid_t file,
+                                  const std::string& name, int rank, H5T_class_t type_class,
+                                  const char* what, hid_t* dataset_out) {
   const htri_t exists = H5Lexists(file, name.c_str(), H5P_DEFAULT);
   h5.check_status(exists, "H5Lexists", "'" + name + "'");
   if (exists == 0) {
-    throw fsdp::Error("no dataset '" + name + "' in '" + h5.path + "' (" + what + "); " +
+    throw fsdp::Error("no dataset '" + name + "' in '" + h5.path() + "' (" + what + "); " +
                       names_in(h5, file));
   }
   const std::string object = "dataset '" + name + "'";
@@ -93,14 +64,14 @@ std::vector<hsize_t> open_dataset(const Hdf5Context& h5, hid_t file, const std::
   const H5T_class_t stored = H5Tget_class(type.get());
   h5.check_status(stored == H5T_NO_CLASS ? -1 : 0, "H5Tget_class", object);
   if (stored != type_class) {
-    throw fsdp::Error("dataset '" + name + "' in '" + h5.path + "' (" + what + ") must hold " +
+    throw fsdp::Error("dataset '" + name + "' in '" + h5.path() + "' (" + what + ") must hold " +
                       (type_class == H5T_FLOAT ? "floating-point" : "integer") + " values");
   }
   Handle space(h5.check(H5Dget_space(dataset), "H5Dget_space", object), H5Sclose);
   const int dims = H5Sget_simple_extent_ndims(space.get());
   h5.check_status(dims, "H5Sget_simple_extent_ndims", object);
   if (dims != rank) {
-    throw fsdp::Error("dataset '" + name + "' in '" + h5.path + "' (" + what + ") has " +
+    throw fsdp::Error("dataset '" + name + "' in '" + h5.path() + "' (" + what + ") has " +
                       std::to_string(dims) + " dimensions; it must have " + std::to_string(rank) +
                       (rank == 2 ? " ([samples, features])" : " ([samples])"));
   }
@@ -110,13 +81,23 @@ std::vector<hsize_t> open_dataset(const Hdf5Context& h5, hid_t file, const std::
   return extents;
 }
 
-}  // namespace
-
-// 53 bits of a chained splitmix64 hash.
-double hash_uniform(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-  const std::uint64_t h = mix(mix(mix(mix(seed) ^ a) ^ b) ^ c);
-  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+// Writes one dataset of `rank` dimensions (extents) stored as file_type from memory of
+// memory_type.
+void write_dataset(const fsdp::hdf5::Checker& h5, hid_t file, const std::string& name, int rank,
+                   const hsize_t* extents, hid_t file_type, hid_t memory_type, const void* values) {
+  const std::string object = "dataset '" + name + "'";
+  Handle space(h5.check(H5Screate_simple(rank, extents, nullptr), "H5Screate_simple", object),
+               H5Sclose);
+  Handle set(h5.check(H5Dcreate2(file, name.c_str(), file_type, space.get(), H5P_DEFAULT,
+                                 H5P_DEFAULT, H5P_DEFAULT),
+                      "H5Dcreate2", object),
+             H5Dclose);
+  h5.check_status(H5Dwrite(set.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values),
+                  "H5Dwrite", object);
+  h5.check_status(set.close(), "H5Dclose", object);
 }
+
+}  // namespace
 
 Dataset make_synthetic(const SyntheticOptions& o) {
   fsdp::require(o.samples >= 2 && o.dim >= 1 && o.classes >= 2 && o.clusters_per_class >= 1,
@@ -146,7 +127,7 @@ Dataset make_synthetic(const SyntheticOptions& o) {
   for (std::int64_t i = 0; i < o.samples; ++i) {
     const auto sample = static_cast<std::uint64_t>(i);
     const std::int64_t label = i % o.classes;
-    const auto cluster = static_cast<std::int64_t>(uniform(o.seed, 2, sample, 0) *
+    const auto cluster = static_cast<std::int64_t>(hash_uniform(o.seed, 2, sample, 0) *
                                                    static_cast<double>(o.clusters_per_class));
     const std::int64_t c = label * o.clusters_per_class + cluster;
     data.labels[static_cast<std::size_t>(i)] = label;
@@ -170,7 +151,7 @@ Dataset read_hdf5(const std::string& path, const std::string& features, const st
                   "cannot open data file '" + path + "': no such file or not readable");
   }
   QuietErrorStack quiet;
-  Hdf5Context h5{path};
+  const fsdp::hdf5::Checker h5(path, "data file '" + path + "'");
   const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 <= 0) {
     throw fsdp::Error("data file '" + path + "' is not an HDF5 file");
@@ -229,36 +210,16 @@ Dataset read_hdf5(const std::string& path, const std::string& features, const st
 void write_hdf5(const Dataset& data, const std::string& path, const std::string& features,
                 const std::string& labels) {
   QuietErrorStack quiet;
-  Hdf5Context h5{path};
+  const fsdp::hdf5::Checker h5(path, "data file '" + path + "'");
   Handle file(h5.check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                        "H5Fcreate", "the file (is the directory writable?)"),
               H5Fclose);
-  const hsize_t fx[2] = {static_cast<hsize_t>(data.samples), static_cast<hsize_t>(data.dim)};
-  {
-    const std::string object = "dataset '" + features + "'";
-    Handle space(h5.check(H5Screate_simple(2, fx, nullptr), "H5Screate_simple", object), H5Sclose);
-    Handle set(h5.check(H5Dcreate2(file.get(), features.c_str(), H5T_IEEE_F32LE, space.get(),
-                                   H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                        "H5Dcreate2", object),
-               H5Dclose);
-    h5.check_status(
-        H5Dwrite(set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.features.data()),
-        "H5Dwrite", object);
-    h5.check_status(set.close(), "H5Dclose", object);
-  }
-  {
-    const std::string object = "dataset '" + labels + "'";
-    const hsize_t lx[1] = {fx[0]};
-    Handle space(h5.check(H5Screate_simple(1, lx, nullptr), "H5Screate_simple", object), H5Sclose);
-    Handle set(h5.check(H5Dcreate2(file.get(), labels.c_str(), H5T_STD_I32LE, space.get(),
-                                   H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                        "H5Dcreate2", object),
-               H5Dclose);
-    h5.check_status(
-        H5Dwrite(set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.labels.data()),
-        "H5Dwrite", object);
-    h5.check_status(set.close(), "H5Dclose", object);
-  }
+  const hsize_t feature_extents[2] = {static_cast<hsize_t>(data.samples),
+                                      static_cast<hsize_t>(data.dim)};
+  write_dataset(h5, file.get(), features, 2, feature_extents, H5T_IEEE_F32LE, H5T_NATIVE_DOUBLE,
+                data.features.data());
+  write_dataset(h5, file.get(), labels, 1, feature_extents, H5T_STD_I32LE, H5T_NATIVE_INT64,
+                data.labels.data());
   h5.check_status(file.close(), "H5Fclose", "the file");
 }
 

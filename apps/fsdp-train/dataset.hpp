@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "hash_uniform.hpp"
+
 namespace fsdp_train {
 
 // Samples in rows: features(i, j) = features[i * dim + j]; labels in [0, classes).
@@ -16,10 +18,6 @@ struct Dataset {
   std::vector<std::int64_t> labels;
   std::string description;
 };
-
-// A uniform double in [0, 1) from a splitmix64 hash of (seed, a, b, c): the same on every rank
-// and platform (no std:: distributions). Data and initial parameters come from it.
-double hash_uniform(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c);
 
 // The first `train` samples train, the rest evaluate.
 struct Split {

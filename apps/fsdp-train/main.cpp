@@ -8,11 +8,13 @@
 #include <Kokkos_Core.hpp>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "dataset.hpp"
+#include "fsdp/comm/device_selection.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
 #include "train.hpp"
@@ -34,7 +36,7 @@ void on_every_rank(fsdp::ProcessGroup& group, Work&& work) {
   try {
     work();
   } catch (const std::exception& error) {
-    message = error.what();
+    message = fsdp::message_of(error);
     if (message.empty()) {
       message = "unknown error";
     }
@@ -52,9 +54,6 @@ void on_every_rank(fsdp::ProcessGroup& group, Work&& work) {
   }
   group.broadcast(text.data(), text.size(), failed);
   message.assign(text.begin(), text.end());
-  if (message.rfind("fsdp: ", 0) == 0) {
-    message.erase(0, 6);
-  }
   throw AgreedError(failed == 0 || group.size() == 1
                         ? message
                         : "rank " + std::to_string(failed) + ": " + message);
@@ -112,6 +111,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fsdp-train: MPI_Comm_rank/MPI_Comm_size failed\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+#if defined(KOKKOS_ENABLE_CUDA)
+  // One GPU per rank, by node-local rank, chosen before Kokkos initializes (ranks share GPUs
+  // when a node has fewer); a KOKKOS_DEVICE_ID the user set wins.
+  try {
+    fsdp::DeviceSelectionOptions selection;
+    selection.allow_sharing = true;
+    const int device = fsdp::select_device(MPI_COMM_WORLD, fsdp::visible_device_count(), selection);
+    if (std::getenv("KOKKOS_DEVICE_ID") == nullptr &&
+        setenv("KOKKOS_DEVICE_ID", std::to_string(device).c_str(), 1) != 0) {
+      throw fsdp::Error("fsdp-train: could not set KOKKOS_DEVICE_ID");
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "fsdp-train: rank %d of %d: %s\n", rank, size, error.what());
+    MPI_Finalize();
+    return 1;
+  }
+#endif
   int code = 0;
   {
     Kokkos::ScopeGuard kokkos(argc, argv);

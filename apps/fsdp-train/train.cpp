@@ -1,7 +1,6 @@
 #include "train.hpp"
 
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,15 +8,18 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <type_traits>
+#include <utility>
 
+#include "../common/barrier_without_spinning.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/data/distributed_sampler.hpp"
-#include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/grad_norm.hpp"
-#include "fsdp/optim/sgd.hpp"
+#include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
+#include "fsdp/shard/shard_range.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 #include "mlp.hpp"
@@ -27,54 +29,27 @@ namespace {
 
 // ---- the optimizer chosen on the command line ----
 
-fsdp::OptimizerKind optimizer_kind(const TrainOptions& o) {
-  if (o.optimizer == "sgd") {
-    return o.momentum > 0 ? fsdp::OptimizerKind::sgd_momentum : fsdp::OptimizerKind::sgd;
-  }
-  return o.optimizer == "adamw" ? fsdp::OptimizerKind::adamw : fsdp::OptimizerKind::adam;
+fsdp::OptimizerSettings optimizer_settings(const TrainOptions& o) {
+  fsdp::OptimizerSettings settings;
+  settings.lr = o.lr;
+  settings.momentum = o.momentum;
+  settings.weight_decay = o.weight_decay;
+  return settings;
 }
-
-template <class T>
-class Optimizer {
- public:
-  explicit Optimizer(const TrainOptions& o) {
-    if (o.optimizer == "sgd") {
-      fsdp::SgdOptions options;
-      options.lr = o.lr;
-      options.momentum = o.momentum;
-      options.weight_decay = o.weight_decay;
-      sgd_ = std::make_unique<fsdp::Sgd<T>>(options);
-    } else if (o.optimizer == "adam" || o.optimizer == "adamw") {
-      fsdp::AdamOptions options;
-      options.lr = o.lr;
-      options.weight_decay = o.weight_decay;
-      options.decoupled_weight_decay = o.optimizer == "adamw";
-      adam_ = std::make_unique<fsdp::Adam<T>>(options);
-    } else {
-      throw fsdp::Error("--optimizer '" + o.optimizer + "' is unknown: use adam, adamw or sgd");
-    }
-  }
-  void step(fsdp::ShardedModel<T>& model) {
-    if (adam_) {
-      adam_->step(model);
-    } else {
-      sgd_->step(model);
-    }
-  }
-
- private:
-  std::unique_ptr<fsdp::Adam<T>> adam_;
-  std::unique_ptr<fsdp::Sgd<T>> sgd_;
-};
 
 // ---- the network: activations and deltas this process keeps between forward and backward ----
 
+// Everything the kernels touch lives in fsdp::MemorySpace. The dataset stays on the host: load()
+// assembles a batch's rows in host mirrors of the input and label buffers and copies them over
+// with one deep_copy each (only the batch's rows; nothing when the memory space is the host's).
 template <class T>
 struct Network {
   MlpShape shape;
   std::vector<Matrix<T>> activations;  // [0]: the input batch; [l + 1]: layer l's output
   std::vector<Matrix<T>> deltas;       // [l]: dLoss / d(layer l's output before its ReLU)
-  std::vector<std::int64_t> labels;
+  Labels labels;                       // the input batch's classes
+  typename Matrix<T>::HostMirror input_on_host;
+  typename Labels::HostMirror labels_on_host;
 
   Network(MlpShape s, std::int64_t capacity) : shape(std::move(s)) {
     const auto rows = static_cast<std::size_t>(std::max<std::int64_t>(capacity, 1));
@@ -84,22 +59,27 @@ struct Network {
     for (std::size_t l = 0; l < shape.layers(); ++l) {
       deltas.emplace_back("deltas", rows, static_cast<std::size_t>(shape.out(l)));
     }
-    labels.resize(rows);
+    labels = Labels("labels", rows);
+    input_on_host = Kokkos::create_mirror_view(activations[0]);
+    labels_on_host = Kokkos::create_mirror_view(labels);
   }
   std::int64_t capacity() const { return static_cast<std::int64_t>(activations[0].extent(0)); }
 
   void load(const Dataset& data, const std::vector<std::int64_t>& indices) {
     fsdp::require(static_cast<std::int64_t>(indices.size()) <= capacity(),
                   "fsdp-train: batch larger than the activation buffers");
-    const Matrix<T>& input = activations[0];
     for (std::size_t r = 0; r < indices.size(); ++r) {
       const auto i = static_cast<std::size_t>(indices[r]);
       for (std::int64_t j = 0; j < data.dim; ++j) {
-        input(r, static_cast<std::size_t>(j)) =
+        input_on_host(r, static_cast<std::size_t>(j)) =
             static_cast<T>(data.features[i * static_cast<std::size_t>(data.dim) + j]);
       }
-      labels[r] = data.labels[i];
+      labels_on_host(r) = data.labels[i];
     }
+    const std::pair<std::size_t, std::size_t> rows(0, indices.size());
+    Kokkos::deep_copy(Kokkos::subview(activations[0], rows, Kokkos::ALL),
+                      Kokkos::subview(input_on_host, rows, Kokkos::ALL));
+    Kokkos::deep_copy(Kokkos::subview(labels, rows), Kokkos::subview(labels_on_host, rows));
   }
   const Matrix<T>& logits() const { return activations.back(); }
 };
@@ -138,7 +118,7 @@ void backward(fsdp::Runtime<T>& runtime, Network<T>& net, std::int64_t rows) {
 // reduce-scatter, it is the global batch's mean when every rank has as many rows.
 template <class T>
 LossSums train_step(fsdp::ShardedModel<T>& model, fsdp::Runtime<T>& runtime, Network<T>& net,
-                    std::int64_t rows, Optimizer<T>& optimizer, double clip) {
+                    std::int64_t rows, fsdp::Optimizer<T>& optimizer, double clip) {
   forward(runtime, net, rows);
   const LossSums sums =
       softmax_cross_entropy<T>(net.logits(), net.labels, rows, &net.deltas.back(), rows);
@@ -182,7 +162,7 @@ class Schedule {
   }
   // The strided partition gives every rank the same length(): all ranks run as many steps, and
   // the last (possibly short) step has as many samples on every rank.
-  std::int64_t steps() const { return (samplers_[0].length() + local_batch_ - 1) / local_batch_; }
+  std::int64_t steps() const { return fsdp::ceil_div(samplers_[0].length(), local_batch_); }
   void indices(std::int64_t step, std::vector<std::int64_t>& out) const {
     out.clear();
     for (const auto& sampler : samplers_) {
@@ -199,23 +179,30 @@ class Schedule {
 };
 
 // PyTorch's nn.Linear default: weight and bias uniform in +-1/sqrt(fan_in), here from a hash of
-// (seed, parameter, global element index), so a rank fills its own piece without the rest.
+// (seed, parameter, global element index), so a rank fills its own piece without the rest: one
+// kernel per parameter, writing the piece where it lives.
 template <class T>
 void initialize(fsdp::ShardedModel<T>& model, const MlpShape& shape, std::uint64_t seed) {
+  const fsdp::ExecutionSpace space;
   for (std::size_t l = 0; l < shape.layers(); ++l) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(shape.in(l)));
     for (int which = 0; which < 2; ++which) {
       const std::uint64_t tag = 100 + 2 * l + static_cast<std::uint64_t>(which);
-      model.init_with(which == 0 ? MlpShape::weight(l) : MlpShape::bias(l),
-                      [&](std::int64_t first, T* values, std::int64_t count) {
-                        for (std::int64_t k = 0; k < count; ++k) {
-                          const double u =
-                              hash_uniform(seed, tag, 0, static_cast<std::uint64_t>(first + k));
-                          values[k] = static_cast<T>((2 * u - 1) * bound);
-                        }
-                      });
+      const fsdp::ShardedParameter<T>& parameter =
+          model.parameter(which == 0 ? MlpShape::weight(l) : MlpShape::bias(l));
+      const auto piece = parameter.shard();
+      static_assert(kKernelFlatView<std::decay_t<decltype(piece)>, T>,
+                    "initialize writes the pieces in a kernel on fsdp::ExecutionSpace");
+      const std::int64_t first = parameter.shard_offset();
+      Kokkos::parallel_for(
+          "fsdp_train::initialize", fsdp::device_range(space, 0, parameter.shard_size()),
+          KOKKOS_LAMBDA(const std::int64_t k) {
+            const double u = hash_uniform(seed, tag, 0, static_cast<std::uint64_t>(first + k));
+            piece(k) = static_cast<T>((2 * u - 1) * bound);
+          });
     }
   }
+  space.fence();
 }
 
 // Every parameter whole, on every rank. Collective.
@@ -226,7 +213,9 @@ std::map<std::string, std::vector<double>> full_parameters(fsdp::ShardedModel<T>
     fsdp::ShardedUnit<T>& unit = model.unit(u);
     unit.gather();
     for (auto& parameter : unit.parameters()) {
-      const auto full = parameter.full();
+      // The comparison runs on the host: a copy of the gathered parameter (none when
+      // fsdp::MemorySpace is host memory).
+      const auto full = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), parameter.full());
       out[parameter.name()].assign(full.data(), full.data() + full.size());
     }
     unit.release();
@@ -265,7 +254,7 @@ class Run {
     fsdp::ShardedModel<T> model(group_, plan);
     fsdp::Runtime<T> runtime = make_runtime(model, shape_, o_);
     initialize(model, shape_, o_.seed);
-    Optimizer<T> optimizer(o_);
+    fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
     fsdp::SamplerOptions sampler_options;
     sampler_options.seed = o_.seed;
     fsdp::DistributedSampler sampler(group_, data_.train.samples, sampler_options);
@@ -275,7 +264,7 @@ class Run {
     Network<T> net(shape_, std::max(local_batch_, data_.eval.samples / ranks_ + 1));
 
     fsdp::EstimateOptions estimate_options;
-    estimate_options.optimizer = optimizer_kind(o_);
+    estimate_options.optimizer = optimizer.kind();
     unsharded_bytes_ = fsdp::estimate(plan, estimate_options).unsharded_persistent_bytes;
     print_header(plan, schedule.steps());
 
@@ -405,7 +394,7 @@ class Run {
       fsdp::ShardedModel<T> reference(alone, plan);
       fsdp::Runtime<T> reference_runtime = make_runtime(reference, shape_, o_);
       initialize(reference, shape_, o_.seed);
-      Optimizer<T> optimizer(o_);
+      fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
       fsdp::SamplerOptions sampler_options;
       sampler_options.seed = seed_;
       std::vector<fsdp::DistributedSampler> every_rank;
@@ -442,10 +431,7 @@ class Run {
       }
     }
     // The other ranks wait without spinning on the cores rank 0 computes on.
-    fsdp::Work arrived = group_.barrier_async();
-    while (!arrived.test()) {
-      usleep(1000);
-    }
+    fsdp_apps::barrier_without_spinning(group_);
     group_.broadcast(result, 2, 0);
     const double tolerance = check_tolerance(o_.dtype);
     const bool pass = result[0] <= tolerance;
@@ -495,6 +481,7 @@ class Run {
       const nlohmann::json line = {{"type", "config"},
                                    {"ranks", ranks_},
                                    {"strategy", plan.strategy()},
+                                   {"transport", group_.transport_name()},
                                    {"mlp", widths},
                                    {"parameters", shape_.parameter_count()},
                                    {"dtype", o_.dtype},
@@ -513,6 +500,7 @@ class Run {
                   ranks_, plan.strategy().c_str(), widths.c_str(),
                   static_cast<long long>(shape_.parameter_count()), o_.dtype.c_str(),
                   o_.optimizer.c_str(), o_.lr);
+      std::printf("transport: %s\n", group_.transport_name());
       std::printf("data: %s\n", data_.train.description.c_str());
       std::printf(
           "train %lld samples, eval %lld; global batch %lld (%lld per rank), %lld steps per "
@@ -600,7 +588,7 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
     fsdp::require(width >= 1, "--hidden widths must be >= 1, got " + std::to_string(width));
   }
   fsdp::require(o.clip >= 0, "--clip must be >= 0 (0: no clipping)");
-  Optimizer<double> optimizer(o);  // checks lr, weight decay, momentum
+  fsdp::Optimizer<double>(o.optimizer, optimizer_settings(o));  // checks lr, weight decay, momentum
   fsdp::require(data.train.classes >= 2, "the data needs at least 2 classes");
   MlpShape shape;
   shape.widths.push_back(data.train.dim);

@@ -18,15 +18,17 @@ extern "C" {
 /* Return codes. The message of fsdp_last_error() says what was wrong and what would be right. */
 enum fsdp_error {
   FSDP_SUCCESS = 0,
-  /* The library refused or failed: a plan the ranks disagree on, a unit in the wrong state, an
-   * optimizer step without gradients, an MPI failure or timeout. */
+  /* The library refused the call: a rule of the call broken (an optimizer step without
+   * gradients, a runtime order with a unit missing or repeated), or a failure without a code of
+   * its own below. */
   FSDP_ERROR_LIBRARY = 1,
   /* A NULL handle or pointer, a dtype or count out of range, a strategy name not known. */
   FSDP_ERROR_INVALID_ARGUMENT = 2,
   /* A unit or parameter name the model does not have (the message names it). */
   FSDP_ERROR_UNKNOWN_NAME = 3,
   /* A begin/end call out of order: a scope opened while another is open, out of the registered
-   * order, closed without being open, a step finished half way. */
+   * order, closed without being open, a step finished half way. Nothing changed: the expected
+   * call still works. */
   FSDP_ERROR_ORDER = 4,
   /* A call the handle's state does not allow: a parameter added after fsdp_model_shard, a model
    * used before it, a gradient outside a backward scope, a runtime whose step failed, fsdp not
@@ -36,7 +38,14 @@ enum fsdp_error {
   FSDP_ERROR_CALLBACK = 6,
   FSDP_ERROR_OUT_OF_MEMORY = 7,
   /* Any other exception: a bug in fsdp; please report the message. */
-  FSDP_ERROR_INTERNAL = 8
+  FSDP_ERROR_INTERNAL = 8,
+  /* The ranks disagree: the arguments of a collective, the plan. The group stays usable. */
+  FSDP_ERROR_MISMATCH = 9,
+  /* A collective did not complete in time (FSDP_COLLECTIVE_TIMEOUT_S): the group is unusable;
+   * end the job (MPI_Abort). */
+  FSDP_ERROR_TIMEOUT = 10,
+  /* MPI or NCCL reported a failure. */
+  FSDP_ERROR_COMMUNICATION = 11
 };
 
 /* Element types of a model's parameters (one per model). */

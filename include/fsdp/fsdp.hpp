@@ -1,10 +1,67 @@
-// The umbrella header: everything a user of fsdp needs.
+// The umbrella header: the whole public C++ API of fsdp in one include. Each header can also be
+// included on its own; the C API is fsdp/fsdp.h and the Fortran module is `fsdp`.
 #pragma once
 
-#include "fsdp/comm/collective_options.hpp"
-#include "fsdp/comm/process_group.hpp"
-#include "fsdp/comm/reduce_op.hpp"
-#include "fsdp/comm/work.hpp"
 #include "fsdp/config.hpp"
+
+// core: errors, element types, where buffers live
 #include "fsdp/core/dtype.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/memory_space.hpp"
+
+// comm: process groups and their collectives, transports, device selection
+#include "fsdp/comm/backend.hpp"
+#include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/collective_options.hpp"
+#include "fsdp/comm/device_selection.hpp"
+#include "fsdp/comm/on_root.hpp"
+#include "fsdp/comm/process_group.hpp"
+#include "fsdp/comm/reduce_op.hpp"
+#include "fsdp/comm/transport.hpp"
+#include "fsdp/comm/work.hpp"
+
+// shard: parameters, strategies and sharding plans
+#include "fsdp/shard/model_description.hpp"
+#include "fsdp/shard/parameter_info.hpp"
+#include "fsdp/shard/plan_agreement.hpp"
+#include "fsdp/shard/plan_estimate.hpp"
+#include "fsdp/shard/shard_assignment.hpp"
+#include "fsdp/shard/shard_range.hpp"
+#include "fsdp/shard/sharding_plan.hpp"
+#include "fsdp/shard/sharding_strategy.hpp"
+
+// io: plan files
+#include "fsdp/io/plan_file.hpp"
+
+// unit: sharded units and models
+#include "fsdp/unit/buffer_pool.hpp"
+#include "fsdp/unit/memory_tracker.hpp"
+#include "fsdp/unit/sharded_model.hpp"
+#include "fsdp/unit/sharded_parameter.hpp"
+#include "fsdp/unit/sharded_unit.hpp"
+#include "fsdp/unit/unit_layout.hpp"
+
+// optim: optimizers on the shards
+#include "fsdp/optim/adam.hpp"
+#include "fsdp/optim/grad_norm.hpp"
+#include "fsdp/optim/optimizer.hpp"
+#include "fsdp/optim/sgd.hpp"
+
+// runtime: forward and backward scopes with prefetch
+#include "fsdp/runtime/runtime.hpp"
+
+// data: the distributed sampler
+#include "fsdp/data/distributed_sampler.hpp"
+#include "fsdp/data/index_permutation.hpp"
+#include "fsdp/data/sampler_state.hpp"
+
+// solver: auto-sharding of operator graphs
+#include "fsdp/solver/broadcast_solution.hpp"
+#include "fsdp/solver/cost_model.hpp"
+#include "fsdp/solver/exact_solver.hpp"
+#include "fsdp/solver/generators.hpp"
+#include "fsdp/solver/graph.hpp"
+#include "fsdp/solver/sharding_spec.hpp"
+#include "fsdp/solver/simple_solver.hpp"
+#include "fsdp/solver/solution.hpp"
+#include "fsdp/solver/strategy.hpp"

@@ -7,18 +7,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <functional>
-#include <map>
 #include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
-#include "fsdp/optim/adam.hpp"
-#include "fsdp/optim/sgd.hpp"
+#include "fsdp/core/text.hpp"
+#include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
@@ -26,7 +25,9 @@
 
 namespace {
 
-// A failure the C layer itself detects, with the code it maps to.
+// A failure about the C arguments themselves (a NULL pointer, an enum value out of range) or the
+// user's callback: codes no C++ object raises. Everything else is an fsdp::Error, whose kind
+// says the code (code_of).
 class ApiError : public std::runtime_error {
  public:
   ApiError(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
@@ -35,6 +36,29 @@ class ApiError : public std::runtime_error {
  private:
   int code_;
 };
+
+// The one place where an fsdp::ErrorKind becomes a return code.
+int code_of(fsdp::ErrorKind kind) {
+  switch (kind) {
+    case fsdp::ErrorKind::usage:
+      return FSDP_ERROR_LIBRARY;
+    case fsdp::ErrorKind::unknown_name:
+      return FSDP_ERROR_UNKNOWN_NAME;
+    case fsdp::ErrorKind::order:
+      return FSDP_ERROR_ORDER;
+    case fsdp::ErrorKind::state:
+      return FSDP_ERROR_STATE;
+    case fsdp::ErrorKind::mismatch:
+      return FSDP_ERROR_MISMATCH;
+    case fsdp::ErrorKind::timeout:
+      return FSDP_ERROR_TIMEOUT;
+    case fsdp::ErrorKind::communication:
+      return FSDP_ERROR_COMMUNICATION;
+    case fsdp::ErrorKind::io:
+      return FSDP_ERROR_LIBRARY;  // no entry point reads or writes files
+  }
+  return FSDP_ERROR_INTERNAL;
+}
 
 thread_local std::string last_error;
 // Handles alive: fsdp_finalize must not finalize Kokkos under their Views.
@@ -58,7 +82,7 @@ int guarded(const char* function, Body&& body) noexcept {
   } catch (const ApiError& error) {
     return fail(function, error.code(), error.what());
   } catch (const fsdp::Error& error) {
-    return fail(function, FSDP_ERROR_LIBRARY, error.what());
+    return fail(function, code_of(error.kind()), error.what());
   } catch (const std::bad_alloc&) {
     return fail(function, FSDP_ERROR_OUT_OF_MEMORY, "out of memory");
   } catch (const std::exception& error) {
@@ -85,19 +109,62 @@ std::string require_name(const char* name, const char* what) {
   return name;
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string text;
-  for (const std::string& name : names) {
-    text += (text.empty() ? "" : ", ") + name;
-  }
-  return text;
-}
-
-template <class Model>
+// The element type of a Typed<T>: element_t<ShardedModel<float>&> is float.
+template <class Object>
 struct element_of;
-template <class T>
-struct element_of<fsdp::ShardedModel<T>> {
+template <template <class> class Typed, class T>
+struct element_of<Typed<T>> {
   using type = T;
+};
+template <class Object>
+using element_t = typename element_of<std::decay_t<Object>>::type;
+
+// An object of element type float or double behind a handle. visit is the C layer's one
+// float/double dispatch: every entry point reaches its typed object through it.
+template <template <class> class Typed>
+class FloatOrDouble {
+ public:
+  template <class T>
+  void hold(std::shared_ptr<Typed<T>> object) {
+    held_ = std::move(object);
+  }
+  bool empty() const { return std::holds_alternative<std::monostate>(held_); }
+  template <class T>
+  const std::shared_ptr<Typed<T>>& shared() const {
+    return std::get<std::shared_ptr<Typed<T>>>(held_);
+  }
+  // body(Typed<float>&) or body(Typed<double>&); nothing when empty.
+  template <class Body>
+  void visit(Body&& body) const {
+    if (const auto* f32 = std::get_if<std::shared_ptr<Typed<float>>>(&held_)) {
+      body(**f32);
+    } else if (const auto* f64 = std::get_if<std::shared_ptr<Typed<double>>>(&held_)) {
+      body(**f64);
+    }
+  }
+
+ private:
+  std::variant<std::monostate, std::shared_ptr<Typed<float>>, std::shared_ptr<Typed<double>>> held_;
+};
+
+// A runtime or optimizer keeps its model's storage alive: the C model handle may be destroyed
+// first.
+template <class T>
+struct ModelRuntime {
+  ModelRuntime(std::shared_ptr<fsdp::ShardedModel<T>> sharded,
+               const std::vector<std::string>& order, const fsdp::RuntimeOptions& options)
+      : model(std::move(sharded)), runtime(*model, order, options) {}
+  std::shared_ptr<fsdp::ShardedModel<T>> model;
+  fsdp::Runtime<T> runtime;
+};
+
+template <class T>
+struct ModelOptimizer {
+  ModelOptimizer(std::shared_ptr<fsdp::ShardedModel<T>> sharded, const std::string& name,
+                 const fsdp::OptimizerSettings& settings)
+      : model(std::move(sharded)), optimizer(name, settings) {}
+  std::shared_ptr<fsdp::ShardedModel<T>> model;
+  fsdp::Optimizer<T> optimizer;
 };
 
 }  // namespace
@@ -106,27 +173,21 @@ struct fsdp_model_s {
   fsdp::DType dtype = fsdp::DType::f32;
   std::vector<fsdp::ParameterInfo> parameters;
   fsdp::StrategyOptions patterns;
-  // One of the two, once sharded. Shared with the runtimes and optimizers made from the model.
-  std::shared_ptr<fsdp::ShardedModel<float>> f32;
-  std::shared_ptr<fsdp::ShardedModel<double>> f64;
-
-  bool sharded() const { return f32 || f64; }
+  // Empty until fsdp_model_shard. Shared with the runtimes and optimizers made from the model.
+  FloatOrDouble<fsdp::ShardedModel> sharded;
 
   // Calls body(ShardedModel<T>&) with the model's element type.
   template <class Body>
-  void visit(Body&& body) {
-    if (f32) {
-      body(*f32);
-    } else if (f64) {
-      body(*f64);
-    } else {
-      throw ApiError(FSDP_ERROR_STATE,
-                     "the model is not sharded yet: call fsdp_model_shard after adding its "
-                     "parameters");
+  void visit(Body&& body) const {
+    if (sharded.empty()) {
+      throw fsdp::Error(fsdp::ErrorKind::state,
+                        "the model is not sharded yet: call fsdp_model_shard after adding its "
+                        "parameters");
     }
+    sharded.visit(body);
   }
 
-  // Throws UNKNOWN_NAME listing the parameters when the model has none called name.
+  // Throws unknown_name listing the parameters when the model has none called name.
   void require_parameter(const std::string& name) const {
     for (const fsdp::ParameterInfo& parameter : parameters) {
       if (parameter.name == name) {
@@ -137,75 +198,19 @@ struct fsdp_model_s {
     for (const fsdp::ParameterInfo& parameter : parameters) {
       names.push_back(parameter.name);
     }
-    throw ApiError(FSDP_ERROR_UNKNOWN_NAME, "the model has no parameter '" + name +
-                                                "'; its parameters are " + joined(names));
+    throw fsdp::Error(
+        fsdp::ErrorKind::unknown_name,
+        "the model has no parameter '" + name + "'; its parameters are " + fsdp::join(names));
   }
 };
 
+// The runtime checks the order of the calls itself: this layer only converts.
 struct fsdp_runtime_s {
-  std::shared_ptr<fsdp::ShardedModel<float>> model32;
-  std::unique_ptr<fsdp::Runtime<float>> runtime32;
-  std::shared_ptr<fsdp::ShardedModel<double>> model64;
-  std::unique_ptr<fsdp::Runtime<double>> runtime64;
-  std::vector<std::string> order;
-  std::map<std::string, std::size_t> index;
-
-  // The step as the calls so far made it, checked before anything reaches the Runtime, so that a
-  // call out of order is refused with FSDP_ERROR_ORDER and leaves the runtime usable.
-  bool backward = false;  // phase: false forward, true backward
-  std::size_t done = 0;   // scopes of the phase closed
-  int open = -1;          // the open scope's unit, -1 when none
-  // Set when the Runtime itself failed (communication, ...): the step is lost.
-  std::string failure;
-
-  template <class Body>
-  void visit(Body&& body) {
-    if (runtime32) {
-      body(*runtime32, *model32);
-    } else {
-      body(*runtime64, *model64);
-    }
-  }
-
-  std::size_t unit_index(const std::string& unit) const {
-    auto it = index.find(unit);
-    if (it == index.end()) {
-      throw ApiError(FSDP_ERROR_UNKNOWN_NAME,
-                     "unknown unit '" + unit + "'; the registered order is " + joined(order));
-    }
-    return it->second;
-  }
-
-  void require_usable() const {
-    if (!failure.empty()) {
-      throw ApiError(FSDP_ERROR_STATE, "an earlier call failed (" + failure +
-                                           "); this step is lost: destroy the runtime and "
-                                           "create a new one");
-    }
-  }
-
-  void require_closed(const std::string& what) const {
-    if (open >= 0) {
-      throw ApiError(FSDP_ERROR_ORDER, what + " while the " + (backward ? "backward" : "forward") +
-                                           " scope of '" + order[static_cast<std::size_t>(open)] +
-                                           "' is open; end it first");
-    }
-  }
-
-  // Runs a call on the Runtime; a failure there (the checks above passed) loses the step.
-  template <class Body>
-  void run(Body&& body) {
-    try {
-      visit(body);
-    } catch (const std::exception& error) {
-      failure = error.what();
-      throw;
-    }
-  }
+  FloatOrDouble<ModelRuntime> typed;
 };
 
 struct fsdp_optimizer_s {
-  std::function<void()> step;
+  FloatOrDouble<ModelOptimizer> typed;
 };
 
 // The functions have C linkage from their declarations in fsdp.h.
@@ -234,6 +239,12 @@ const char* fsdp_error_name(int code) {
       return "FSDP_ERROR_OUT_OF_MEMORY";
     case FSDP_ERROR_INTERNAL:
       return "FSDP_ERROR_INTERNAL";
+    case FSDP_ERROR_MISMATCH:
+      return "FSDP_ERROR_MISMATCH";
+    case FSDP_ERROR_TIMEOUT:
+      return "FSDP_ERROR_TIMEOUT";
+    case FSDP_ERROR_COMMUNICATION:
+      return "FSDP_ERROR_COMMUNICATION";
     default:
       return "unknown fsdp error code";
   }
@@ -255,7 +266,7 @@ int fsdp_initialize(void) {
     int mpi_initialized = 0;
     MPI_Initialized(&mpi_initialized);
     if (!mpi_initialized) {
-      throw ApiError(FSDP_ERROR_STATE, "MPI is not initialized: call MPI_Init first");
+      throw fsdp::Error(fsdp::ErrorKind::state, "MPI is not initialized: call MPI_Init first");
     }
     if (!Kokkos::is_initialized()) {
       Kokkos::initialize();
@@ -268,9 +279,10 @@ int fsdp_finalize(void) {
   return guarded("fsdp_finalize", [] {
     const long alive = live_handles.load();
     if (alive != 0) {
-      throw ApiError(FSDP_ERROR_STATE, std::to_string(alive) +
-                                           " handle(s) are still alive; destroy every model, "
-                                           "runtime and optimizer before fsdp_finalize");
+      throw fsdp::Error(fsdp::ErrorKind::state,
+                        std::to_string(alive) +
+                            " handle(s) are still alive; destroy every model, "
+                            "runtime and optimizer before fsdp_finalize");
     }
     if (kokkos_initialized_here && Kokkos::is_initialized()) {
       Kokkos::finalize();
@@ -301,10 +313,10 @@ int fsdp_model_add_parameter(fsdp_model_t model, const char* name, int ndim, con
     require_handle(model, "model");
     fsdp::ParameterInfo parameter;
     parameter.name = require_name(name, "the parameter name");
-    if (model->sharded()) {
-      throw ApiError(FSDP_ERROR_STATE, "parameter '" + parameter.name +
-                                           "' added after fsdp_model_shard; add every "
-                                           "parameter before sharding");
+    if (!model->sharded.empty()) {
+      throw fsdp::Error(fsdp::ErrorKind::state, "parameter '" + parameter.name +
+                                                    "' added after fsdp_model_shard; add every "
+                                                    "parameter before sharding");
     }
     require_argument(ndim >= 0 && (ndim == 0 || shape != nullptr),
                      "parameter '" + parameter.name + "': ndim " + std::to_string(ndim) +
@@ -347,13 +359,13 @@ namespace {
 void shard_model(fsdp_model_t model, MPI_Comm comm, const char* strategy_name) {
   require_handle(model, "model");
   const std::string strategy = require_name(strategy_name, "the strategy name");
-  if (model->sharded()) {
-    throw ApiError(FSDP_ERROR_STATE, "the model is already sharded");
+  if (!model->sharded.empty()) {
+    throw fsdp::Error(fsdp::ErrorKind::state, "the model is already sharded");
   }
   if (!Kokkos::is_initialized()) {
-    throw ApiError(FSDP_ERROR_STATE,
-                   "fsdp is not initialized: call fsdp_initialize() after "
-                   "MPI_Init");
+    throw fsdp::Error(fsdp::ErrorKind::state,
+                      "fsdp is not initialized: call fsdp_initialize() after "
+                      "MPI_Init");
   }
   require_argument(comm != MPI_COMM_NULL, "the communicator is MPI_COMM_NULL");
   require_argument(!model->parameters.empty(), "the model has no parameters");
@@ -370,9 +382,9 @@ void shard_model(fsdp_model_t model, MPI_Comm comm, const char* strategy_name) {
       },
       model->parameters, group);
   if (model->dtype == fsdp::DType::f32) {
-    model->f32 = std::make_shared<fsdp::ShardedModel<float>>(group, std::move(plan));
+    model->sharded.hold(std::make_shared<fsdp::ShardedModel<float>>(group, std::move(plan)));
   } else {
-    model->f64 = std::make_shared<fsdp::ShardedModel<double>>(group, std::move(plan));
+    model->sharded.hold(std::make_shared<fsdp::ShardedModel<double>>(group, std::move(plan)));
   }
 }
 
@@ -441,7 +453,7 @@ int fsdp_model_init_from_full(fsdp_model_t model, const char* name, const void* 
     require_argument(full != nullptr, "the values of '" + parameter + "' are NULL");
     model->require_parameter(parameter);
     model->visit([&](auto& sharded) {
-      using T = typename element_of<std::decay_t<decltype(sharded)>>::type;
+      using T = element_t<decltype(sharded)>;
       sharded.init_from_full(parameter, static_cast<const T*>(full));
     });
   });
@@ -453,7 +465,7 @@ int fsdp_model_init_from_root(fsdp_model_t model, const char* name, const void* 
     const std::string parameter = require_name(name, "the parameter name");
     model->require_parameter(parameter);
     model->visit([&](auto& sharded) {
-      using T = typename element_of<std::decay_t<decltype(sharded)>>::type;
+      using T = element_t<decltype(sharded)>;
       // Checked after the name (every rank agrees on it), before the collective: rank 0's NULL.
       require_argument(sharded.group().rank() != 0 || full_on_root != nullptr,
                        "the values of '" + parameter + "' are NULL on rank 0");
@@ -470,7 +482,7 @@ int fsdp_model_init_with(fsdp_model_t model, const char* name, fsdp_fill_functio
     require_argument(fill != nullptr, "the fill function for '" + parameter + "' is NULL");
     model->require_parameter(parameter);
     model->visit([&](auto& sharded) {
-      using T = typename element_of<std::decay_t<decltype(sharded)>>::type;
+      using T = element_t<decltype(sharded)>;
       sharded.init_with(parameter, [&](std::int64_t first, T* values, std::int64_t count) {
         const int result = fill(first, values, count, user_data);
         if (result != 0) {
@@ -499,7 +511,7 @@ int fsdp_model_copy_parameter(fsdp_model_t model, const char* name, void* out) {
     require_argument(out != nullptr, "the output for '" + parameter + "' is NULL");
     model->require_parameter(parameter);
     model->visit([&](auto& sharded) {
-      using T = typename element_of<std::decay_t<decltype(sharded)>>::type;
+      using T = element_t<decltype(sharded)>;
       auto& p = sharded.parameter(parameter);
       T* whole = static_cast<T*>(out);
       const std::int64_t numel = p.numel();
@@ -538,146 +550,61 @@ int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order
                      "the order needs at least one unit, got " + std::to_string(nunits));
     require_argument(max_gathered_units >= 1,
                      "max_gathered_units must be >= 1, got " + std::to_string(max_gathered_units));
-    auto created = std::make_unique<fsdp_runtime_s>();
+    std::vector<std::string> units;
     for (int i = 0; i < nunits; ++i) {
-      created->order.push_back(require_name(order[i], "a unit name of the order"));
-      created->index.emplace(created->order.back(), created->index.size());
+      units.push_back(require_name(order[i], "a unit name of the order"));
     }
     fsdp::RuntimeOptions options;
     options.prefetch = prefetch != 0;
     options.max_gathered_units = max_gathered_units;
+    auto created = std::make_unique<fsdp_runtime_s>();
     model->visit([&](auto& sharded) {
-      const auto& names = sharded.unit_names();
-      for (const std::string& unit : created->order) {
-        if (std::find(names.begin(), names.end(), unit) == names.end()) {
-          throw ApiError(FSDP_ERROR_UNKNOWN_NAME, "the order names unit '" + unit +
-                                                      "', which the model does not have; "
-                                                      "its units are " +
-                                                      joined(names));
-        }
-      }
+      using T = element_t<decltype(sharded)>;
+      created->typed.hold(
+          std::make_shared<ModelRuntime<T>>(model->sharded.template shared<T>(), units, options));
     });
-    if (model->f32) {
-      created->model32 = model->f32;
-      created->runtime32 =
-          std::make_unique<fsdp::Runtime<float>>(*model->f32, created->order, options);
-    } else {
-      created->model64 = model->f64;
-      created->runtime64 =
-          std::make_unique<fsdp::Runtime<double>>(*model->f64, created->order, options);
-    }
     *runtime = created.release();
     ++live_handles;
   });
 }
 
+namespace {
+
+// Runs body(Runtime<T>&) on the runtime behind the handle.
+template <class Body>
+void on_runtime(fsdp_runtime_t runtime, Body&& body) {
+  require_handle(runtime, "runtime")->typed.visit([&](auto& typed) { body(typed.runtime); });
+}
+
+}  // namespace
+
 int fsdp_begin_forward(fsdp_runtime_t runtime, const char* unit) {
   return guarded("fsdp_begin_forward", [&] {
-    fsdp_runtime_s& r = *require_handle(runtime, "runtime");
-    const std::string name = require_name(unit, "the unit name");
-    const std::size_t index = r.unit_index(name);
-    r.require_usable();
-    r.require_closed("forward scope of '" + name + "' opened");
-    if (r.backward) {
-      throw ApiError(FSDP_ERROR_ORDER, "forward scope of '" + name +
-                                           "' opened during backward; call fsdp_finish_step "
-                                           "after the last backward scope");
-    }
-    if (index != r.done) {
-      throw ApiError(FSDP_ERROR_ORDER, "forward scope of '" + name + "' opened out of order: " +
-                                           (r.done < r.order.size()
-                                                ? "expected '" + r.order[r.done] + "'"
-                                                : std::string("every forward scope already ran")) +
-                                           "; the registered forward order is " + joined(r.order));
-    }
-    r.run([&](auto& rt, auto&) { rt.begin_forward(name); });
-    r.open = static_cast<int>(index);
+    on_runtime(runtime, [&](auto& r) { r.begin_forward(require_name(unit, "the unit name")); });
   });
 }
 
 int fsdp_end_forward(fsdp_runtime_t runtime, const char* unit) {
   return guarded("fsdp_end_forward", [&] {
-    fsdp_runtime_s& r = *require_handle(runtime, "runtime");
-    const std::string name = require_name(unit, "the unit name");
-    const std::size_t index = r.unit_index(name);
-    r.require_usable();
-    if (r.backward || r.open != static_cast<int>(index)) {
-      throw ApiError(FSDP_ERROR_ORDER,
-                     "end of the forward scope of '" + name + "', which is not open" +
-                         (r.open >= 0 ? " (the open scope is '" +
-                                            r.order[static_cast<std::size_t>(r.open)] + "')"
-                                      : std::string(" (no scope is open)")));
-    }
-    r.run([&](auto& rt, auto&) { rt.end_forward(name); });
-    r.open = -1;
-    ++r.done;
+    on_runtime(runtime, [&](auto& r) { r.end_forward(require_name(unit, "the unit name")); });
   });
 }
 
 int fsdp_begin_backward(fsdp_runtime_t runtime, const char* unit) {
   return guarded("fsdp_begin_backward", [&] {
-    fsdp_runtime_s& r = *require_handle(runtime, "runtime");
-    const std::string name = require_name(unit, "the unit name");
-    const std::size_t index = r.unit_index(name);
-    r.require_usable();
-    r.require_closed("backward scope of '" + name + "' opened");
-    const std::size_t n = r.order.size();
-    if (!r.backward && r.done != n) {
-      throw ApiError(FSDP_ERROR_ORDER, "backward scope of '" + name + "' opened after " +
-                                           std::to_string(r.done) + " of " + std::to_string(n) +
-                                           " forward scopes; run the whole forward first");
-    }
-    const std::size_t done = r.backward ? r.done : 0;
-    const std::size_t expected = done < n ? n - 1 - done : n;
-    if (index != expected) {
-      throw ApiError(FSDP_ERROR_ORDER,
-                     "backward scope of '" + name + "' opened out of order: " +
-                         (expected < n ? "expected '" + r.order[expected] + "'"
-                                       : std::string("every backward scope already ran")) +
-                         "; backward runs the forward order (" + joined(r.order) + ") in reverse");
-    }
-    r.run([&](auto& rt, auto&) { rt.begin_backward(name); });
-    r.backward = true;
-    r.done = done;
-    r.open = static_cast<int>(index);
+    on_runtime(runtime, [&](auto& r) { r.begin_backward(require_name(unit, "the unit name")); });
   });
 }
 
 int fsdp_end_backward(fsdp_runtime_t runtime, const char* unit) {
   return guarded("fsdp_end_backward", [&] {
-    fsdp_runtime_s& r = *require_handle(runtime, "runtime");
-    const std::string name = require_name(unit, "the unit name");
-    const std::size_t index = r.unit_index(name);
-    r.require_usable();
-    if (!r.backward || r.open != static_cast<int>(index)) {
-      throw ApiError(FSDP_ERROR_ORDER,
-                     "end of the backward scope of '" + name + "', which is not open" +
-                         (r.open >= 0 ? " (the open scope is '" +
-                                            r.order[static_cast<std::size_t>(r.open)] + "')"
-                                      : std::string(" (no scope is open)")));
-    }
-    r.run([&](auto& rt, auto&) { rt.end_backward(name); });
-    r.open = -1;
-    ++r.done;
+    on_runtime(runtime, [&](auto& r) { r.end_backward(require_name(unit, "the unit name")); });
   });
 }
 
 int fsdp_finish_step(fsdp_runtime_t runtime) {
-  return guarded("fsdp_finish_step", [&] {
-    fsdp_runtime_s& r = *require_handle(runtime, "runtime");
-    r.require_usable();
-    r.require_closed("fsdp_finish_step called");
-    if (r.done != r.order.size()) {
-      throw ApiError(FSDP_ERROR_ORDER,
-                     "step finished after " + std::to_string(r.done) + " of " +
-                         std::to_string(r.order.size()) + (r.backward ? " backward" : " forward") +
-                         " scopes; a step runs every forward scope, then every backward scope "
-                         "or none");
-    }
-    r.run([](auto& rt, auto&) { rt.finish_step(); });
-    r.backward = false;
-    r.done = 0;
-  });
+  return guarded("fsdp_finish_step",
+                 [&] { on_runtime(runtime, [](auto& r) { r.finish_step(); }); });
 }
 
 namespace {
@@ -685,40 +612,15 @@ namespace {
 // The whole parameter, or its whole gradient, of the open scope's unit.
 void scope_values(fsdp_runtime_t runtime, const char* parameter_name, bool gradient, void** values,
                   int64_t* numel) {
-  fsdp_runtime_s& r = *require_handle(runtime, "runtime");
+  require_handle(runtime, "runtime");
   require_argument(values != nullptr && numel != nullptr, "an output pointer is NULL");
   *values = nullptr;
   *numel = 0;
   const std::string name = require_name(parameter_name, "the parameter name");
-  r.require_usable();
-  const char* what = gradient ? "gradient" : "parameter";
-  if (r.open < 0) {
-    throw ApiError(FSDP_ERROR_STATE, std::string(what) + " of '" + name +
-                                         "' requested with no scope open; open the scope of "
-                                         "its unit first");
-  }
-  const std::string& unit = r.order[static_cast<std::size_t>(r.open)];
-  if (gradient && !r.backward) {
-    throw ApiError(FSDP_ERROR_STATE, "gradient of '" + name +
-                                         "' requested in the forward scope "
-                                         "of '" +
-                                         unit + "'; gradients are written in backward scopes");
-  }
-  r.visit([&](auto&, auto& model) {
-    if (!model.plan().contains(name)) {
-      throw ApiError(FSDP_ERROR_UNKNOWN_NAME, "unit '" + unit + "' has no parameter '" + name +
-                                                  "' (the model has no parameter of that name)");
-    }
-    auto& owner = model.unit_of(name);
-    if (owner.name() != unit) {
-      throw ApiError(FSDP_ERROR_STATE, std::string(what) + " of '" + name + "' (unit '" +
-                                           owner.name() + "') requested in the scope of '" + unit +
-                                           "'; open its own unit's scope");
-    }
-    auto& parameter = owner.parameter(name);
-    auto view = gradient ? parameter.grad() : parameter.full();
+  on_runtime(runtime, [&](auto& r) {
+    const auto view = gradient ? r.grad(name) : r.full(name);
     *values = view.data();
-    *numel = parameter.numel();
+    *numel = static_cast<int64_t>(view.size());
   });
 }
 
@@ -733,11 +635,7 @@ int fsdp_grad(fsdp_runtime_t runtime, const char* parameter, void** values, int6
 }
 
 int fsdp_progress(fsdp_runtime_t runtime) {
-  return guarded("fsdp_progress", [&] {
-    fsdp_runtime_s& r = *require_handle(runtime, "runtime");
-    r.require_usable();
-    r.run([](auto& rt, auto&) { rt.progress(); });
-  });
+  return guarded("fsdp_progress", [&] { on_runtime(runtime, [](auto& r) { r.progress(); }); });
 }
 
 void fsdp_runtime_destroy(fsdp_runtime_t runtime) {
@@ -751,35 +649,31 @@ void fsdp_runtime_destroy(fsdp_runtime_t runtime) {
 
 namespace {
 
-template <template <class> class Optimizer, class Options>
-void create_optimizer(fsdp_model_t model, const Options& options, fsdp_optimizer_t* optimizer) {
+// Every rule through fsdp::Optimizer, by name.
+void create_optimizer(fsdp_model_t model, const char* name, const fsdp::OptimizerSettings& settings,
+                      fsdp_optimizer_t* optimizer) {
   require_argument(optimizer != nullptr, "the output pointer is NULL");
   *optimizer = nullptr;
   require_handle(model, "model");
   auto created = std::make_unique<fsdp_optimizer_s>();
-  if (model->f32) {
-    auto rule = std::make_shared<Optimizer<float>>(options);
-    created->step = [rule, sharded = model->f32] { rule->step(*sharded); };
-  } else if (model->f64) {
-    auto rule = std::make_shared<Optimizer<double>>(options);
-    created->step = [rule, sharded = model->f64] { rule->step(*sharded); };
-  } else {
-    model->visit([](auto&) {});  // the "not sharded yet" error
-  }
+  model->visit([&](auto& sharded) {
+    using T = element_t<decltype(sharded)>;
+    created->typed.hold(
+        std::make_shared<ModelOptimizer<T>>(model->sharded.template shared<T>(), name, settings));
+  });
   *optimizer = created.release();
   ++live_handles;
 }
 
-fsdp::AdamOptions adam_options(double lr, double beta1, double beta2, double eps,
-                               double weight_decay, bool decoupled) {
-  fsdp::AdamOptions options;
-  options.lr = lr;
-  options.beta1 = beta1;
-  options.beta2 = beta2;
-  options.eps = eps;
-  options.weight_decay = weight_decay;
-  options.decoupled_weight_decay = decoupled;
-  return options;
+fsdp::OptimizerSettings adam_settings(double lr, double beta1, double beta2, double eps,
+                                      double weight_decay) {
+  fsdp::OptimizerSettings settings;
+  settings.lr = lr;
+  settings.beta1 = beta1;
+  settings.beta2 = beta2;
+  settings.eps = eps;
+  settings.weight_decay = weight_decay;
+  return settings;
 }
 
 }  // namespace
@@ -787,34 +681,36 @@ fsdp::AdamOptions adam_options(double lr, double beta1, double beta2, double eps
 int fsdp_optimizer_create_sgd(fsdp_model_t model, double lr, double momentum, double dampening,
                               int nesterov, double weight_decay, fsdp_optimizer_t* optimizer) {
   return guarded("fsdp_optimizer_create_sgd", [&] {
-    fsdp::SgdOptions options;
-    options.lr = lr;
-    options.momentum = momentum;
-    options.dampening = dampening;
-    options.nesterov = nesterov != 0;
-    options.weight_decay = weight_decay;
-    create_optimizer<fsdp::Sgd>(model, options, optimizer);
+    fsdp::OptimizerSettings settings;
+    settings.lr = lr;
+    settings.momentum = momentum;
+    settings.dampening = dampening;
+    settings.nesterov = nesterov != 0;
+    settings.weight_decay = weight_decay;
+    create_optimizer(model, "sgd", settings, optimizer);
   });
 }
 
 int fsdp_optimizer_create_adam(fsdp_model_t model, double lr, double beta1, double beta2,
                                double eps, double weight_decay, fsdp_optimizer_t* optimizer) {
   return guarded("fsdp_optimizer_create_adam", [&] {
-    create_optimizer<fsdp::Adam>(model, adam_options(lr, beta1, beta2, eps, weight_decay, false),
-                                 optimizer);
+    create_optimizer(model, "adam", adam_settings(lr, beta1, beta2, eps, weight_decay), optimizer);
   });
 }
 
 int fsdp_optimizer_create_adamw(fsdp_model_t model, double lr, double beta1, double beta2,
                                 double eps, double weight_decay, fsdp_optimizer_t* optimizer) {
   return guarded("fsdp_optimizer_create_adamw", [&] {
-    create_optimizer<fsdp::Adam>(model, adam_options(lr, beta1, beta2, eps, weight_decay, true),
-                                 optimizer);
+    create_optimizer(model, "adamw", adam_settings(lr, beta1, beta2, eps, weight_decay), optimizer);
   });
 }
 
 int fsdp_optimizer_step(fsdp_optimizer_t optimizer) {
-  return guarded("fsdp_optimizer_step", [&] { require_handle(optimizer, "optimizer")->step(); });
+  return guarded("fsdp_optimizer_step", [&] {
+    require_handle(optimizer, "optimizer")->typed.visit([](auto& typed) {
+      typed.optimizer.step(*typed.model);
+    });
+  });
 }
 
 void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer) {

@@ -59,51 +59,6 @@ const char* name_of(Collective collective) {
   return "unknown collective";
 }
 
-namespace {
-std::string where(Collective collective, int rank) {
-  return std::string("fsdp: ") + name_of(collective) + " on rank " + std::to_string(rank) + ": ";
-}
-}  // namespace
-
-std::string uneven_problem(Collective collective, const std::vector<std::size_t>& counts,
-                           std::size_t my_count, int rank, int size) {
-  if (counts.size() != static_cast<std::size_t>(size)) {
-    return where(collective, rank) + "counts has " + std::to_string(counts.size()) +
-           " entries; it needs one per rank (" + std::to_string(size) + ")";
-  }
-  if (counts[static_cast<std::size_t>(rank)] != my_count) {
-    return where(collective, rank) + "this rank's count " + std::to_string(my_count) +
-           " differs from counts[" + std::to_string(rank) +
-           "] = " + std::to_string(counts[static_cast<std::size_t>(rank)]);
-  }
-  return "";
-}
-
-std::string first_problem(std::initializer_list<std::string> problems) {
-  for (const std::string& problem : problems) {
-    if (!problem.empty()) {
-      return problem;
-    }
-  }
-  return "";
-}
-
-std::string root_problem(Collective collective, int root, int rank, int size) {
-  if (root >= 0 && root < size) {
-    return "";
-  }
-  return where(collective, rank) + "root " + std::to_string(root) +
-         " is not a rank of this group (0.." + std::to_string(size - 1) + ")";
-}
-
-std::string reduce_problem(Collective collective, DType dtype, ReduceOp op, int rank) {
-  if (op != ReduceOp::avg || is_floating(dtype)) {
-    return "";
-  }
-  return where(collective, rank) + "ReduceOp::avg needs a floating dtype, got " + name_of(dtype) +
-         "; use ReduceOp::sum and divide yourself";
-}
-
 CollectiveCall uneven_call(Collective collective, const std::vector<std::size_t>& counts,
                            std::size_t my_count, DType dtype, int root) {
   CollectiveCall call{collective, dtype, static_cast<std::int64_t>(my_count), root};
@@ -119,25 +74,18 @@ CollectiveCall uneven_call(Collective collective, const std::vector<std::size_t>
 }
 
 CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options)
-    : options_(options) {
-  mpi::check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
-  mpi::check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  mpi::check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-  mpi::check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-}
+    : comm_(detail::Communicator::duplicate(comm, "CollectiveGuard")), options_(options) {}
 
 CollectiveGuard::~CollectiveGuard() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
   // After a timeout, notices may still be in flight on comm_: leave it to MPI_Finalize/Abort.
-  if (!finalized && failure_.empty() && comm_ != MPI_COMM_NULL) {
-    MPI_Comm_free(&comm_);
+  if (!failure_.empty()) {
+    comm_.abandon();
   }
 }
 
 void CollectiveGuard::ensure_usable(Collective collective) const {
   if (!failure_.empty()) {
-    throw Error(std::string("fsdp: ") + name_of(collective) +
+    throw Error(std::string(name_of(collective)) +
                 " on a process group that an earlier failure made unusable (" + failure_ +
                 "); end the job with MPI_Abort");
   }
@@ -181,11 +129,11 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
                                                call.reduce,
                                                static_cast<std::int64_t>(call.layout),
                                                problem.empty() ? 0 : 1};
-  std::vector<std::int64_t> all(kSignatureFields * static_cast<std::size_t>(size_));
+  std::vector<std::int64_t> all(kSignatureFields * static_cast<std::size_t>(comm_.size()));
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Iallgather(mine, kSignatureFields, MPI_INT64_T, all.data(), kSignatureFields,
-                            MPI_INT64_T, comm_, &request),
-             "MPI_Iallgather (collective argument check)", rank_);
+                            MPI_INT64_T, comm_.get(), &request),
+             "MPI_Iallgather (collective argument check)", comm_.rank());
   wait(id, request);
 
   auto call_of = [&](int r) {
@@ -200,7 +148,7 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
     return c;
   };
   std::vector<int> complaining;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < comm_.size(); ++r) {
     if (all[kSignatureFields * static_cast<std::size_t>(r) + 6] != 0) {
       complaining.push_back(r);
     }
@@ -209,16 +157,17 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
     if (!problem.empty()) {
       throw Error(problem);
     }
-    throw Error("fsdp: " + id_text(id) + ": rank(s) " + rank_list(complaining) +
-                " passed invalid arguments (their error says which); no rank entered the "
-                "collective");
+    throw Error(ErrorKind::mismatch,
+                std::string(id_text(id)) + ": rank(s) " + rank_list(complaining) +
+                    " passed invalid arguments (their error says which); no rank entered the "
+                    "collective");
   }
 
   // With per-rank counts ranks legitimately pass different counts; all else must be identical.
   const bool count_may_differ =
       call.collective == Collective::all_gather_v || call.collective == Collective::scatter_v;
   std::map<std::string, std::vector<int>> ranks_by_call;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < comm_.size(); ++r) {
     CollectiveCall c = call_of(r);
     if (count_may_differ) {
       c.count = 0;
@@ -227,7 +176,7 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
   }
   if (ranks_by_call.size() > 1) {
     std::ostringstream text;
-    text << "fsdp: ranks disagree on collective #" << id.sequence << " of a group of " << size_
+    text << "ranks disagree on collective #" << id.sequence << " of a group of " << comm_.size()
          << ":";
     for (const auto& [description, ranks] : ranks_by_call) {
       text << " rank" << (ranks.size() > 1 ? "s " : " ") << rank_list(ranks) << " called "
@@ -235,19 +184,19 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
     }
     text << " every rank must call the same collective with the same "
          << (count_may_differ ? "counts vector" : "count") << ", dtype, root and op";
-    throw Error(text.str());
+    throw Error(ErrorKind::mismatch, text.str());
   }
   return id;
 }
 
 void CollectiveGuard::wait(const OperationId& id, MPI_Request& request) {
   if (options_.timeout_s <= 0) {
-    mpi::check(MPI_Wait(&request, MPI_STATUS_IGNORE), name_of(id.collective), rank_);
+    mpi::check(MPI_Wait(&request, MPI_STATUS_IGNORE), name_of(id.collective), comm_.rank());
     return;
   }
   wait_until(id, [&] {
     int done = 0;
-    mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), name_of(id.collective), rank_);
+    mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), name_of(id.collective), comm_.rank());
     return done != 0;
   });
 }
@@ -274,12 +223,12 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
   // are: a rank that says nothing never reached a collective of this group.
   notice_.sequence = id.sequence;
   std::snprintf(notice_.operation, sizeof notice_.operation, "%s", name_of(id.collective));
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) {
+  for (int r = 0; r < comm_.size(); ++r) {
+    if (r == comm_.rank()) {
       continue;
     }
     MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Isend(&notice_, sizeof notice_, MPI_BYTE, r, kNoticeTag, comm_, &request) ==
+    if (MPI_Isend(&notice_, sizeof notice_, MPI_BYTE, r, kNoticeTag, comm_.get(), &request) ==
         MPI_SUCCESS) {
       MPI_Request_free(&request);
     }
@@ -288,15 +237,15 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
   const auto listen_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                std::chrono::duration<double>(grace_s));
   std::map<int, Notice> heard;
-  while (Clock::now() < listen_until && static_cast<int>(heard.size()) < size_ - 1) {
+  while (Clock::now() < listen_until && static_cast<int>(heard.size()) < comm_.size() - 1) {
     int flag = 0;
     MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, comm_, &flag, &status) != MPI_SUCCESS) {
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, comm_.get(), &flag, &status) != MPI_SUCCESS) {
       break;
     }
     if (flag) {
       Notice notice{};
-      if (MPI_Recv(&notice, sizeof notice, MPI_BYTE, status.MPI_SOURCE, kNoticeTag, comm_,
+      if (MPI_Recv(&notice, sizeof notice, MPI_BYTE, status.MPI_SOURCE, kNoticeTag, comm_.get(),
                    MPI_STATUS_IGNORE) != MPI_SUCCESS) {
         break;
       }
@@ -306,10 +255,10 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
   }
 
   std::vector<int> missing;
-  std::vector<int> arrived{rank_};
+  std::vector<int> arrived{comm_.rank()};
   std::ostringstream elsewhere;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) {
+  for (int r = 0; r < comm_.size(); ++r) {
+    if (r == comm_.rank()) {
       continue;
     }
     auto it = heard.find(r);
@@ -324,8 +273,8 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
   }
   std::sort(arrived.begin(), arrived.end());
   std::ostringstream text;
-  text << "fsdp: " << id_text(id) << " timed out after " << options_.timeout_s << " s on rank "
-       << rank_ << " of " << size_ << ": ";
+  text << id_text(id) << " timed out after " << options_.timeout_s << " s on rank " << comm_.rank()
+       << " of " << comm_.size() << ": ";
   if (!missing.empty()) {
     text << "rank" << (missing.size() > 1 ? "s " : " ") << rank_list(missing) << " did not arrive";
   } else {
@@ -335,7 +284,7 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
        << "). Every rank must call the same collectives in the same order; if a rank is only "
           "slow, raise FSDP_COLLECTIVE_TIMEOUT_S. This process group can no longer be used.";
   failure_ = id_text(id) + " timed out";
-  throw Error(text.str());
+  throw Error(ErrorKind::timeout, text.str());
 }
 
 }  // namespace fsdp

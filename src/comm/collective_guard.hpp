@@ -7,10 +7,10 @@
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "communicator.hpp"
 #include "fsdp/comm/collective_options.hpp"
 #include "fsdp/comm/reduce_op.hpp"
 #include "fsdp/core/dtype.hpp"
@@ -39,20 +39,10 @@ struct CollectiveCall {
   std::uint64_t layout = 0;  // all_gather_v: hash of the counts vector
 };
 
-// Argument checks every backend makes before a collective. Each returns an empty string when the
-// arguments are fine, else what is wrong and what would be right (CollectiveGuard::begin makes
-// every rank fail on it when checks are on).
-std::string root_problem(Collective collective, int root, int rank, int size);
-// The first non-empty one of problems.
-std::string first_problem(std::initializer_list<std::string> problems);
-std::string reduce_problem(Collective collective, DType dtype, ReduceOp op, int rank);
 // The call of a collective with per-rank counts (all_gather_v, scatter_v), with a hash of counts
 // that is the same on every rank and platform.
 CollectiveCall uneven_call(Collective collective, const std::vector<std::size_t>& counts,
                            std::size_t my_count, DType dtype, int root = -1);
-// all_gather_v and scatter_v: counts has one entry per rank and my_count == counts[rank].
-std::string uneven_problem(Collective collective, const std::vector<std::size_t>& counts,
-                           std::size_t my_count, int rank, int size);
 
 // Identifies an operation in messages: "all_gather #12".
 struct OperationId {
@@ -69,13 +59,13 @@ class CollectiveGuard {
   CollectiveGuard& operator=(const CollectiveGuard&) = delete;
 
   const CollectiveOptions& options() const { return options_; }
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
 
   // Numbers the operation and, when checks are on, verifies that every rank calls the same
   // collective with the same arguments and that none found its own arguments invalid (problem is
-  // this rank's complaint, empty when none). Throws fsdp::Error on every rank on a mismatch; with
-  // checks off a local problem throws on this rank only.
+  // this rank's complaint from ArgumentCheck, empty when none). Throws fsdp::Error on every rank on
+  // a mismatch; with checks off a local problem throws on this rank only.
   OperationId begin(const CollectiveCall& call, const std::string& problem);
 
   // Calls poll() until it returns true. Throws fsdp::Error naming the operation and the ranks that
@@ -91,10 +81,8 @@ class CollectiveGuard {
   [[noreturn]] void fail_after_timeout(const OperationId& id);
   std::string describe(const CollectiveCall& call) const;
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  detail::Communicator comm_;
   CollectiveOptions options_;
-  int rank_ = 0;
-  int size_ = 1;
   std::int64_t next_sequence_ = 0;
   std::string failure_;  // non-empty once a timeout broke the group
   struct Notice {

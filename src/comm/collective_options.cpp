@@ -8,28 +8,37 @@
 #include "fsdp/core/error.hpp"
 
 namespace fsdp {
+namespace {
+
+// A 0/1 switch from the environment; unset leaves value as it is.
+void read_switch(const char* variable, bool& value) {
+  if (const char* text = std::getenv(variable)) {
+    const std::string given(text);
+    if (given == "1" || given == "ON" || given == "on" || given == "true") {
+      value = true;
+    } else if (given == "0" || given == "OFF" || given == "off" || given == "false") {
+      value = false;
+    } else {
+      throw Error(std::string(variable) + "='" + given + "' is not understood; use 1 or 0");
+    }
+  }
+}
+
+}  // namespace
 
 CollectiveOptions CollectiveOptions::from_environment() {
   CollectiveOptions options;
 #ifndef NDEBUG
   options.check_arguments = true;
 #endif
-  if (const char* value = std::getenv("FSDP_CHECK_COLLECTIVES")) {
-    const std::string text(value);
-    if (text == "1" || text == "ON" || text == "on" || text == "true") {
-      options.check_arguments = true;
-    } else if (text == "0" || text == "OFF" || text == "off" || text == "false") {
-      options.check_arguments = false;
-    } else {
-      throw Error("fsdp: FSDP_CHECK_COLLECTIVES='" + text + "' is not understood; use 1 or 0");
-    }
-  }
+  read_switch("FSDP_CHECK_COLLECTIVES", options.check_arguments);
+  read_switch("FSDP_STAGE_HOST_BUFFERS", options.stage_host_buffers);
   if (const char* value = std::getenv("FSDP_COLLECTIVE_TIMEOUT_S")) {
     char* end = nullptr;
     errno = 0;
     const double seconds = std::strtod(value, &end);
     if (end == value || *end != '\0' || errno != 0 || !std::isfinite(seconds) || seconds < 0) {
-      throw Error(std::string("fsdp: FSDP_COLLECTIVE_TIMEOUT_S='") + value +
+      throw Error(std::string("FSDP_COLLECTIVE_TIMEOUT_S='") + value +
                   "' is not a number of seconds >= 0 (0 waits forever, default 600)");
     }
     options.timeout_s = seconds;

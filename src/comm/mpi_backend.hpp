@@ -1,11 +1,13 @@
-// The MPI implementation of Backend: non-blocking MPI collectives on a private duplicate of the
-// caller's communicator, with optional argument agreement checks and a timeout on every wait.
+// The MPI implementation of Backend: non-blocking MPI collectives on a communicator private to
+// fsdp, with optional argument agreement checks and a timeout on every wait.
 #pragma once
 
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 
+#include "communicator.hpp"
 #include "fsdp/comm/backend.hpp"
 #include "fsdp/comm/collective_options.hpp"
 
@@ -15,8 +17,8 @@ struct MpiGroupState;  // shared by the backend and its operations in flight
 
 class MpiBackend final : public Backend {
  public:
-  // Duplicates comm (collective over comm).
-  MpiBackend(MPI_Comm comm, const CollectiveOptions& options);
+  // Works on comm (a duplicate or split private to this backend). Collective over comm.
+  MpiBackend(detail::Communicator comm, const CollectiveOptions& options);
   ~MpiBackend() override;
 
   const char* name() const override { return "mpi"; }
@@ -26,32 +28,31 @@ class MpiBackend final : public Backend {
   MPI_Comm mpi_comm() const override;
 
   std::unique_ptr<PendingOperation> all_gather(const void* send, void* recv, std::size_t count,
-                                               DType dtype) override;
+                                               DType dtype, const std::string& problem) override;
   std::unique_ptr<PendingOperation> all_gather_v(const void* send, std::size_t send_count,
                                                  void* recv, const std::vector<std::size_t>& counts,
-                                                 DType dtype) override;
+                                                 DType dtype, const std::string& problem) override;
   std::unique_ptr<PendingOperation> reduce_scatter(const void* send, void* recv, std::size_t count,
-                                                   DType dtype, ReduceOp op) override;
+                                                   DType dtype, ReduceOp op,
+                                                   const std::string& problem) override;
   std::unique_ptr<PendingOperation> all_reduce(const void* send, void* recv, std::size_t count,
-                                               DType dtype, ReduceOp op) override;
-  std::unique_ptr<PendingOperation> broadcast(void* data, std::size_t count, DType dtype,
-                                              int root) override;
+                                               DType dtype, ReduceOp op,
+                                               const std::string& problem) override;
+  std::unique_ptr<PendingOperation> broadcast(void* data, std::size_t count, DType dtype, int root,
+                                              const std::string& problem) override;
   std::unique_ptr<PendingOperation> reduce(const void* send, void* recv, std::size_t count,
-                                           DType dtype, ReduceOp op, int root) override;
+                                           DType dtype, ReduceOp op, int root,
+                                           const std::string& problem) override;
   std::unique_ptr<PendingOperation> scatter_v(const void* send,
                                               const std::vector<std::size_t>& counts, void* recv,
-                                              std::size_t recv_count, DType dtype,
-                                              int root) override;
+                                              std::size_t recv_count, DType dtype, int root,
+                                              const std::string& problem) override;
   std::unique_ptr<PendingOperation> barrier() override;
 
   std::shared_ptr<Backend> split(int color, int key) const override;
   std::shared_ptr<Backend> split_node_local() const override;
 
  private:
-  struct Adopt {};
-  // Takes ownership of an already private communicator (from split).
-  MpiBackend(Adopt, MPI_Comm owned, const CollectiveOptions& options);
-
   std::shared_ptr<MpiGroupState> state_;
 };
 

@@ -20,9 +20,6 @@ MPI_Op op_of(ReduceOp op, DType dtype);
 // Throws fsdp::Error "fsdp: <operation> on rank <r>: <MPI's error text>" unless rc is MPI_SUCCESS.
 void check(int rc, const char* operation, int rank = -1);
 
-// MPI counts and displacements are int: what is wrong when count does not fit, else empty.
-std::string count_problem(std::size_t count, const char* operation, int rank);
-
 // data[i] *= factor for count elements of a floating dtype (host memory).
 void scale(void* data, std::size_t count, DType dtype, double factor);
 

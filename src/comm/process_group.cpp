@@ -1,5 +1,9 @@
 #include "fsdp/comm/process_group.hpp"
 
+#include "fsdp/core/memory_space.hpp"
+
+#include "argument_check.hpp"
+#include "communicator.hpp"
 #include "mpi_backend.hpp"
 
 namespace fsdp {
@@ -19,51 +23,112 @@ const char* name_of(ReduceOp op) {
 }
 
 ProcessGroup::ProcessGroup(MPI_Comm comm, const CollectiveOptions& options)
-    : backend_(std::make_shared<MpiBackend>(comm, options)) {}
+    : ProcessGroup(std::make_shared<MpiBackend>(
+                       detail::Communicator::duplicate(comm, "ProcessGroup"), options),
+                   options.stage_host_buffers) {}
 
-ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend) : backend_(std::move(backend)) {
-  require(backend_ != nullptr, "fsdp: ProcessGroup needs a backend, got nullptr");
+ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, const CollectiveOptions& options)
+    : ProcessGroup(std::move(backend), options.stage_host_buffers) {}
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, bool stage_host_buffers)
+    : backend_(std::move(backend)), transport_(std::make_shared<TransportChoice>()) {
+  require(backend_ != nullptr, "ProcessGroup needs a backend, got nullptr");
+  const MemoryKind kind = backend_->memory_kind();
+  // NCCL moves device memory itself: what MPI can do and staging concern MPI groups only.
+  transport_->cuda_aware_mpi = kind == MemoryKind::host && mpi_is_cuda_aware();
+  transport_->stage_host_buffers = kind == MemoryKind::host && stage_host_buffers;
+  try {
+    choose_transport(kind, kHostAccessible, transport_->cuda_aware_mpi);
+  } catch (const Error& error) {
+    // Kept, not thrown: the group may serve other buffers; a model sharded over it asks.
+    transport_->problem = error.what();
+  }
+}
+
+Transport ProcessGroup::transport() const {
+  if (!transport_->problem.empty()) {
+    throw Error(transport_->problem);
+  }
+  return transport_for<MemorySpace>();
 }
 
 ProcessGroup ProcessGroup::split(int color, int key) const {
-  return ProcessGroup(backend_->split(color, key));
+  require(color >= 0, "ProcessGroup::split: color must be >= 0, got " + std::to_string(color));
+  return ProcessGroup(backend_->split(color, key), transport_->stage_host_buffers);
 }
 
 ProcessGroup ProcessGroup::node_local() const {
-  return ProcessGroup(backend_->split_node_local());
+  return ProcessGroup(backend_->split_node_local(), transport_->stage_host_buffers);
 }
 
+// Every backend gets the arguments checked here, and only here (see Backend).
+
 Work ProcessGroup::all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) {
-  return Work(backend_->all_gather(send, recv, count, dtype));
+  const std::string problem =
+      ArgumentCheck(Collective::all_gather, rank(), size())
+          .dtype(dtype)
+          .fits_int(count * static_cast<std::size_t>(size()), "receive size")
+          .problem();
+  return Work(backend_->all_gather(send, recv, count, dtype, problem));
 }
 
 Work ProcessGroup::all_gather_v_async(const void* send, std::size_t send_count, void* recv,
                                       const std::vector<std::size_t>& counts, DType dtype) {
-  return Work(backend_->all_gather_v(send, send_count, recv, counts, dtype));
+  const std::string problem = ArgumentCheck(Collective::all_gather_v, rank(), size())
+                                  .dtype(dtype)
+                                  .uneven_counts(counts, send_count)
+                                  .problem();
+  return Work(backend_->all_gather_v(send, send_count, recv, counts, dtype, problem));
 }
 
 Work ProcessGroup::reduce_scatter_async(const void* send, void* recv, std::size_t count,
                                         DType dtype, ReduceOp op) {
-  return Work(backend_->reduce_scatter(send, recv, count, dtype, op));
+  const std::string problem = ArgumentCheck(Collective::reduce_scatter, rank(), size())
+                                  .dtype(dtype)
+                                  .reduction(dtype, op)
+                                  .fits_int(count * static_cast<std::size_t>(size()), "send size")
+                                  .problem();
+  return Work(backend_->reduce_scatter(send, recv, count, dtype, op, problem));
 }
 
 Work ProcessGroup::all_reduce_async(const void* send, void* recv, std::size_t count, DType dtype,
                                     ReduceOp op) {
-  return Work(backend_->all_reduce(send, recv, count, dtype, op));
+  const std::string problem = ArgumentCheck(Collective::all_reduce, rank(), size())
+                                  .dtype(dtype)
+                                  .reduction(dtype, op)
+                                  .fits_int(count, "count")
+                                  .problem();
+  return Work(backend_->all_reduce(send, recv, count, dtype, op, problem));
 }
 
 Work ProcessGroup::broadcast_async(void* data, std::size_t count, DType dtype, int root) {
-  return Work(backend_->broadcast(data, count, dtype, root));
+  const std::string problem = ArgumentCheck(Collective::broadcast, rank(), size())
+                                  .dtype(dtype)
+                                  .root(root)
+                                  .fits_int(count, "count")
+                                  .problem();
+  return Work(backend_->broadcast(data, count, dtype, root, problem));
 }
 
 Work ProcessGroup::reduce_async(const void* send, void* recv, std::size_t count, DType dtype,
                                 ReduceOp op, int root) {
-  return Work(backend_->reduce(send, recv, count, dtype, op, root));
+  const std::string problem = ArgumentCheck(Collective::reduce, rank(), size())
+                                  .dtype(dtype)
+                                  .root(root)
+                                  .reduction(dtype, op)
+                                  .fits_int(count, "count")
+                                  .problem();
+  return Work(backend_->reduce(send, recv, count, dtype, op, root, problem));
 }
 
 Work ProcessGroup::scatter_v_async(const void* send, const std::vector<std::size_t>& counts,
                                    void* recv, std::size_t recv_count, DType dtype, int root) {
-  return Work(backend_->scatter_v(send, counts, recv, recv_count, dtype, root));
+  const std::string problem = ArgumentCheck(Collective::scatter_v, rank(), size())
+                                  .dtype(dtype)
+                                  .root(root)
+                                  .uneven_counts(counts, recv_count)
+                                  .problem();
+  return Work(backend_->scatter_v(send, counts, recv, recv_count, dtype, root, problem));
 }
 
 Work ProcessGroup::barrier_async() {

@@ -97,7 +97,7 @@ std::size_t size_of(DType dtype) {
     case DType::f16:
       return 2;
   }
-  throw Error("fsdp: invalid DType value " + std::to_string(static_cast<int>(dtype)));
+  throw Error("invalid DType value " + std::to_string(static_cast<int>(dtype)));
 }
 
 const char* name_of(DType dtype) {
@@ -135,7 +135,7 @@ DType parse_dtype(const std::string& name) {
       return alias.dtype;
     }
   }
-  throw Error("fsdp: unknown dtype '" + name +
+  throw Error("unknown dtype '" + name +
               "'; expected one of fp32, fp64, bf16, fp16, int32, int64 (or float32, float, "
               "float64, double, bfloat16, float16, half)");
 }

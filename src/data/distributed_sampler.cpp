@@ -6,6 +6,7 @@
 
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/shard/shard_range.hpp"
 
 namespace fsdp {
 
@@ -57,7 +58,7 @@ Partition parse_partition(const std::string& name) {
   if (name == "contiguous") {
     return Partition::contiguous;
   }
-  throw Error("fsdp: unknown sampler partition '" + name + "': use 'strided' or 'contiguous'");
+  throw Error("unknown sampler partition '" + name + "': use 'strided' or 'contiguous'");
 }
 
 DistributedSampler::DistributedSampler(std::int64_t dataset_size, int replicas, int rank,
@@ -157,7 +158,7 @@ void DistributedSampler::start_epoch(std::int64_t epoch, std::int64_t samples_co
     permutation_ = IndexPermutation(n, seed_, static_cast<std::uint64_t>(epoch));
     const std::uint64_t remaining = start_ >= n ? 0 : n - start_;
     const std::uint64_t steps =
-        options_.drop_last ? remaining / replicas : (remaining + replicas - 1) / replicas;
+        options_.drop_last ? remaining / replicas : ceil_div(remaining, replicas);
     length_ = static_cast<std::int64_t>(steps);
     common_steps_ = length_;
     return;

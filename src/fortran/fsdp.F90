@@ -22,6 +22,9 @@ module fsdp
   integer, parameter, public :: FSDP_ERROR_CALLBACK = 6
   integer, parameter, public :: FSDP_ERROR_OUT_OF_MEMORY = 7
   integer, parameter, public :: FSDP_ERROR_INTERNAL = 8
+  integer, parameter, public :: FSDP_ERROR_MISMATCH = 9
+  integer, parameter, public :: FSDP_ERROR_TIMEOUT = 10
+  integer, parameter, public :: FSDP_ERROR_COMMUNICATION = 11
   ! Element types (enum fsdp_dtype) and hybrid pattern kinds (enum fsdp_pattern_kind).
   integer, parameter, public :: FSDP_FLOAT32 = 1
   integer, parameter, public :: FSDP_FLOAT64 = 2

@@ -12,9 +12,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "../shard/broadcast_text.hpp"
-#include "../shard/message.hpp"
+#include "fsdp/comm/on_root.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
 
@@ -26,38 +26,14 @@ constexpr const char* kFormatName = "fsdp-sharding-plan";
 using hdf5::Handle;
 using hdf5::QuietErrorStack;
 
-class Hdf5File {
- public:
-  explicit Hdf5File(std::string path) : path_(std::move(path)) {}
-  const std::string& path() const { return path_; }
-
-  [[noreturn]] void fail(const std::string& call, const std::string& object) const {
-    throw Error("fsdp: HDF5 " + call + " failed for " + object + " in plan file '" + path_ + "'");
-  }
-  hid_t check(hid_t id, const std::string& call, const std::string& object) const {
-    if (id < 0) {
-      fail(call, object);
-    }
-    return id;
-  }
-  void check_status(herr_t rc, const std::string& call, const std::string& object) const {
-    if (rc < 0) {
-      fail(call, object);
-    }
-  }
-
- private:
-  std::string path_;
-};
-
-Handle string_type(const Hdf5File& file) {
+Handle string_type(const hdf5::Checker& file) {
   Handle type(file.check(H5Tcopy(H5T_C_S1), "H5Tcopy", "the string type"), H5Tclose);
   file.check_status(H5Tset_size(type.get(), H5T_VARIABLE), "H5Tset_size", "the string type");
   file.check_status(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", "the string type");
   return type;
 }
 
-void write_string_attribute(const Hdf5File& file, hid_t object, const char* name,
+void write_string_attribute(const hdf5::Checker& file, hid_t object, const char* name,
                             const std::string& value) {
   Handle type = string_type(file);
   Handle space(file.check(H5Screate(H5S_SCALAR), "H5Screate", name), H5Sclose);
@@ -70,7 +46,7 @@ void write_string_attribute(const Hdf5File& file, hid_t object, const char* name
                     std::string("attribute ") + name);
 }
 
-void write_int_attribute(const Hdf5File& file, hid_t object, const char* name, int value) {
+void write_int_attribute(const hdf5::Checker& file, hid_t object, const char* name, int value) {
   Handle space(file.check(H5Screate(H5S_SCALAR), "H5Screate", name), H5Sclose);
   Handle attribute(
       file.check(H5Acreate2(object, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
@@ -81,26 +57,26 @@ void write_int_attribute(const Hdf5File& file, hid_t object, const char* name, i
 }
 
 // The attribute, or an Error saying the file is no plan when it is missing.
-Handle open_attribute(const Hdf5File& file, hid_t object, const char* name) {
+Handle open_attribute(const hdf5::Checker& file, hid_t object, const char* name) {
   const std::string what = std::string("attribute ") + name;
   const htri_t exists = H5Aexists(object, name);
   file.check_status(exists, "H5Aexists", what);
   if (exists == 0) {
-    throw Error("fsdp: plan file '" + file.path() + "' has no attribute '" + name +
-                "'; it is not an fsdp sharding plan");
+    throw Error(ErrorKind::io, "plan file '" + file.path() + "' has no attribute '" + name +
+                                   "'; it is not an fsdp sharding plan");
   }
   return Handle(file.check(H5Aopen(object, name, H5P_DEFAULT), "H5Aopen", what), H5Aclose);
 }
 
-std::string read_string_attribute(const Hdf5File& file, hid_t object, const char* name) {
+std::string read_string_attribute(const hdf5::Checker& file, hid_t object, const char* name) {
   const std::string what = std::string("attribute ") + name;
   Handle attribute = open_attribute(file, object, name);
   Handle stored(file.check(H5Aget_type(attribute.get()), "H5Aget_type", what), H5Tclose);
   const htri_t variable = H5Tis_variable_str(stored.get());
   file.check_status(variable, "H5Tis_variable_str", what);
   if (H5Tget_class(stored.get()) != H5T_STRING || variable == 0) {
-    throw Error("fsdp: plan file '" + file.path() + "': " + what +
-                " is not a variable-length string");
+    throw Error(ErrorKind::io,
+                "plan file '" + file.path() + "': " + what + " is not a variable-length string");
   }
   Handle type = string_type(file);
   char* text = nullptr;
@@ -110,7 +86,7 @@ std::string read_string_attribute(const Hdf5File& file, hid_t object, const char
   return value;
 }
 
-int read_int_attribute(const Hdf5File& file, hid_t object, const char* name) {
+int read_int_attribute(const hdf5::Checker& file, hid_t object, const char* name) {
   const std::string what = std::string("attribute ") + name;
   Handle attribute = open_attribute(file, object, name);
   int value = 0;
@@ -118,7 +94,7 @@ int read_int_attribute(const Hdf5File& file, hid_t object, const char* name) {
   return value;
 }
 
-void write_dataset(const Hdf5File& file, hid_t group, const char* name, hid_t file_type,
+void write_dataset(const hdf5::Checker& file, hid_t group, const char* name, hid_t file_type,
                    hid_t memory_type, std::size_t count, const void* data) {
   const std::string what = std::string("dataset ") + name;
   const hsize_t extent = count;
@@ -134,7 +110,7 @@ void write_dataset(const Hdf5File& file, hid_t group, const char* name, hid_t fi
   }
 }
 
-void write_strings(const Hdf5File& file, hid_t group, const char* name,
+void write_strings(const hdf5::Checker& file, hid_t group, const char* name,
                    const std::vector<std::string>& values) {
   std::vector<const char*> pointers;
   pointers.reserve(values.size());
@@ -146,12 +122,12 @@ void write_strings(const Hdf5File& file, hid_t group, const char* name,
 }
 
 // Opens a 1-D dataset and checks its length: the plan's own consistency check.
-Handle open_dataset(const Hdf5File& file, hid_t group, const char* name, std::size_t count) {
+Handle open_dataset(const hdf5::Checker& file, hid_t group, const char* name, std::size_t count) {
   const std::string what = std::string("dataset ") + name;
   const htri_t exists = H5Lexists(group, name, H5P_DEFAULT);
   file.check_status(exists, "H5Lexists", what);
   if (exists == 0) {
-    throw Error("fsdp: plan file '" + file.path() + "' has no dataset '" + name + "'");
+    throw Error(ErrorKind::io, "plan file '" + file.path() + "' has no dataset '" + name + "'");
   }
   Handle dataset(file.check(H5Dopen2(group, name, H5P_DEFAULT), "H5Dopen2", what), H5Dclose);
   Handle space(file.check(H5Dget_space(dataset.get()), "H5Dget_space", what), H5Sclose);
@@ -163,16 +139,16 @@ Handle open_dataset(const Hdf5File& file, hid_t group, const char* name, std::si
                       "H5Sget_simple_extent_dims", what);
   }
   if (rank != 1 || extent != count) {
-    throw Error("fsdp: plan file '" + file.path() + "': dataset '" + name +
-                "' should be 1-D with " + std::to_string(count) +
-                " entries; it is damaged or not an fsdp plan");
+    throw Error(ErrorKind::io, "plan file '" + file.path() + "': dataset '" + name +
+                                   "' should be 1-D with " + std::to_string(count) +
+                                   " entries; it is damaged or not an fsdp plan");
   }
   return dataset;
 }
 
 template <class T>
-std::vector<T> read_numbers(const Hdf5File& file, hid_t group, const char* name, hid_t memory_type,
-                            std::size_t count) {
+std::vector<T> read_numbers(const hdf5::Checker& file, hid_t group, const char* name,
+                            hid_t memory_type, std::size_t count) {
   Handle dataset = open_dataset(file, group, name, count);
   std::vector<T> values(count);
   if (count > 0) {
@@ -183,7 +159,7 @@ std::vector<T> read_numbers(const Hdf5File& file, hid_t group, const char* name,
   return values;
 }
 
-std::vector<std::string> read_strings(const Hdf5File& file, hid_t group, const char* name,
+std::vector<std::string> read_strings(const hdf5::Checker& file, hid_t group, const char* name,
                                       std::size_t count) {
   const std::string what = std::string("dataset ") + name;
   Handle dataset = open_dataset(file, group, name, count);
@@ -191,8 +167,8 @@ std::vector<std::string> read_strings(const Hdf5File& file, hid_t group, const c
   const htri_t variable = H5Tis_variable_str(stored.get());
   file.check_status(variable, "H5Tis_variable_str", what);
   if (H5Tget_class(stored.get()) != H5T_STRING || variable == 0) {
-    throw Error("fsdp: plan file '" + file.path() + "': " + what +
-                " is not a variable-length string dataset");
+    throw Error(ErrorKind::io, "plan file '" + file.path() + "': " + what +
+                                   " is not a variable-length string dataset");
   }
   Handle type = string_type(file);
   std::vector<char*> pointers(count, nullptr);
@@ -223,12 +199,13 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 void rename_into_place(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0) {
     std::remove(from.c_str());
-    throw Error("fsdp: cannot rename the finished plan file '" + from + "' to '" + to + "'");
+    throw Error(ErrorKind::io,
+                "cannot rename the finished plan file '" + from + "' to '" + to + "'");
   }
 }
 
 void write_hdf5(const std::string& path, const ShardingPlan& plan) {
-  const Hdf5File file(path);
+  const hdf5::Checker file(path, "plan file '" + path + "'");
   Handle handle(file.check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                            "H5Fcreate", "the file"),
                 H5Fclose);
@@ -271,11 +248,11 @@ void write_hdf5(const std::string& path, const ShardingPlan& plan) {
 }
 
 ShardingPlan read_hdf5(const std::string& path) {
-  const Hdf5File file(path);
+  const hdf5::Checker file(path, "plan file '" + path + "'");
   const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 <= 0) {
-    throw Error("fsdp: plan file '" + path + "' " +
-                (is_hdf5 < 0 ? "cannot be opened" : "is not an HDF5 file"));
+    throw Error(ErrorKind::io, "plan file '" + path + "' " +
+                                   (is_hdf5 < 0 ? "cannot be opened" : "is not an HDF5 file"));
   }
   Handle handle(
       file.check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen", "the file"),
@@ -284,13 +261,14 @@ ShardingPlan read_hdf5(const std::string& path) {
               H5Gclose);
   const std::string format = read_string_attribute(file, root.get(), "format");
   if (format != kFormatName) {
-    throw Error("fsdp: plan file '" + path + "' has format '" + format + "', not '" + kFormatName +
-                "'");
+    throw Error(ErrorKind::io,
+                "plan file '" + path + "' has format '" + format + "', not '" + kFormatName + "'");
   }
   const int version = read_int_attribute(file, root.get(), "format_version");
   if (version != kPlanFormatVersion) {
-    throw Error("fsdp: plan file '" + path + "' has format version " + std::to_string(version) +
-                "; this fsdp reads version " + std::to_string(kPlanFormatVersion));
+    throw Error(ErrorKind::io, "plan file '" + path + "' has format version " +
+                                   std::to_string(version) + "; this fsdp reads version " +
+                                   std::to_string(kPlanFormatVersion));
   }
   const std::string strategy = read_string_attribute(file, root.get(), "strategy");
   const int world_size = read_int_attribute(file, root.get(), "world_size");
@@ -301,7 +279,7 @@ ShardingPlan read_hdf5(const std::string& path) {
     const htri_t exists = H5Lexists(root.get(), "names", H5P_DEFAULT);
     file.check_status(exists, "H5Lexists", "dataset names");
     if (exists == 0) {
-      throw Error("fsdp: plan file '" + path + "' has no dataset 'names'");
+      throw Error(ErrorKind::io, "plan file '" + path + "' has no dataset 'names'");
     }
     Handle dataset(
         file.check(H5Dopen2(root.get(), "names", H5P_DEFAULT), "H5Dopen2", "dataset names"),
@@ -325,7 +303,8 @@ ShardingPlan read_hdf5(const std::string& path) {
   std::size_t total_dims = 0;
   for (std::int32_t d : ndims) {
     if (d < 0) {
-      throw Error("fsdp: plan file '" + path + "': dataset 'ndims' holds " + std::to_string(d));
+      throw Error(ErrorKind::io,
+                  "plan file '" + path + "': dataset 'ndims' holds " + std::to_string(d));
     }
     total_dims += static_cast<std::size_t>(d);
   }
@@ -358,17 +337,8 @@ ShardingPlan read_hdf5(const std::string& path) {
     }
     return plan;
   } catch (const Error& error) {
-    throw Error("fsdp: plan file '" + path + "' is inconsistent: " + detail::unprefixed(error));
+    throw Error(ErrorKind::io, "plan file '" + path + "' is inconsistent: " + message_of(error));
   }
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  require(static_cast<bool>(in), "fsdp: cannot open plan file '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  require(!in.bad(), "fsdp: cannot read plan file '" + path + "'");
-  return text.str();
 }
 
 }  // namespace
@@ -394,19 +364,19 @@ void save_plan_json(const std::string& path, const ShardingPlan& plan) {
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    require(static_cast<bool>(out), "fsdp: cannot create plan file '" + temporary + "'");
+    require(static_cast<bool>(out), "cannot create plan file '" + temporary + "'", ErrorKind::io);
     out << plan_to_json(plan, 2) << '\n';
     out.close();
     if (!out) {
       std::remove(temporary.c_str());
-      throw Error("fsdp: cannot write plan file '" + temporary + "'");
+      throw Error(ErrorKind::io, "cannot write plan file '" + temporary + "'");
     }
   }
   rename_into_place(temporary, path);
 }
 
 ShardingPlan load_plan_json(const std::string& path) {
-  return plan_from_json(read_text(path), "file '" + path + "'");
+  return plan_from_json(read_text_file(path, "plan file"), "file '" + path + "'");
 }
 
 void save_plan(const std::string& path, const ShardingPlan& plan) {
@@ -415,7 +385,7 @@ void save_plan(const std::string& path, const ShardingPlan& plan) {
   } else if (ends_with(path, ".json")) {
     save_plan_json(path, plan);
   } else {
-    throw Error("fsdp: plan file '" + path + "' needs the extension .h5, .hdf5 or .json");
+    throw Error(ErrorKind::io, "plan file '" + path + "' needs the extension .h5, .hdf5 or .json");
   }
 }
 
@@ -426,7 +396,7 @@ ShardingPlan load_plan(const std::string& path) {
   if (ends_with(path, ".json")) {
     return load_plan_json(path);
   }
-  throw Error("fsdp: plan file '" + path + "' needs the extension .h5, .hdf5 or .json");
+  throw Error(ErrorKind::io, "plan file '" + path + "' needs the extension .h5, .hdf5 or .json");
 }
 
 ShardingPlan load_plan(const std::string& path, const std::vector<ParameterInfo>& parameters,
@@ -443,21 +413,10 @@ ShardingPlan load_plan(const std::string& path, const std::vector<ParameterInfo>
 }
 
 void save_plan(const std::string& path, const ShardingPlan& plan, ProcessGroup& group) {
-  std::string failure;
-  if (group.rank() == 0) {
-    try {
-      save_plan(path, plan);
-    } catch (const std::exception& error) {
-      failure = detail::unprefixed(error);
-      if (failure.empty()) {
-        failure = "unknown error";
-      }
-    }
-  }
-  failure = detail::broadcast_text(failure, 0, group);
-  if (!failure.empty()) {
-    throw Error("fsdp: rank 0 could not save the sharding plan: " + failure);
-  }
+  on_root(group, "save the sharding plan", [&] {
+    save_plan(path, plan);
+    return std::string();
+  });
 }
 
 }  // namespace fsdp

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "fsdp/core/device_math.hpp"
 #include "fsdp/optim/sgd.hpp"
 
 namespace fsdp {
@@ -9,12 +10,12 @@ namespace fsdp {
 template <class T>
 Adam<T>::Adam(AdamOptions options) : options_(options) {
   const char* name = options_.decoupled_weight_decay ? "AdamW" : "Adam";
-  require(options_.lr >= 0, std::string("fsdp: ") + name + " lr must be >= 0");
-  require(options_.eps > 0, std::string("fsdp: ") + name + " eps must be > 0");
+  require(options_.lr >= 0, std::string(name) + " lr must be >= 0");
+  require(options_.eps > 0, std::string(name) + " eps must be > 0");
   require(options_.beta1 >= 0 && options_.beta1 < 1 && options_.beta2 >= 0 && options_.beta2 < 1,
-          std::string("fsdp: ") + name + " betas must lie in [0, 1), got (" +
-              std::to_string(options_.beta1) + ", " + std::to_string(options_.beta2) + ")");
-  require(options_.weight_decay >= 0, std::string("fsdp: ") + name + " weight_decay must be >= 0");
+          std::string(name) + " betas must lie in [0, 1), got (" + std::to_string(options_.beta1) +
+              ", " + std::to_string(options_.beta2) + ")");
+  require(options_.weight_decay >= 0, std::string(name) + " weight_decay must be >= 0");
 }
 
 template <class T>
@@ -33,6 +34,7 @@ void Adam<T>::step(ShardedModel<T>& model) {
                       ? static_cast<T>(1 - options_.lr * options_.weight_decay)
                       : T(1);
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    const ExecutionSpace& space = model.unit(u).execution_space();
     for (ShardedParameter<T>& p : model.unit(u).parameters()) {
       if (p.shard_size() == 0) {
         continue;
@@ -45,19 +47,18 @@ void Adam<T>::step(ShardedModel<T>& model) {
       auto grad = p.grad_shard();
       auto m = p.optimizer_state()[0].view();
       auto v = p.optimizer_state()[1].view();
-      Kokkos::parallel_for("fsdp::Adam::step",
-                           Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, param.size()),
-                           [=](std::size_t i) {
-                             const T g = grad(i) + l2 * param(i);
-                             param(i) *= decay;
-                             m(i) = beta1 * m(i) + (T(1) - beta1) * g;
-                             v(i) = beta2 * v(i) + (T(1) - beta2) * g * g;
-                             param(i) -=
-                                 lr * (m(i) / correction1) / (std::sqrt(v(i) / correction2) + eps);
-                           });
+      Kokkos::parallel_for(
+          "fsdp::Adam::step", device_range(space, 0, static_cast<std::int64_t>(param.size())),
+          KOKKOS_LAMBDA(std::size_t i) {
+            const T g = grad(i) + l2 * param(i);
+            param(i) *= decay;
+            m(i) = beta1 * m(i) + (T(1) - beta1) * g;
+            v(i) = beta2 * v(i) + (T(1) - beta2) * g * g;
+            param(i) -= lr * (m(i) / correction1) / (device_math::sqrt(v(i) / correction2) + eps);
+          });
     }
   }
-  Kokkos::DefaultHostExecutionSpace().fence();
+  ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns
 }
 
 template class Adam<float>;

@@ -9,6 +9,7 @@ double grad_norm(ShardedModel<T>& model) {
   double local = 0.0;
   const bool counts_replicated = model.group().rank() == 0;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    const ExecutionSpace& space = model.unit(u).execution_space();
     for (ShardedParameter<T>& p : model.unit(u).parameters()) {
       if (p.placement() == Placement::replicated && !counts_replicated) {
         continue;  // every rank holds it; count it once
@@ -16,8 +17,8 @@ double grad_norm(ShardedModel<T>& model) {
       auto grad = p.grad_shard();  // the real piece: padding is not part of it
       double sum = 0.0;
       Kokkos::parallel_reduce(
-          "fsdp::grad_norm", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, grad.size()),
-          [=](std::size_t i, double& acc) {
+          "fsdp::grad_norm", device_range(space, 0, static_cast<std::int64_t>(grad.size())),
+          KOKKOS_LAMBDA(std::size_t i, double& acc) {
             const double g = static_cast<double>(grad(i));
             acc += g * g;
           },
@@ -31,20 +32,21 @@ double grad_norm(ShardedModel<T>& model) {
 
 template <class T>
 double clip_grad_norm(ShardedModel<T>& model, double max_norm) {
-  require(max_norm > 0, "fsdp: clip_grad_norm needs max_norm > 0, got " + std::to_string(max_norm));
+  require(max_norm > 0, "clip_grad_norm needs max_norm > 0, got " + std::to_string(max_norm));
   const double norm = grad_norm(model);
   const double coefficient = max_norm / (norm + 1e-6);
   if (coefficient < 1.0) {
     const T scale = static_cast<T>(coefficient);
     for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      const ExecutionSpace& space = model.unit(u).execution_space();
       for (ShardedParameter<T>& p : model.unit(u).parameters()) {
         auto grad = p.grad_shard();
-        Kokkos::parallel_for("fsdp::clip_grad_norm",
-                             Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, grad.size()),
-                             [=](std::size_t i) { grad(i) *= scale; });
+        Kokkos::parallel_for(
+            "fsdp::clip_grad_norm", device_range(space, 0, static_cast<std::int64_t>(grad.size())),
+            KOKKOS_LAMBDA(std::size_t i) { grad(i) *= scale; });
       }
     }
-    Kokkos::DefaultHostExecutionSpace().fence();
+    ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns
   }
   return norm;
 }

@@ -6,7 +6,7 @@ template <class T>
 void require_grads(ShardedModel<T>& model, const char* optimizer) {
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     if (!model.unit(u).has_grads()) {
-      throw Error(std::string("fsdp: ") + optimizer + " step with no gradient for unit '" +
+      throw Error(std::string(optimizer) + " step with no gradient for unit '" +
                   model.unit(u).name() +
                   "'; call reduce_scatter_grads() on every unit (or leave its backward scope) "
                   "before stepping");
@@ -18,13 +18,13 @@ template void require_grads(ShardedModel<double>&, const char*);
 
 template <class T>
 Sgd<T>::Sgd(SgdOptions options) : options_(options) {
-  require(options_.lr >= 0, "fsdp: SGD lr must be >= 0, got " + std::to_string(options_.lr));
+  require(options_.lr >= 0, "SGD lr must be >= 0, got " + std::to_string(options_.lr));
   require(options_.momentum >= 0,
-          "fsdp: SGD momentum must be >= 0, got " + std::to_string(options_.momentum));
+          "SGD momentum must be >= 0, got " + std::to_string(options_.momentum));
   require(options_.weight_decay >= 0,
-          "fsdp: SGD weight_decay must be >= 0, got " + std::to_string(options_.weight_decay));
+          "SGD weight_decay must be >= 0, got " + std::to_string(options_.weight_decay));
   require(!options_.nesterov || (options_.momentum > 0 && options_.dampening == 0),
-          "fsdp: SGD with nesterov needs momentum > 0 and dampening 0");
+          "SGD with nesterov needs momentum > 0 and dampening 0");
 }
 
 template <class T>
@@ -37,31 +37,31 @@ void Sgd<T>::step(ShardedModel<T>& model) {
   const T weight_decay = static_cast<T>(options_.weight_decay);
   const bool nesterov = options_.nesterov;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    const ExecutionSpace& space = model.unit(u).execution_space();
     for (ShardedParameter<T>& p : model.unit(u).parameters()) {
       if (p.shard_size() == 0) {
         continue;
       }
       auto param = p.shard();
       auto grad = p.grad_shard();
-      Kokkos::View<T*, Kokkos::HostSpace> buffer;
+      DeviceView<T> buffer;
       if (momentum != T(0)) {
         buffer = p.optimizer_state().empty() ? p.add_optimizer_state("momentum")
                                              : p.optimizer_state()[0].view();
       }
-      Kokkos::parallel_for("fsdp::Sgd::step",
-                           Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, param.size()),
-                           [=](std::size_t i) {
-                             T g = grad(i) + weight_decay * param(i);
-                             if (momentum != T(0)) {
-                               buffer(i) =
-                                   first ? g : momentum * buffer(i) + (T(1) - dampening) * g;
-                               g = nesterov ? g + momentum * buffer(i) : buffer(i);
-                             }
-                             param(i) -= lr * g;
-                           });
+      Kokkos::parallel_for(
+          "fsdp::Sgd::step", device_range(space, 0, static_cast<std::int64_t>(param.size())),
+          KOKKOS_LAMBDA(std::size_t i) {
+            T g = grad(i) + weight_decay * param(i);
+            if (momentum != T(0)) {
+              buffer(i) = first ? g : momentum * buffer(i) + (T(1) - dampening) * g;
+              g = nesterov ? g + momentum * buffer(i) : buffer(i);
+            }
+            param(i) -= lr * g;
+          });
     }
   }
-  Kokkos::DefaultHostExecutionSpace().fence();
+  ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns
   ++steps_;
 }
 

@@ -1,4 +1,5 @@
 #include "fsdp/runtime/runtime.hpp"
+#include "fsdp/core/text.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -16,21 +17,27 @@ template <class T>
 Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, RuntimeOptions options)
     : model_(model), order_(std::move(order)), options_(std::move(options)) {
   require(options_.max_gathered_units >= 1,
-          "fsdp: RuntimeOptions::max_gathered_units must be >= 1, got " +
+          "RuntimeOptions::max_gathered_units must be >= 1, got " +
               std::to_string(options_.max_gathered_units));
+  const std::vector<std::string>& names = model_.unit_names();
   for (std::size_t i = 0; i < order_.size(); ++i) {
     const std::string& name = order_[i];
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      throw Error(ErrorKind::unknown_name, "the execution order names unit '" + name +
+                                               "', which the model does not have; its units are " +
+                                               join(names));
+    }
     require(index_.emplace(name, i).second,
-            "fsdp: unit '" + name + "' appears twice in the execution order; list each unit once");
-    units_.push_back(&model_.unit(name));  // throws, listing the units, for an unknown name
+            "unit '" + name + "' appears twice in the execution order; list each unit once");
+    units_.push_back(&model_.unit(name));
   }
   std::string missing;
-  for (const std::string& name : model_.unit_names()) {
+  for (const std::string& name : names) {
     if (index_.count(name) == 0) {
       missing += (missing.empty() ? "" : ", ") + name;
     }
   }
-  require(missing.empty(), "fsdp: the execution order leaves out unit(s) " + missing +
+  require(missing.empty(), "the execution order leaves out unit(s) " + missing +
                                "; every unit must run once per step (its gradients are needed)");
   for (const std::string& name : options_.keep_gathered_until_backward) {
     index_of(name, "keep_gathered_until_backward");
@@ -41,26 +48,60 @@ template <class T>
 std::size_t Runtime<T>::index_of(const std::string& unit, const char* operation) const {
   auto it = index_.find(unit);
   if (it == index_.end()) {
-    throw Error(std::string("fsdp: ") + operation + ": unknown unit '" + unit +
-                "'; the registered order is " + order_text());
+    throw Error(ErrorKind::unknown_name, std::string(operation) + ": unknown unit '" + unit +
+                                             "'; the registered order is " + order_text());
   }
   return it->second;
 }
 
 template <class T>
 std::string Runtime<T>::order_text() const {
-  std::string text;
-  for (const std::string& name : order_) {
-    text += (text.empty() ? "" : ", ") + name;
-  }
-  return text;
+  return join(order_);
 }
 
 template <class T>
-void Runtime<T>::check_usable(const char* operation) {
-  if (!deferred_error_.empty()) {
-    throw Error(deferred_error_ + " (reported by " + operation +
-                "); the runtime cannot continue this step: create a new one");
+std::string Runtime<T>::open_scope_text() const {
+  return std::string(phase_ == Phase::forward ? "forward" : "backward") + " scope of '" +
+         order_[static_cast<std::size_t>(open_)] + "'";
+}
+
+template <class T>
+std::size_t Runtime<T>::index_of_open(const std::string& unit, Phase phase,
+                                      const char* operation) const {
+  check_usable(operation);
+  const std::size_t index = index_of(unit, operation);
+  if (phase_ != phase || open_ != static_cast<int>(index)) {
+    throw Error(ErrorKind::order, std::string(operation) + " of '" + unit + "' without its " +
+                                      (phase == Phase::forward ? "forward" : "backward") +
+                                      " scope open (" +
+                                      (open_ >= 0 ? "the " + open_scope_text() + " is open"
+                                                  : std::string("no scope is open")) +
+                                      ")");
+  }
+  return index;
+}
+
+template <class T>
+void Runtime<T>::check_usable(const char* operation) const {
+  if (!lost_step_.empty()) {
+    throw Error(ErrorKind::state, lost_step_ + " (reported by " + operation +
+                                      "); the runtime cannot continue this step: create a new one");
+  }
+}
+
+// The part of a call that changes the step, after its checks passed. A failure there (a
+// collective that failed or timed out) may leave the ranks at different points of the step, so
+// the step is lost rather than continued on a guess.
+template <class T>
+template <class Body>
+void Runtime<T>::losing_the_step_on_failure(const char* operation, const std::string& unit,
+                                            Body&& body) {
+  try {
+    body();
+  } catch (const std::exception& error) {
+    lost_step_ = std::string(operation) + (unit.empty() ? "" : " of '" + unit + "'") +
+                 " failed: " + error.what();
+    throw;
   }
 }
 
@@ -136,38 +177,38 @@ ShardedUnit<T>& Runtime<T>::begin_forward(const std::string& unit) {
   check_usable("begin_forward");
   const std::size_t index = index_of(unit, "begin_forward");
   if (open_ >= 0) {
-    throw Error("fsdp: forward scope of '" + unit + "' opened while the scope of '" +
-                order_[static_cast<std::size_t>(open_)] + "' is still open; close it first");
+    throw Error(ErrorKind::order, "forward scope of '" + unit + "' opened while the " +
+                                      open_scope_text() + " is open; close it first");
   }
   if (phase_ != Phase::forward) {
-    throw Error("fsdp: forward scope of '" + unit +
-                "' opened during backward; call finish_step() after the last backward scope");
+    throw Error(ErrorKind::order,
+                "forward scope of '" + unit +
+                    "' opened during backward; call finish_step() after the last backward scope");
   }
   if (done_ >= order_.size() || index != done_) {
-    throw Error("fsdp: forward scope of '" + unit + "' opened out of order: " +
-                (done_ < order_.size() ? "expected '" + order_[done_] + "'"
-                                       : std::string("every forward scope already ran")) +
-                "; the registered forward order is " + order_text());
+    throw Error(ErrorKind::order,
+                "forward scope of '" + unit + "' opened out of order: " +
+                    (done_ < order_.size() ? "expected '" + order_[done_] + "'"
+                                           : std::string("every forward scope already ran")) +
+                    "; the registered forward order is " + order_text());
   }
-  enter(index);
+  losing_the_step_on_failure("begin_forward", unit, [&] { enter(index); });
   return *units_[index];
 }
 
 template <class T>
 void Runtime<T>::end_forward(const std::string& unit) {
-  check_usable("end_forward");
-  const std::size_t index = index_of(unit, "end_forward");
-  if (phase_ != Phase::forward || open_ != static_cast<int>(index)) {
-    throw Error("fsdp: end_forward of '" + unit + "' without its forward scope open");
-  }
-  const bool last = index + 1 == order_.size();
-  if (!last && options_.keep_gathered_until_backward.count(unit) == 0) {
-    units_[index]->release();
-  }
-  open_ = -1;
-  ++done_;
-  progress();
-  prefetch();
+  const std::size_t index = index_of_open(unit, Phase::forward, "end_forward");
+  losing_the_step_on_failure("end_forward", unit, [&] {
+    const bool last = index + 1 == order_.size();
+    if (!last && options_.keep_gathered_until_backward.count(unit) == 0) {
+      units_[index]->release();
+    }
+    open_ = -1;
+    ++done_;
+    progress();
+    prefetch();
+  });
 }
 
 template <class T>
@@ -175,87 +216,146 @@ ShardedUnit<T>& Runtime<T>::begin_backward(const std::string& unit) {
   check_usable("begin_backward");
   const std::size_t index = index_of(unit, "begin_backward");
   if (open_ >= 0) {
-    throw Error("fsdp: backward scope of '" + unit + "' opened while the scope of '" +
-                order_[static_cast<std::size_t>(open_)] + "' is still open; close it first");
+    throw Error(ErrorKind::order, "backward scope of '" + unit + "' opened while the " +
+                                      open_scope_text() + " is open; close it first");
   }
-  if (phase_ == Phase::forward) {
-    if (done_ != order_.size()) {
-      throw Error("fsdp: backward scope of '" + unit + "' opened after " + std::to_string(done_) +
-                  " of " + std::to_string(order_.size()) +
-                  " forward scopes; run the whole forward first");
-    }
-    phase_ = Phase::backward;
-    done_ = 0;
+  const std::size_t n = order_.size();
+  if (phase_ == Phase::forward && done_ != n) {
+    throw Error(ErrorKind::order, "backward scope of '" + unit + "' opened after " +
+                                      std::to_string(done_) + " of " + std::to_string(n) +
+                                      " forward scopes; run the whole forward first");
   }
-  const std::size_t expected = done_ < order_.size() ? order_.size() - 1 - done_ : order_.size();
+  // The first backward scope of a step turns the phase; nothing changes until every check passed.
+  const std::size_t done = phase_ == Phase::forward ? 0 : done_;
+  const std::size_t expected = done < n ? n - 1 - done : n;
   if (index != expected) {
-    throw Error("fsdp: backward scope of '" + unit + "' opened out of order: " +
-                (expected < order_.size() ? "expected '" + order_[expected] + "'"
-                                          : std::string("every backward scope already ran")) +
-                "; backward runs the forward order (" + order_text() + ") in reverse");
+    throw Error(ErrorKind::order,
+                "backward scope of '" + unit + "' opened out of order: " +
+                    (expected < n ? "expected '" + order_[expected] + "'"
+                                  : std::string("every backward scope already ran")) +
+                    "; backward runs the forward order (" + order_text() + ") in reverse");
   }
-  enter(index);
+  phase_ = Phase::backward;
+  done_ = done;
+  losing_the_step_on_failure("begin_backward", unit, [&] { enter(index); });
   return *units_[index];
 }
 
 template <class T>
 void Runtime<T>::end_backward(const std::string& unit) {
-  check_usable("end_backward");
-  const std::size_t index = index_of(unit, "end_backward");
-  if (phase_ != Phase::backward || open_ != static_cast<int>(index)) {
-    throw Error("fsdp: end_backward of '" + unit + "' without its backward scope open");
-  }
-  units_[index]->release();
-  open_ = -1;
-  ++done_;
-  // The next units' gathers go out before this unit's gradients, so that they overlap.
-  prefetch();
-  units_[index]->reduce_scatter_grads();
-  progress();
+  const std::size_t index = index_of_open(unit, Phase::backward, "end_backward");
+  losing_the_step_on_failure("end_backward", unit, [&] {
+    units_[index]->release();
+    open_ = -1;
+    ++done_;
+    // The next units' gathers go out before this unit's gradients, so that they overlap.
+    prefetch();
+    units_[index]->reduce_scatter_grads();
+    progress();
+  });
 }
 
 template <class T>
 void Runtime<T>::finish_step() {
   check_usable("finish_step");
   if (open_ >= 0) {
-    throw Error("fsdp: finish_step with the scope of '" + order_[static_cast<std::size_t>(open_)] +
-                "' still open; close every scope before the step ends");
+    throw Error(ErrorKind::order, "finish_step with the " + open_scope_text() +
+                                      " still open; close every scope before the step ends");
   }
   const bool evaluation = phase_ == Phase::forward && done_ == order_.size();
   const bool training = phase_ == Phase::backward && done_ == order_.size();
   if (!evaluation && !training) {
-    throw Error("fsdp: finish_step after " + std::to_string(done_) + " of " +
-                std::to_string(order_.size()) +
-                (phase_ == Phase::forward ? " forward" : " backward") +
-                " scopes; a step runs every forward scope, then every backward scope or none");
+    throw Error(ErrorKind::order,
+                "finish_step after " + std::to_string(done_) + " of " +
+                    std::to_string(order_.size()) +
+                    (phase_ == Phase::forward ? " forward" : " backward") +
+                    " scopes; a step runs every forward scope, then every backward scope or none");
   }
-  for (ShardedUnit<T>* unit : units_) {
-    if (unit->state() == UnitState::gathering) {
-      unit->wait_gather();
+  losing_the_step_on_failure("finish_step", "", [&] {
+    for (ShardedUnit<T>* unit : units_) {
+      if (unit->state() == UnitState::gathering) {
+        unit->wait_gather();
+      }
+      unit->release();
     }
-    unit->release();
+    phase_ = Phase::forward;
+    done_ = 0;
+  });
+}
+
+template <class T>
+ShardedParameter<T>& Runtime<T>::open_parameter(const std::string& parameter, bool gradient) {
+  const char* what = gradient ? "gradient" : "parameter";
+  check_usable(gradient ? "grad" : "full");
+  if (open_ < 0) {
+    throw Error(ErrorKind::state, std::string(what) + " of '" + parameter +
+                                      "' requested with no scope open; open the scope of its "
+                                      "unit first");
   }
-  phase_ = Phase::forward;
-  done_ = 0;
+  const std::string& unit = order_[static_cast<std::size_t>(open_)];
+  if (gradient && phase_ != Phase::backward) {
+    throw Error(ErrorKind::state, "gradient of '" + parameter +
+                                      "' requested in the forward scope of '" + unit +
+                                      "'; gradients are written in backward scopes");
+  }
+  if (!model_.plan().contains(parameter)) {
+    throw Error(ErrorKind::unknown_name, "unit '" + unit + "' has no parameter '" + parameter +
+                                             "' (the model has no parameter of that name)");
+  }
+  ShardedUnit<T>& owner = model_.unit_of(parameter);
+  if (&owner != units_[static_cast<std::size_t>(open_)]) {
+    throw Error(ErrorKind::state, std::string(what) + " of '" + parameter + "' (unit '" +
+                                      owner.name() + "') requested in the " + open_scope_text() +
+                                      "; open its own unit's scope");
+  }
+  return owner.parameter(parameter);
+}
+
+template <class T>
+typename ShardedParameter<T>::View Runtime<T>::full(const std::string& parameter) {
+  return open_parameter(parameter, false).full();
+}
+
+template <class T>
+typename ShardedParameter<T>::View Runtime<T>::grad(const std::string& parameter) {
+  return open_parameter(parameter, true).grad();
 }
 
 template <class T>
 void Runtime<T>::gather_multiple_async(const std::vector<std::string>& units) {
   check_usable("gather_multiple_async");
+  std::vector<ShardedUnit<T>*> sharded;
   for (const std::string& name : units) {
-    ShardedUnit<T>& unit = *units_[index_of(name, "gather_multiple_async")];
-    if (unit.state() == UnitState::sharded) {
-      unit.gather_async();
-      ++stats_.gathers;
+    ShardedUnit<T>* unit = units_[index_of(name, "gather_multiple_async")];
+    if (unit->state() == UnitState::sharded &&
+        std::find(sharded.begin(), sharded.end(), unit) == sharded.end()) {
+      sharded.push_back(unit);
     }
+  }
+  for (ShardedUnit<T>* unit : sharded) {
+    unit->gather_async();
+    ++stats_.gathers;
   }
 }
 
 template <class T>
 void Runtime<T>::release_multiple(const std::vector<std::string>& units) {
   check_usable("release_multiple");
+  std::vector<ShardedUnit<T>*> releasing;
   for (const std::string& name : units) {
-    units_[index_of(name, "release_multiple")]->release();
+    const std::size_t index = index_of(name, "release_multiple");
+    if (open_ == static_cast<int>(index)) {
+      throw Error(ErrorKind::state, "release_multiple of '" + name + "' while the " +
+                                        open_scope_text() + " is open; close the scope");
+    }
+    if (units_[index]->state() == UnitState::gathering) {
+      throw Error(ErrorKind::state, "release_multiple of '" + name +
+                                        "' while it is gathering; wait for its gather first");
+    }
+    releasing.push_back(units_[index]);
+  }
+  for (ShardedUnit<T>* unit : releasing) {
+    unit->release();
   }
 }
 
@@ -296,8 +396,10 @@ typename ShardedParameter<T>::View Runtime<T>::Scope::full(const std::string& pa
 
 template <class T>
 typename ShardedParameter<T>::View Runtime<T>::Scope::grad(const std::string& parameter) {
-  require(backward_, "fsdp: gradient of '" + parameter + "' requested in the forward scope of '" +
-                         unit_->name() + "'; gradients are written in backward scopes");
+  require(backward_,
+          "gradient of '" + parameter + "' requested in the forward scope of '" + unit_->name() +
+              "'; gradients are written in backward scopes",
+          ErrorKind::state);
   return unit_->parameter(parameter).grad();
 }
 
@@ -322,8 +424,8 @@ Runtime<T>::Scope::~Scope() {
   }
   if (std::uncaught_exceptions() > exceptions_on_entry_) {
     // Unwinding: no collective now (the other ranks may not be here). The step is lost.
-    runtime_->deferred_error_ = "fsdp: the " + std::string(backward_ ? "backward" : "forward") +
-                                " scope of '" + unit_->name() + "' was left by an exception";
+    runtime_->lost_step_ = "the " + std::string(backward_ ? "backward" : "forward") +
+                           " scope of '" + unit_->name() + "' was left by an exception";
     runtime_ = nullptr;
     return;
   }
@@ -331,7 +433,9 @@ Runtime<T>::Scope::~Scope() {
   try {
     close();
   } catch (const std::exception& error) {
-    runtime->deferred_error_ = error.what();  // raised by the runtime's next call
+    if (runtime->lost_step_.empty()) {
+      runtime->lost_step_ = error.what();  // raised by the runtime's next call
+    }
   }
 }
 

@@ -6,31 +6,22 @@
 #include <sstream>
 
 #include "fsdp/core/error.hpp"
-#include "message.hpp"
+#include "fsdp/core/text.hpp"
 
 namespace fsdp {
 namespace {
-
-std::string read_text(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  require(static_cast<bool>(in), std::string("fsdp: cannot open ") + what + " '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  require(!in.bad(), std::string("fsdp: cannot read ") + what + " '" + path + "'");
-  return text.str();
-}
 
 nlohmann::json parse_json(const std::string& text, const std::string& source) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& error) {
-    throw Error("fsdp: " + source + " is not valid JSON: " + error.what());
+    throw Error(std::string(source) + " is not valid JSON: " + error.what());
   }
 }
 
 ParameterInfo parameter_from_json(const nlohmann::json& entry, std::size_t index,
                                   const std::string& source) {
-  std::string where = "fsdp: " + source + ": parameter #" + std::to_string(index);
+  std::string where = std::string(source) + ": parameter #" + std::to_string(index);
   require(entry.is_object(), where + " must be an object with name, shape, dtype and layer");
   ParameterInfo parameter;
   require(entry.contains("name") && entry["name"].is_string(), where + " needs a \"name\" string");
@@ -54,7 +45,7 @@ ParameterInfo parameter_from_json(const nlohmann::json& entry, std::size_t index
     try {
       parameter.dtype = parse_dtype(entry["dtype"].get<std::string>());
     } catch (const Error& error) {
-      throw Error(where + ": " + detail::unprefixed(error));
+      throw Error(where + ": " + message_of(error));
     }
   }
   if (entry.contains("layer")) {
@@ -82,7 +73,7 @@ std::vector<ParameterInfo> parameters_from_json(const std::string& text,
   const nlohmann::json document = parse_json(text, source);
   require(
       document.is_object() && document.contains("parameters") && document["parameters"].is_array(),
-      "fsdp: " + source +
+      std::string(source) +
           " must be a JSON object with a \"parameters\" array of "
           "{\"name\", \"shape\", \"dtype\", \"layer\"} objects");
   std::vector<ParameterInfo> parameters;
@@ -93,13 +84,13 @@ std::vector<ParameterInfo> parameters_from_json(const std::string& text,
   try {
     validate_parameters(parameters);
   } catch (const Error& error) {
-    throw Error("fsdp: " + source + ": " + detail::unprefixed(error));
+    throw Error(std::string(source) + ": " + message_of(error));
   }
   return parameters;
 }
 
 std::vector<ParameterInfo> read_model_description(const std::string& path) {
-  return parameters_from_json(read_text(path, "model description"),
+  return parameters_from_json(read_text_file(path, "model description"),
                               "model description '" + path + "'");
 }
 
@@ -138,7 +129,7 @@ TransformerFamily parse_family(const std::string& name) {
   if (name == "llama") {
     return TransformerFamily::llama;
   }
-  throw Error("fsdp: unknown transformer family '" + name + "'; expected gpt2 or llama");
+  throw Error("unknown transformer family '" + name + "'; expected gpt2 or llama");
 }
 
 const char* name_of(TransformerFamily family) {
@@ -147,7 +138,7 @@ const char* name_of(TransformerFamily family) {
 
 TransformerConfig transformer_config_from_json(const std::string& text, const std::string& source) {
   const nlohmann::json document = parse_json(text, source);
-  const std::string where = "fsdp: " + source;
+  const std::string& where = source;
   require(document.is_object() && document.contains("family") && document["family"].is_string(),
           where + " needs a \"family\": \"gpt2\" or \"llama\"");
   TransformerConfig config;
@@ -156,7 +147,7 @@ TransformerConfig transformer_config_from_json(const std::string& text, const st
                  ? TransformerConfig::llama2_7b()
                  : TransformerConfig::gpt2_small();
   } catch (const Error& error) {
-    throw Error(where + ": " + detail::unprefixed(error));
+    throw Error(where + ": " + message_of(error));
   }
   for (const auto& item : document.items()) {
     const std::string& key = item.key();
@@ -197,7 +188,7 @@ TransformerConfig transformer_config_from_json(const std::string& text, const st
 }
 
 std::vector<ParameterInfo> transformer_parameters(const TransformerConfig& c) {
-  const std::string what = std::string("fsdp: ") + name_of(c.family) + " preset: ";
+  const std::string what = std::string(name_of(c.family)) + " preset: ";
   require(c.layers >= 1, what + "layers must be >= 1, got " + std::to_string(c.layers));
   require(c.hidden >= 1 && c.heads >= 1 && c.vocab >= 1,
           what + "hidden, heads and vocab must be >= 1");

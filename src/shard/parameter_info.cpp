@@ -4,6 +4,7 @@
 #include <map>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 
 namespace fsdp {
 namespace {
@@ -22,15 +23,7 @@ bool dtype_is_known(DType dtype) {
 }
 
 std::string label(const ParameterInfo& parameter, std::size_t index) {
-  return "fsdp: parameter #" + std::to_string(index) + " '" + parameter.name + "'";
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    text += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return text + "]";
+  return "parameter #" + std::to_string(index) + " '" + parameter.name + "'";
 }
 
 // Element count and bytes with every check; prefix names the parameter in messages.
@@ -56,7 +49,7 @@ std::int64_t checked_numel(const ParameterInfo& parameter, const std::string& pr
 }  // namespace
 
 std::int64_t ParameterInfo::numel() const {
-  return checked_numel(*this, "fsdp: parameter '" + name + "'");
+  return checked_numel(*this, "parameter '" + name + "'");
 }
 
 std::int64_t ParameterInfo::bytes() const {
@@ -78,15 +71,15 @@ std::string describe(const ParameterInfo& parameter) {
 
 void validate_parameters(const std::vector<ParameterInfo>& parameters) {
   require(!parameters.empty(),
-          "fsdp: the parameter list is empty; a sharding plan needs at least one parameter");
+          "the parameter list is empty; a sharding plan needs at least one parameter");
   std::map<std::string, std::size_t> seen;
   for (std::size_t i = 0; i < parameters.size(); ++i) {
     const ParameterInfo& parameter = parameters[i];
-    require(!parameter.name.empty(), "fsdp: parameter #" + std::to_string(i) +
+    require(!parameter.name.empty(), "parameter #" + std::to_string(i) +
                                          " has an empty name; every parameter needs "
                                          "a unique name");
     const auto [it, inserted] = seen.emplace(parameter.name, i);
-    require(inserted, "fsdp: parameter name '" + parameter.name + "' appears twice (#" +
+    require(inserted, "parameter name '" + parameter.name + "' appears twice (#" +
                           std::to_string(it->second) + " and #" + std::to_string(i) +
                           "); names must be unique");
     checked_numel(parameter, label(parameter, i));
@@ -94,8 +87,8 @@ void validate_parameters(const std::vector<ParameterInfo>& parameters) {
 }
 
 void validate_world_size(int world_size) {
-  require(world_size >= 1, "fsdp: world size " + std::to_string(world_size) +
-                               " is invalid; a plan needs at least 1 rank");
+  require(world_size >= 1,
+          "world size " + std::to_string(world_size) + " is invalid; a plan needs at least 1 rank");
 }
 
 std::optional<ParameterListDifference> first_difference(const std::vector<ParameterInfo>& reference,

@@ -4,35 +4,18 @@
 #include <limits>
 #include <optional>
 
-#include "broadcast_text.hpp"
+#include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/on_root.hpp"
 #include "fsdp/core/error.hpp"
-#include "message.hpp"
 
 namespace fsdp {
-using detail::broadcast_text;
 
 ShardingPlan agree_on_plan(const std::function<ShardingPlan()>& make_on_root,
                            const std::vector<ParameterInfo>& parameters, ProcessGroup& group) {
   const int rank = group.rank();
-  // 1. Rank 0 makes the plan; a failure there is carried to every rank in the same broadcast.
-  std::int64_t root_failed = 0;
-  std::string payload;
-  if (rank == 0) {
-    try {
-      payload = plan_to_json(make_on_root());
-    } catch (const std::exception& error) {
-      root_failed = 1;
-      payload = detail::unprefixed(error);
-    } catch (...) {
-      root_failed = 1;
-      payload = "an exception that is not a std::exception";
-    }
-  }
-  group.broadcast(&root_failed, 1, 0);
-  payload = broadcast_text(payload, 0, group);
-  if (root_failed != 0) {
-    throw Error("fsdp: rank 0 could not make the sharding plan: " + payload);
-  }
+  // 1. Rank 0 makes the plan; a failure there reaches every rank.
+  const std::string payload =
+      on_root(group, "make the sharding plan", [&] { return plan_to_json(make_on_root()); });
 
   // 2. Every rank checks the plan against its own parameters, locally.
   std::optional<ShardingPlan> plan;
@@ -42,7 +25,7 @@ ShardingPlan agree_on_plan(const std::function<ShardingPlan()>& make_on_root,
     problem =
         first_difference(plan->parameters(), parameters, "rank 0", "rank " + std::to_string(rank));
   } catch (const std::exception& error) {
-    problem = ParameterListDifference{0, detail::unprefixed(error)};
+    problem = ParameterListDifference{0, message_of(error)};
   }
 
   // 3. The lowest (parameter index, rank) with a problem wins, so every rank reports the same
@@ -53,13 +36,13 @@ ShardingPlan agree_on_plan(const std::function<ShardingPlan()>& make_on_root,
   group.all_reduce(&key, 1, ReduceOp::min);
   if (key != none) {
     const int culprit = static_cast<int>(key % size);
-    const std::string message =
-        broadcast_text(rank == culprit ? problem->message : "", culprit, group);
-    throw Error("fsdp: ranks disagree on the sharding plan: " + message);
+    std::string message = rank == culprit ? problem->message : "";
+    broadcast_string(group, message, culprit);
+    throw Error("ranks disagree on the sharding plan: " + message);
   }
   // 4. The plan's world size is the same on every rank, so this check needs no collective.
   require(plan->world_size() == group.size(),
-          "fsdp: rank 0's sharding plan is for world size " + std::to_string(plan->world_size()) +
+          "rank 0's sharding plan is for world size " + std::to_string(plan->world_size()) +
               ", but the group has " + std::to_string(group.size()) + " ranks");
   return std::move(*plan);
 }

@@ -5,21 +5,11 @@
 #include <map>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
+#include "fsdp/shard/shard_range.hpp"
 
 namespace fsdp {
-namespace {
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 const char* name_of(OptimizerKind optimizer) {
   switch (optimizer) {
@@ -36,7 +26,7 @@ const char* name_of(OptimizerKind optimizer) {
 }
 
 OptimizerKind parse_optimizer(const std::string& name) {
-  const std::string key = lower(name);
+  const std::string key = to_lower(name);
   if (key == "sgd") {
     return OptimizerKind::sgd;
   }
@@ -49,7 +39,7 @@ OptimizerKind parse_optimizer(const std::string& name) {
   if (key == "adamw") {
     return OptimizerKind::adamw;
   }
-  throw Error("fsdp: unknown optimizer '" + name + "'; expected sgd, sgd_momentum, adam or adamw");
+  throw Error("unknown optimizer '" + name + "'; expected sgd, sgd_momentum, adam or adamw");
 }
 
 int state_buffers(OptimizerKind optimizer) {
@@ -70,14 +60,14 @@ const char* name_of(Precision precision) {
 }
 
 Precision parse_precision(const std::string& name) {
-  const std::string key = lower(name);
+  const std::string key = to_lower(name);
   if (key == "fp32" || key == "full") {
     return Precision::fp32;
   }
   if (key == "mixed" || key == "bf16" || key == "fp16" || key == "amp") {
     return Precision::mixed;
   }
-  throw Error("fsdp: unknown precision '" + name +
+  throw Error("unknown precision '" + name +
               "'; expected fp32 (each parameter in its own dtype) or mixed (16-bit parameters "
               "and gradients, fp32 master weights and optimizer states)");
 }
@@ -120,7 +110,8 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     const ParameterPlacement& where = plan.placements()[i];
     const ElementBytes bytes = element_bytes(parameter.dtype, options);
     const std::int64_t numel = parameter.numel();
-    const std::int64_t block = ceil_div(numel, n);  // the padded piece every ring step moves
+    const std::int64_t block =
+        ceil_div(numel, std::int64_t{n});  // the padded piece every ring step moves
     result.total_elements += numel;
     result.unsharded_persistent_bytes +=
         numel * (bytes.parameter + bytes.gradient + bytes.optimizer);
@@ -135,8 +126,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
       RankEstimate& rank = result.ranks[static_cast<std::size_t>(r)];
       switch (where.placement) {
         case Placement::sharded: {
-          const std::int64_t start = std::min(block * r, numel);
-          hold(rank, std::min(start + block, numel) - start);
+          hold(rank, shard_range(numel, n, r).size);
           // Ring all-gather before forward and again before backward, ring reduce-scatter of
           // the gradient: N-1 blocks each.
           rank.forward_gather_send_bytes += others * block * bytes.parameter;

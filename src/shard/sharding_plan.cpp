@@ -4,17 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.hpp"
-#include "message.hpp"
+#include "fsdp/shard/shard_range.hpp"
 
 namespace fsdp {
 namespace {
 
 constexpr const char* kFormatName = "fsdp-sharding-plan";
 constexpr int kFormatVersion = 1;  // the same as kPlanFormatVersion in io/plan_file.hpp
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
 
 }  // namespace
 
@@ -40,7 +36,7 @@ Placement parse_placement(const std::string& name) {
   if (name == "replicated") {
     return Placement::replicated;
   }
-  throw Error("fsdp: unknown placement '" + name + "'; expected sharded, whole or replicated");
+  throw Error("unknown placement '" + name + "'; expected sharded, whole or replicated");
 }
 
 ShardingPlan::ShardingPlan(std::string strategy, int world_size,
@@ -53,13 +49,13 @@ ShardingPlan::ShardingPlan(std::string strategy, int world_size,
   validate_world_size(world_size_);
   validate_parameters(parameters_);
   require(placements_.size() == parameters_.size(),
-          "fsdp: a sharding plan needs one placement per parameter; got " +
+          "a sharding plan needs one placement per parameter; got " +
               std::to_string(placements_.size()) + " placements for " +
               std::to_string(parameters_.size()) + " parameters");
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const ParameterInfo& parameter = parameters_[i];
     const ParameterPlacement& where = placements_[i];
-    const std::string prefix = "fsdp: plan '" + strategy_ + "': parameter '" + parameter.name + "'";
+    const std::string prefix = "plan '" + strategy_ + "': parameter '" + parameter.name + "'";
     switch (where.placement) {
       case Placement::whole:
         require(where.owner_rank >= 0 && where.owner_rank < world_size_,
@@ -89,7 +85,7 @@ ShardingPlan::ShardingPlan(std::string strategy, int world_size,
 std::size_t ShardingPlan::index_of(const std::string& name) const {
   const auto it = index_.find(name);
   require(it != index_.end(),
-          "fsdp: the sharding plan ('" + strategy_ + "') has no parameter named '" + name + "'");
+          "the sharding plan ('" + strategy_ + "') has no parameter named '" + name + "'");
   return it->second;
 }
 
@@ -102,18 +98,14 @@ const ParameterPlacement& ShardingPlan::placement(const std::string& name) const
 }
 
 void ShardingPlan::check_rank(int rank) const {
-  require(rank >= 0 && rank < world_size_, "fsdp: rank " + std::to_string(rank) +
+  require(rank >= 0 && rank < world_size_, "rank " + std::to_string(rank) +
                                                " is outside the plan's world of " +
                                                std::to_string(world_size_) + " ranks");
 }
 
-// Rank's piece of sharded parameter #index: [min(r*s, n), min((r+1)*s, n)).
 ShardAssignment ShardingPlan::piece(std::size_t index, int rank) const {
-  const std::int64_t numel = parameters_[index].numel();
-  const std::int64_t shard = ceil_div(numel, world_size_);
-  const std::int64_t start = std::min(shard * rank, numel);
-  const std::int64_t end = std::min(start + shard, numel);
-  return ShardAssignment{rank, rank, start, end - start};
+  const ShardRange range = shard_range(parameters_[index].numel(), world_size_, rank);
+  return ShardAssignment{rank, rank, range.offset, range.size};
 }
 
 std::vector<ShardAssignment> ShardingPlan::assignments(const std::string& name) const {
@@ -152,7 +144,9 @@ std::optional<ShardAssignment> ShardingPlan::assignment(const std::string& name,
 std::int64_t ShardingPlan::padded_shard_numel(const std::string& name) const {
   const std::size_t index = index_of(name);
   const std::int64_t numel = parameters_[index].numel();
-  return placements_[index].placement == Placement::sharded ? ceil_div(numel, world_size_) : numel;
+  return placements_[index].placement == Placement::sharded
+             ? ceil_div(numel, std::int64_t{world_size_})
+             : numel;
 }
 
 std::int64_t ShardingPlan::owned_bytes(int rank) const {
@@ -225,7 +219,7 @@ std::string plan_to_json(const ShardingPlan& plan, int indent) {
 }
 
 ShardingPlan plan_from_json(const std::string& text, const std::string& source) {
-  const std::string where = "fsdp: plan " + source;
+  const std::string where = "plan " + source;
   nlohmann::json document;
   try {
     document = nlohmann::json::parse(text);
@@ -264,19 +258,19 @@ ShardingPlan plan_from_json(const std::string& text, const std::string& source) 
     if (message.rfind(where, 0) == 0) {
       throw;
     }
-    throw Error(where + ": " + detail::unprefixed(error));
+    throw Error(where + ": " + message_of(error));
   }
 }
 
 void check_plan_matches(const ShardingPlan& plan, const std::vector<ParameterInfo>& parameters,
                         int world_size, const std::string& source) {
   require(plan.world_size() == world_size,
-          "fsdp: plan " + source + " was made for world size " + std::to_string(plan.world_size()) +
+          "plan " + source + " was made for world size " + std::to_string(plan.world_size()) +
               ", but this job has " + std::to_string(world_size) + " ranks; make a plan for " +
               std::to_string(world_size) + " ranks (fsdp-plan --world-size " +
               std::to_string(world_size) + ")");
   if (auto difference = first_difference(plan.parameters(), parameters, "the plan", "the model")) {
-    throw Error("fsdp: plan " + source + " does not fit this model: " + difference->message);
+    throw Error("plan " + source + " does not fit this model: " + difference->message);
   }
 }
 

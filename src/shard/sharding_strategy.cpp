@@ -5,13 +5,11 @@
 #include <map>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
+#include "fsdp/shard/shard_range.hpp"
 
 namespace fsdp {
 namespace {
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
 
 // The whole-placement part of LayerWise and Hybrid. Places every parameter whose index is in
 // `members` whole, unit by unit, starting from the bytes `load` already holds per rank.
@@ -46,15 +44,13 @@ void place_units_whole(const std::vector<ParameterInfo>& parameters,
 // Bytes each rank holds of the sharded parameters among `members`.
 void add_sharded_load(const std::vector<ParameterInfo>& parameters,
                       const std::vector<std::size_t>& members, std::vector<std::int64_t>& load) {
-  const std::int64_t ranks = static_cast<std::int64_t>(load.size());
+  const int ranks = static_cast<int>(load.size());
   for (std::size_t index : members) {
     const std::int64_t numel = parameters[index].numel();
     const std::int64_t element = static_cast<std::int64_t>(size_of(parameters[index].dtype));
-    const std::int64_t shard = ceil_div(numel, ranks);
-    // Ranks below numel / shard hold a full piece, one may hold a remainder, the rest nothing.
-    for (std::int64_t r = 0; r < ranks; ++r) {
-      const std::int64_t start = std::min(shard * r, numel);
-      const std::int64_t size = std::min(start + shard, numel) - start;
+    // The pieces after the first empty one are empty too.
+    for (int r = 0; r < ranks; ++r) {
+      const std::int64_t size = shard_range(numel, ranks, r).size;
       if (size == 0) {
         break;
       }
@@ -75,12 +71,6 @@ std::vector<ParameterPlacement> initial_placements(const std::vector<ParameterIn
         parameters[i].always_gather ? Placement::replicated : Placement::sharded, -1};
   }
   return placements;
-}
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
 }
 
 }  // namespace
@@ -110,12 +100,12 @@ HybridSharding::HybridSharding(std::vector<std::string> full_shard_patterns,
                                std::vector<std::string> layer_wise_patterns)
     : full_(std::move(full_shard_patterns)), layer_wise_(std::move(layer_wise_patterns)) {
   require(!full_.empty() || !layer_wise_.empty(),
-          "fsdp: the hybrid strategy needs at least one full-shard or layer-wise pattern; "
+          "the hybrid strategy needs at least one full-shard or layer-wise pattern; "
           "without patterns every layer would be fully sharded (use the \"full\" strategy)");
   for (const auto* list : {&full_, &layer_wise_}) {
     for (const std::string& pattern : *list) {
       require(!pattern.empty(),
-              "fsdp: hybrid: an empty pattern matches no layer; remove it or "
+              "hybrid: an empty pattern matches no layer; remove it or "
               "write \"*\" for every layer");
     }
   }
@@ -174,7 +164,7 @@ bool glob_match(const std::string& pattern, const std::string& text) {
 
 std::unique_ptr<ShardingStrategy> make_strategy(const std::string& name,
                                                 const StrategyOptions& options) {
-  const std::string key = lower(name);
+  const std::string key = to_lower(name);
   const bool has_patterns =
       !options.full_shard_patterns.empty() || !options.layer_wise_patterns.empty();
   if (key == "hybrid") {
@@ -187,11 +177,11 @@ std::unique_ptr<ShardingStrategy> make_strategy(const std::string& name,
   } else if (key == "layerwise" || key == "layer_wise" || key == "layer-wise") {
     strategy = std::make_unique<LayerWiseSharding>();
   } else {
-    throw Error("fsdp: unknown sharding strategy '" + name +
+    throw Error("unknown sharding strategy '" + name +
                 "'; expected \"full\", \"layerwise\" or \"hybrid\"");
   }
-  require(!has_patterns, "fsdp: the " + strategy->name() +
-                             " strategy takes no layer patterns; they are for \"hybrid\"");
+  require(!has_patterns,
+          "the " + strategy->name() + " strategy takes no layer patterns; they are for \"hybrid\"");
   return strategy;
 }
 

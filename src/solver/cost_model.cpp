@@ -7,43 +7,44 @@
 namespace fsdp::solver {
 
 void Machine::validate() const {
-  require(devices >= 1, "fsdp: solver machine: devices is " + std::to_string(devices) +
-                            "; it must be at least 1");
+  require(devices >= 1,
+          "solver machine: devices is " + std::to_string(devices) + "; it must be at least 1");
   require(std::isfinite(flops_per_s) && flops_per_s > 0,
-          "fsdp: solver machine: flops_per_s must be a positive number of FLOP/s per device");
+          "solver machine: flops_per_s must be a positive number of FLOP/s per device");
   require(std::isfinite(link_bytes_per_s) && link_bytes_per_s > 0,
-          "fsdp: solver machine: link_bytes_per_s must be a positive number of bytes/s");
+          "solver machine: link_bytes_per_s must be a positive number of bytes/s");
   require(std::isfinite(collective_latency_s) && collective_latency_s >= 0,
-          "fsdp: solver machine: collective_latency_s must be >= 0 seconds");
+          "solver machine: collective_latency_s must be >= 0 seconds");
 }
 
-const char* name_of(Collective collective) {
+const char* name_of(LayoutCollective collective) {
   switch (collective) {
-    case Collective::none:
+    case LayoutCollective::none:
       return "none";
-    case Collective::all_reduce:
+    case LayoutCollective::all_reduce:
       return "all-reduce";
-    case Collective::all_gather:
+    case LayoutCollective::all_gather:
       return "all-gather";
-    case Collective::reduce_scatter:
+    case LayoutCollective::reduce_scatter:
       return "reduce-scatter";
-    case Collective::all_to_all:
+    case LayoutCollective::all_to_all:
       return "all-to-all";
   }
   return "?";
 }
 
-Transfer collective_cost(Collective collective, double buffer_bytes, const Machine& machine) {
+Transfer collective_cost(LayoutCollective collective, double buffer_bytes, const Machine& machine) {
   Transfer transfer;
   transfer.collective = collective;
   transfer.buffer_bytes = buffer_bytes;
   const double n = machine.devices;
-  if (collective == Collective::none || machine.devices <= 1) {
-    transfer.collective = Collective::none;
+  if (collective == LayoutCollective::none || machine.devices <= 1) {
+    transfer.collective = LayoutCollective::none;
     return transfer;
   }
   const double ring = (n - 1) / n;
-  transfer.traffic_bytes = (collective == Collective::all_reduce ? 2 * ring : ring) * buffer_bytes;
+  transfer.traffic_bytes =
+      (collective == LayoutCollective::all_reduce ? 2 * ring : ring) * buffer_bytes;
   transfer.seconds =
       transfer.traffic_bytes / machine.link_bytes_per_s + machine.collective_latency_s;
   return transfer;
@@ -55,15 +56,16 @@ Transfer reshard_cost(const ShardingSpec& from, const ShardingSpec& to, double t
     return Transfer{};
   }
   if (from.is_partial()) {
-    return collective_cost(to.is_replicated() ? Collective::all_reduce : Collective::reduce_scatter,
-                           tensor_bytes, machine);
+    return collective_cost(
+        to.is_replicated() ? LayoutCollective::all_reduce : LayoutCollective::reduce_scatter,
+        tensor_bytes, machine);
   }
   // from is sharded
   if (to.is_replicated()) {
-    return collective_cost(Collective::all_gather, tensor_bytes, machine);
+    return collective_cost(LayoutCollective::all_gather, tensor_bytes, machine);
   }
   if (to.is_sharded()) {
-    return collective_cost(Collective::all_to_all, tensor_bytes / machine.devices, machine);
+    return collective_cost(LayoutCollective::all_to_all, tensor_bytes / machine.devices, machine);
   }
   return Transfer{};  // sharded -> partial: keep the block, zeros elsewhere
 }

@@ -57,7 +57,7 @@ Solution ExactSolver::solve(const Graph& graph) const {
   const auto strategies = all_strategies(graph, machine_.devices);
   for (std::size_t v = 0; v < graph.size(); ++v) {
     // A state keeps one byte per frontier node.
-    require(strategies[v].size() <= 255, "fsdp: exact solver: node '" +
+    require(strategies[v].size() <= 255, "exact solver: node '" +
                                              graph.node(static_cast<int>(v)).id +
                                              "' has more than 255 strategies");
   }
@@ -126,7 +126,7 @@ Solution ExactSolver::solve(const Graph& graph) const {
         const auto found = where.find(next_key);
         if (found == where.end()) {
           if (next.size() >= max_states_) {
-            throw Error("fsdp: exact solver: more than " + std::to_string(max_states_) +
+            throw Error("exact solver: more than " + std::to_string(max_states_) +
                         " frontier states at node '" + node.id + "' (" +
                         std::to_string(next_live.size()) +
                         " nodes wide); the graph is too wide for exact search, use SimpleSolver");

@@ -11,8 +11,8 @@ namespace {
 
 void check(const ModelShape& s) {
   require(s.batch > 0 && s.sequence > 0 && s.hidden > 0 && s.heads > 0 && s.ffn > 0,
-          "fsdp: graph generator: batch, sequence, hidden, heads and ffn must be positive");
-  require(s.hidden % s.heads == 0, "fsdp: graph generator: hidden (" + std::to_string(s.hidden) +
+          "graph generator: batch, sequence, hidden, heads and ffn must be positive");
+  require(s.hidden % s.heads == 0, "graph generator: hidden (" + std::to_string(s.hidden) +
                                        ") must be a multiple of heads (" + std::to_string(s.heads) +
                                        ")");
 }
@@ -109,7 +109,7 @@ Graph transformer_layer(const ModelShape& s) {
 
 Graph transformer_stack(const ModelShape& s, int layers) {
   check(s);
-  require(layers >= 1, "fsdp: graph generator: layers must be at least 1");
+  require(layers >= 1, "graph generator: layers must be at least 1");
   std::vector<NodeDecl> nodes;
   nodes.reserve(static_cast<std::size_t>(layers) * 33 + 2);
   Builder b(nodes, "", s);
@@ -154,7 +154,7 @@ class Random {
 }  // namespace
 
 Graph random_graph(std::uint64_t seed, int max_nodes) {
-  require(max_nodes >= 3, "fsdp: random_graph: max_nodes must be at least 3");
+  require(max_nodes >= 3, "random_graph: max_nodes must be at least 3");
   Random rng(seed);
   const std::vector<std::int64_t> sizes = {4, 16, 64, 256, 1024, 4096};
   std::vector<NodeDecl> nodes;
@@ -225,7 +225,7 @@ Graph random_graph(std::uint64_t seed, int max_nodes) {
 
 std::vector<NamedGraph> reference_graphs(int random) {
   std::vector<NamedGraph> graphs;
-  graphs.push_back({"seed example (1024,512)@(512,2048)",
+  graphs.push_back({"worked example (1024,512)@(512,2048)",
                     Graph({fp32_node("A", "input", {}, {1024, 512}),
                            fp32_node("B", "parameter", {}, {512, 2048}),
                            fp32_node("C", "matmul", {"A", "B"}, {1024, 2048}),

@@ -9,329 +9,30 @@
 #include <sstream>
 
 #include "fsdp/core/error.hpp"
+#include "node_error.hpp"
+#include "op_table.hpp"
 
 namespace fsdp::solver {
 namespace {
 
-struct OpInfo {
-  const char* name;
-  OpKind kind;
-  bool linear;  // partial sums pass through it
-};
+using detail::node_error;
+using detail::shape_text;
 
-// Aliases map to the first name of the same kind; the table is the list of known ops.
-const OpInfo kOps[] = {
-    {"input", OpKind::input, false},
-    {"parameter", OpKind::parameter, false},
-    {"output", OpKind::output, false},
-    {"matmul", OpKind::matmul, false},
-    {"batched_matmul", OpKind::batched_matmul, false},
-    {"relu", OpKind::unary, false},
-    {"gelu", OpKind::unary, false},
-    {"silu", OpKind::unary, false},
-    {"tanh", OpKind::unary, false},
-    {"sigmoid", OpKind::unary, false},
-    {"exp", OpKind::unary, false},
-    {"log", OpKind::unary, false},
-    {"sqrt", OpKind::unary, false},
-    {"rsqrt", OpKind::unary, false},
-    {"square", OpKind::unary, false},
-    {"dropout", OpKind::unary, false},
-    {"unary", OpKind::unary, false},
-    {"neg", OpKind::unary, true},
-    {"scale", OpKind::unary, true},
-    {"identity", OpKind::unary, true},
-    {"add", OpKind::binary, true},
-    {"sub", OpKind::binary, true},
-    {"mul", OpKind::binary, true},
-    {"div", OpKind::binary, true},
-    {"maximum", OpKind::binary, false},
-    {"minimum", OpKind::binary, false},
-    {"binary", OpKind::binary, false},
-    {"reduce_sum", OpKind::reduce, true},
-    {"reduce_mean", OpKind::reduce, true},
-    {"reduce_max", OpKind::reduce, false},
-    {"transpose", OpKind::transpose, true},
-    {"reshape", OpKind::reshape, true},
-    {"softmax", OpKind::softmax, false},
-    {"layer_norm", OpKind::layer_norm, false},
-};
-
-const std::pair<const char*, const char*> kAliases[] = {
-    {"param", "parameter"},     {"weight", "parameter"}, {"bmm", "batched_matmul"},
-    {"sum", "reduce_sum"},      {"mean", "reduce_mean"}, {"max", "reduce_max"},
-    {"layernorm", "layer_norm"}};
-
-std::string known_ops() {
-  std::string list;
-  for (const OpInfo& op : kOps) {
-    list += list.empty() ? "" : ", ";
-    list += op.name;
+void check_input_count(const Node& node, std::size_t count, const detail::OpProperties& op) {
+  const std::size_t lo = op.min_inputs;
+  const std::size_t hi = op.max_inputs;
+  if (count < lo || count > hi) {
+    throw node_error(
+        node.id, node.op,
+        "has " + std::to_string(count) + " inputs; it takes " +
+            (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)));
   }
-  return list;
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string text = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    text += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return text + ")";
-}
-
-// An Error prefixed with the node it is about.
-Error node_error(const std::string& id, const std::string& op, const std::string& what) {
-  return Error("fsdp: graph node '" + id + "' (" + op + "): " + what);
-}
-
-std::vector<std::int64_t> broadcast_shapes(const std::vector<std::int64_t>& a,
-                                           const std::vector<std::int64_t>& b, bool& ok) {
-  const std::size_t rank = std::max(a.size(), b.size());
-  std::vector<std::int64_t> out(rank);
-  ok = true;
-  for (std::size_t i = 0; i < rank; ++i) {
-    const std::int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    const std::int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da != db && da != 1 && db != 1) {
-      ok = false;
-    }
-    out[i] = std::max(da, db);
-  }
-  return out;
-}
-
-int normalize_axis(int axis, int rank, const std::string& id, const std::string& op) {
-  if (axis < -rank || axis >= rank) {
-    throw node_error(id, op,
-                     "axis " + std::to_string(axis) + " is out of range for an input of rank " +
-                         std::to_string(rank));
-  }
-  return axis < 0 ? axis + rank : axis;
-}
-
-// The output shape of a computed node from its inputs, checking arity and attributes.
-std::vector<std::int64_t> infer_shape(Node& node, const std::vector<const Node*>& in) {
-  const std::string& id = node.id;
-  const std::string& op = node.op;
-  const auto arity = [&](std::size_t lo, std::size_t hi) {
-    if (in.size() < lo || in.size() > hi) {
-      throw node_error(
-          id, op,
-          "has " + std::to_string(in.size()) + " inputs; it takes " +
-              (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)));
-    }
-  };
-  switch (node.kind) {
-    case OpKind::input:
-    case OpKind::parameter:
-      arity(0, 0);
-      if (node.shape.empty()) {
-        throw node_error(id, op, "needs a shape (a list of positive sizes)");
-      }
-      return node.shape;
-    case OpKind::output:
-    case OpKind::unary:
-      arity(1, 1);
-      return in[0]->shape;
-    case OpKind::matmul: {
-      arity(2, 2);
-      const auto& a = in[0]->shape;
-      const auto& b = in[1]->shape;
-      if (a.size() < 2 || b.size() != 2) {
-        throw node_error(id, op,
-                         "takes A of rank >= 2 and B of rank 2 (use batched_matmul for batched "
-                         "B); got " +
-                             shape_text(a) + " @ " + shape_text(b));
-      }
-      if (a.back() != b[0]) {
-        throw node_error(id, op,
-                         "contracting sizes differ: " + shape_text(a) + " @ " + shape_text(b) +
-                             " (A's last dimension must equal B's first)");
-      }
-      std::vector<std::int64_t> out(a.begin(), a.end() - 1);
-      out.push_back(b[1]);
-      return out;
-    }
-    case OpKind::batched_matmul: {
-      arity(2, 2);
-      const auto& a = in[0]->shape;
-      const auto& b = in[1]->shape;
-      const std::size_t r = a.size();
-      if (r < 3 || b.size() != r || !std::equal(a.begin(), a.end() - 2, b.begin()) ||
-          a[r - 1] != b[r - 2]) {
-        throw node_error(id, op,
-                         "takes A (b..., M, K) and B (b..., K, N) of the same rank >= 3 with "
-                         "equal batch dimensions; got " +
-                             shape_text(a) + " @ " + shape_text(b));
-      }
-      std::vector<std::int64_t> out(a.begin(), a.end() - 1);
-      out.push_back(b[r - 1]);
-      return out;
-    }
-    case OpKind::binary: {
-      arity(2, 2);
-      bool ok = true;
-      auto out = broadcast_shapes(in[0]->shape, in[1]->shape, ok);
-      if (!ok) {
-        throw node_error(id, op,
-                         "input shapes " + shape_text(in[0]->shape) + " and " +
-                             shape_text(in[1]->shape) + " do not broadcast");
-      }
-      return out;
-    }
-    case OpKind::reduce: {
-      arity(1, 1);
-      const int rank = in[0]->rank();
-      if (node.axes.empty()) {
-        throw node_error(id, op, "needs \"axes\": the dimensions to reduce");
-      }
-      for (int& axis : node.axes) {
-        axis = normalize_axis(axis, rank, id, op);
-      }
-      std::sort(node.axes.begin(), node.axes.end());
-      if (std::adjacent_find(node.axes.begin(), node.axes.end()) != node.axes.end()) {
-        throw node_error(id, op, "\"axes\" lists a dimension twice");
-      }
-      std::vector<std::int64_t> out;
-      for (int d = 0; d < rank; ++d) {
-        const bool reduced = std::binary_search(node.axes.begin(), node.axes.end(), d);
-        if (!reduced) {
-          out.push_back(in[0]->shape[static_cast<std::size_t>(d)]);
-        } else if (node.keep_dims) {
-          out.push_back(1);
-        }
-      }
-      if (out.empty()) {
-        out.push_back(1);  // a full reduction is a one-element tensor
-      }
-      return out;
-    }
-    case OpKind::transpose: {
-      arity(1, 1);
-      const int rank = in[0]->rank();
-      std::vector<int> sorted = node.permutation;
-      std::sort(sorted.begin(), sorted.end());
-      bool ok = static_cast<int>(sorted.size()) == rank;
-      for (int d = 0; ok && d < rank; ++d) {
-        ok = sorted[static_cast<std::size_t>(d)] == d;
-      }
-      if (!ok) {
-        throw node_error(id, op,
-                         "\"permutation\" must list each of the input's " + std::to_string(rank) +
-                             " dimensions once");
-      }
-      std::vector<std::int64_t> out;
-      for (int d : node.permutation) {
-        out.push_back(in[0]->shape[static_cast<std::size_t>(d)]);
-      }
-      return out;
-    }
-    case OpKind::reshape: {
-      arity(1, 1);
-      if (node.shape.empty()) {
-        throw node_error(id, op, "needs the target \"shape\"");
-      }
-      std::int64_t numel = 1;
-      for (auto size : node.shape) {
-        numel *= size;
-      }
-      if (numel != in[0]->numel()) {
-        throw node_error(id, op,
-                         "shape " + shape_text(node.shape) + " has " + std::to_string(numel) +
-                             " elements; the input " + shape_text(in[0]->shape) + " has " +
-                             std::to_string(in[0]->numel()));
-      }
-      return node.shape;
-    }
-    case OpKind::softmax: {
-      arity(1, 1);
-      const int rank = in[0]->rank();
-      if (node.axes.empty()) {
-        node.axes.push_back(rank - 1);
-      }
-      if (node.axes.size() != 1) {
-        throw node_error(id, op, "takes one axis");
-      }
-      node.axes[0] = normalize_axis(node.axes[0], rank, id, op);
-      return in[0]->shape;
-    }
-    case OpKind::layer_norm: {
-      arity(1, 3);
-      const int rank = in[0]->rank();
-      if (node.axes.empty()) {
-        node.axes.push_back(rank - 1);
-      }
-      for (int& axis : node.axes) {
-        axis = normalize_axis(axis, rank, id, op);
-      }
-      std::sort(node.axes.begin(), node.axes.end());
-      for (std::size_t i = 0; i < node.axes.size(); ++i) {
-        if (node.axes[i] != rank - static_cast<int>(node.axes.size()) + static_cast<int>(i)) {
-          throw node_error(id, op,
-                           "normalizes trailing dimensions only; \"axes\" must be the "
-                           "last dimensions of the input, each once");
-        }
-      }
-      const std::vector<std::int64_t> normalized(in[0]->shape.end() - node.axes.size(),
-                                                 in[0]->shape.end());
-      for (std::size_t k = 1; k < in.size(); ++k) {
-        if (in[k]->shape != normalized) {
-          throw node_error(id, op,
-                           std::string(k == 1 ? "gamma" : "beta") + " '" + in[k]->id +
-                               "' has shape " + shape_text(in[k]->shape) + "; it must be " +
-                               shape_text(normalized) + ", the normalized dimensions");
-        }
-      }
-      return in[0]->shape;
-    }
-  }
-  return {};
-}
-
-const OpInfo* find_op(std::string name) {
-  for (const auto& alias : kAliases) {
-    if (name == alias.first) {
-      name = alias.second;
-    }
-  }
-  for (const OpInfo& op : kOps) {
-    if (name == op.name) {
-      return &op;
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace
 
 const char* name_of(OpKind kind) {
-  switch (kind) {
-    case OpKind::input:
-      return "input";
-    case OpKind::parameter:
-      return "parameter";
-    case OpKind::matmul:
-      return "matmul";
-    case OpKind::batched_matmul:
-      return "batched_matmul";
-    case OpKind::unary:
-      return "unary";
-    case OpKind::binary:
-      return "binary";
-    case OpKind::reduce:
-      return "reduce";
-    case OpKind::transpose:
-      return "transpose";
-    case OpKind::reshape:
-      return "reshape";
-    case OpKind::softmax:
-      return "softmax";
-    case OpKind::layer_norm:
-      return "layer_norm";
-    case OpKind::output:
-      return "output";
-  }
-  return "?";
+  return detail::properties_of(kind).name;
 }
 
 std::int64_t Node::numel() const {
@@ -348,24 +49,25 @@ double Node::bytes() const {
 
 Graph::Graph(const std::vector<NodeDecl>& decls) {
   const std::size_t count = decls.size();
-  require(count > 0, "fsdp: graph has no nodes; give at least an input and an output");
+  require(count > 0, "graph has no nodes; give at least an input and an output");
   std::map<std::string, int> declared;
   std::vector<Node> raw(count);
   for (std::size_t i = 0; i < count; ++i) {
     const NodeDecl& decl = decls[i];
-    require(!decl.id.empty(), "fsdp: graph node number " + std::to_string(i) + " has an empty id");
-    const OpInfo* info = find_op(decl.op);
-    if (info == nullptr) {
-      throw node_error(decl.id, decl.op, "unknown op '" + decl.op + "'; known ops: " + known_ops());
+    require(!decl.id.empty(), "graph node number " + std::to_string(i) + " has an empty id");
+    const detail::FoundOp found = detail::find_op(decl.op);
+    if (found.op == nullptr) {
+      throw node_error(decl.id, decl.op,
+                       "unknown op '" + decl.op + "'; known ops: " + detail::known_ops());
     }
     if (!declared.emplace(decl.id, static_cast<int>(i)).second) {
       throw node_error(decl.id, decl.op, "the id is used by another node too; ids are unique");
     }
     Node& node = raw[i];
     node.id = decl.id;
-    node.kind = info->kind;
-    node.op = info->name;
-    node.linear = info->linear;
+    node.kind = found.op->kind;
+    node.op = found.spelling->name;
+    node.linear = !found.spelling->partial_inputs.empty();
     node.shape = decl.shape;
     node.axes = decl.axes;
     node.permutation = decl.permutation;
@@ -472,7 +174,9 @@ Graph::Graph(const std::vector<NodeDecl>& decls) {
     const NodeDecl& decl = decls[static_cast<std::size_t>(original)];
     node.dtype = decl.dtype ? *decl.dtype : (in.empty() ? DType::f32 : in[0]->dtype);
     const std::vector<std::int64_t> declared_shape = node.shape;
-    node.shape = infer_shape(node, in);
+    const detail::OpProperties& op = detail::properties_of(node.kind);
+    check_input_count(node, in.size(), op);
+    node.shape = op.shape(node, in);
     if (!declared_shape.empty() && declared_shape != node.shape) {
       throw node_error(node.id, node.op,
                        "declared shape " + shape_text(declared_shape) +
@@ -492,7 +196,7 @@ Graph::Graph(const std::vector<NodeDecl>& decls) {
 
 int Graph::index_of(const std::string& id) const {
   const auto found = index_.find(id);
-  require(found != index_.end(), "fsdp: the graph has no node '" + id + "'");
+  require(found != index_.end(), "the graph has no node '" + id + "'");
   return found->second;
 }
 
@@ -501,27 +205,27 @@ Graph Graph::from_json(const std::string& text) {
   try {
     document = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& error) {
-    throw Error(std::string("fsdp: graph JSON does not parse: ") + error.what());
+    throw Error(std::string("graph JSON does not parse: ") + error.what());
   }
   const nlohmann::json* list = &document;
   if (document.is_object()) {
     require(document.contains("nodes"),
-            "fsdp: graph JSON: expected {\"nodes\": [...]} or a list of nodes");
+            "graph JSON: expected {\"nodes\": [...]} or a list of nodes");
     list = &document["nodes"];
   }
-  require(list->is_array(), "fsdp: graph JSON: \"nodes\" must be a list of node objects");
+  require(list->is_array(), "graph JSON: \"nodes\" must be a list of node objects");
   static const std::set<std::string> known = {"id",    "op",        "inputs",   "shape",
                                               "dtype", "axes",      "axis",     "permutation",
                                               "perm",  "keep_dims", "keepdims", "sharding"};
   std::vector<NodeDecl> decls;
   for (std::size_t i = 0; i < list->size(); ++i) {
     const nlohmann::json& item = (*list)[i];
-    const std::string where = "fsdp: graph JSON node number " + std::to_string(i);
+    const std::string where = "graph JSON node number " + std::to_string(i);
     require(item.is_object(), where + " is not an object");
     require(item.contains("id") && item["id"].is_string(), where + " needs a string \"id\"");
     NodeDecl decl;
     decl.id = item["id"].get<std::string>();
-    const std::string named = "fsdp: graph node '" + decl.id + "'";
+    const std::string named = "graph node '" + decl.id + "'";
     require(item.contains("op") && item["op"].is_string(), named + " needs a string \"op\"");
     decl.op = item["op"].get<std::string>();
     for (auto field = item.begin(); field != item.end(); ++field) {
@@ -571,7 +275,7 @@ Graph Graph::from_json(const std::string& text) {
 
 Graph Graph::from_file(const std::string& path) {
   std::ifstream file(path);
-  require(file.good(), "fsdp: cannot open graph file '" + path + "'");
+  require(file.good(), "cannot open graph file '" + path + "'");
   std::stringstream text;
   text << file.rdbuf();
   try {

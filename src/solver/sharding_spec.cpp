@@ -30,7 +30,7 @@ ShardingSpec ShardingSpec::parse(const std::string& text, int rank) {
     }
   }
   const auto bad = [&](const std::string& why) {
-    return Error("fsdp: sharding spec '" + text + "' for a tensor of rank " + std::to_string(rank) +
+    return Error("sharding spec '" + text + "' for a tensor of rank " + std::to_string(rank) +
                  ": " + why +
                  "; write R (replicated), P (partial sum), S<d> (dimension d sharded), or one " +
                  "letter per dimension such as [S,R] or [R,R]+P");

@@ -476,13 +476,9 @@ SimpleSolver::SimpleSolver(Machine machine) : machine_(machine) {
   machine_.validate();
 }
 
-Solution SimpleSolver::solve_json(const std::string& graph_json) {
-  return solve(Graph::from_json(graph_json));
-}
-
 std::vector<SeedCandidate> SimpleSolver::seed_candidates(const Graph& graph, int index) const {
   const Node& node = graph.node(index);
-  require(is_matmul(node), "fsdp: seed_candidates: node '" + node.id + "' is a " + node.op +
+  require(is_matmul(node), "seed_candidates: node '" + node.id + "' is a " + node.op +
                                ", not a matmul or batched_matmul");
   std::vector<SeedCandidate> candidates;
   const std::vector<Strategy> strategies = strategies_for(graph, index, machine_.devices);
@@ -496,7 +492,8 @@ std::vector<SeedCandidate> SimpleSolver::seed_candidates(const Graph& graph, int
       candidate.strategy = s;
       candidate.compute_s = s.flops_per_device / machine_.flops_per_s;
       if (s.output.is_partial()) {
-        candidate.communication = collective_cost(Collective::all_reduce, node.bytes(), machine_);
+        candidate.communication =
+            collective_cost(LayoutCollective::all_reduce, node.bytes(), machine_);
       }
       candidates.push_back(candidate);
     }
@@ -546,7 +543,8 @@ Solution SimpleSolver::solve(const Graph& graph) {
         }
         const double all_reduce =
             strategies[static_cast<std::size_t>(s)].output.is_partial()
-                ? collective_cost(Collective::all_reduce, graph.node(v).bytes(), machine_).seconds
+                ? collective_cost(LayoutCollective::all_reduce, graph.node(v).bytes(), machine_)
+                      .seconds
                 : 0.0;
         const double cost = a.local_cost(v, s, all_reduce);
         if (cost < lowest) {

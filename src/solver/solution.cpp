@@ -7,14 +7,15 @@
 namespace fsdp::solver {
 namespace {
 
-Collective parse_collective(const std::string& name) {
-  for (Collective c : {Collective::none, Collective::all_reduce, Collective::all_gather,
-                       Collective::reduce_scatter, Collective::all_to_all}) {
+LayoutCollective parse_collective(const std::string& name) {
+  for (LayoutCollective c :
+       {LayoutCollective::none, LayoutCollective::all_reduce, LayoutCollective::all_gather,
+        LayoutCollective::reduce_scatter, LayoutCollective::all_to_all}) {
     if (name == name_of(c)) {
       return c;
     }
   }
-  throw Error("fsdp: solution JSON: unknown collective '" + name + "'");
+  throw Error("solution JSON: unknown collective '" + name + "'");
 }
 
 const char* kind_name(ShardingSpec::Kind kind) {
@@ -45,7 +46,7 @@ ShardingSpec spec_from(const nlohmann::json& j) {
   if (kind == "partial") {
     return ShardingSpec::partial();
   }
-  require(kind == "sharded", "fsdp: solution JSON: unknown sharding kind '" + kind + "'");
+  require(kind == "sharded", "solution JSON: unknown sharding kind '" + kind + "'");
   return ShardingSpec::sharded(j.at("dim").get<int>());
 }
 
@@ -53,7 +54,7 @@ ShardingSpec spec_from(const nlohmann::json& j) {
 
 const NodeSolution& Solution::node(const std::string& id) const {
   const auto found = index_.find(id);
-  require(found != index_.end(), "fsdp: the solution has no node '" + id + "'");
+  require(found != index_.end(), "the solution has no node '" + id + "'");
   return nodes[static_cast<std::size_t>(found->second)];
 }
 
@@ -155,7 +156,7 @@ Solution Solution::from_json(const std::string& text) {
       s.nodes.push_back(std::move(n));
     }
   } catch (const nlohmann::json::exception& error) {
-    throw Error(std::string("fsdp: solution JSON is not one written by Solution::to_json: ") +
+    throw Error(std::string("solution JSON is not one written by Solution::to_json: ") +
                 error.what());
   }
   s.index_nodes();
@@ -166,7 +167,7 @@ Solution evaluate(const Graph& graph, const std::vector<std::vector<Strategy>>& 
                   const std::vector<int>& choice, const Machine& machine,
                   const std::string& solver_name) {
   require(choice.size() == graph.size() && strategies.size() == graph.size(),
-          "fsdp: evaluate: one strategy choice per node is needed");
+          "evaluate: one strategy choice per node is needed");
   Solution solution;
   solution.solver = solver_name;
   solution.machine = machine;

@@ -1,9 +1,19 @@
 #include "fsdp/unit/sharded_model.hpp"
+#include "fsdp/core/text.hpp"
 
 #include <algorithm>
-#include <cstring>
-
 namespace fsdp {
+namespace {
+
+// A caller's pointer (in MemorySpace, like every buffer of fsdp's) as a View of count elements.
+template <class T>
+Kokkos::View<const T*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> unmanaged(
+    const T* data, std::int64_t count) {
+  return Kokkos::View<const T*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+      data, static_cast<std::size_t>(count));
+}
+
+}  // namespace
 
 template <class T>
 ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan,
@@ -12,8 +22,11 @@ ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan,
       plan_(std::move(plan)),
       tracker_(std::make_shared<MemoryTracker>()),
       pool_(std::make_shared<BufferPool<T>>(tracker_, 0)) {
+  // Buffers in a space the group cannot move (host memory on an NCCL group) fail here, with what
+  // to do, rather than in the first collective.
+  group_.require_transport_for_buffers();
   require(plan_.world_size() == group_.size(),
-          "fsdp: the plan (strategy '" + plan_.strategy() + "') was made for " +
+          "the plan (strategy '" + plan_.strategy() + "') was made for " +
               std::to_string(plan_.world_size()) + " ranks but the process group has " +
               std::to_string(group_.size()) + "; make the plan for the group's size");
   std::map<std::string, std::vector<std::size_t>> members;
@@ -45,11 +58,8 @@ template <class T>
 ShardedUnit<T>& ShardedModel<T>::unit(const std::string& name) {
   auto it = unit_index_.find(name);
   if (it == unit_index_.end()) {
-    std::string names;
-    for (const std::string& unit : unit_names_) {
-      names += (names.empty() ? "" : ", ") + unit;
-    }
-    throw Error("fsdp: the model has no unit '" + name + "'; its units are " + names);
+    throw Error(ErrorKind::unknown_name,
+                "the model has no unit '" + name + "'; its units are " + join(unit_names_));
   }
   return *units_[it->second];
 }
@@ -58,7 +68,7 @@ template <class T>
 ShardedUnit<T>& ShardedModel<T>::unit_of(const std::string& parameter) {
   auto it = unit_of_parameter_.find(parameter);
   if (it == unit_of_parameter_.end()) {
-    throw Error("fsdp: the model has no parameter '" + parameter + "'");
+    throw Error("the model has no parameter '" + parameter + "'");
   }
   return *units_[it->second];
 }
@@ -73,13 +83,12 @@ void ShardedModel<T>::init_from_root(const std::string& name, const T* full_on_r
   ShardedParameter<T>& p = parameter(name);
   const int n = group_.size();
   const std::int64_t numel = p.numel();
-  T* piece = p.shard().data();
   switch (p.placement()) {
     case Placement::replicated:
       if (group_.rank() == 0) {
-        std::memcpy(piece, full_on_root, static_cast<std::size_t>(numel) * sizeof(T));
+        Kokkos::deep_copy(p.shard(), unmanaged(full_on_root, numel));
       }
-      group_.broadcast(piece, static_cast<std::size_t>(numel), 0);
+      group_.broadcast(p.shard(), 0);
       return;
     case Placement::sharded:
     case Placement::whole: {
@@ -89,7 +98,10 @@ void ShardedModel<T>::init_from_root(const std::string& name, const T* full_on_r
       for (const ShardAssignment& a : plan_.assignments(name)) {
         counts[static_cast<std::size_t>(a.owner_rank)] = static_cast<std::size_t>(a.size);
       }
-      group_.scatter_v(full_on_root, counts, piece, static_cast<std::size_t>(p.shard_size()), 0);
+      group_
+          .scatter_v_async(unmanaged(full_on_root, group_.rank() == 0 ? numel : 0), counts,
+                           p.shard(), 0)
+          .wait();
       return;
     }
   }
@@ -99,8 +111,7 @@ template <class T>
 void ShardedModel<T>::init_from_full(const std::string& name, const T* full) {
   ShardedParameter<T>& p = parameter(name);
   if (p.shard_size() > 0) {
-    std::memcpy(p.shard().data(), full + p.shard_offset(),
-                static_cast<std::size_t>(p.shard_size()) * sizeof(T));
+    Kokkos::deep_copy(p.shard(), unmanaged(full + p.shard_offset(), p.shard_size()));
   }
 }
 
@@ -110,7 +121,11 @@ void ShardedModel<T>::init_with(
     const std::function<void(std::int64_t first, T* values, std::int64_t count)>& fill) {
   ShardedParameter<T>& p = parameter(name);
   if (p.shard_size() > 0) {
-    fill(p.shard_offset(), p.shard().data(), p.shard_size());
+    // fill is host code: it writes a host copy of the piece (the piece itself in a host build),
+    // which then goes to MemorySpace in one copy.
+    auto host = Kokkos::create_mirror_view(p.shard());
+    fill(p.shard_offset(), host.data(), p.shard_size());
+    Kokkos::deep_copy(p.shard(), host);
   }
 }
 

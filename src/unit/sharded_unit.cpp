@@ -1,18 +1,10 @@
 #include "fsdp/unit/sharded_unit.hpp"
+#include "fsdp/core/text.hpp"
 
-#include <algorithm>
-#include <cstring>
 #include <utility>
 
 namespace fsdp {
 namespace {
-
-using HostRange = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
-
-// Elements of piece r of a sharded parameter of numel elements cut into pieces of `padded`.
-std::int64_t piece_size(std::int64_t numel, std::int64_t padded, int r) {
-  return std::clamp<std::int64_t>(numel - r * padded, 0, padded);
-}
 
 template <class View>
 View slice(const View& view, std::int64_t offset, std::int64_t count) {
@@ -20,12 +12,23 @@ View slice(const View& view, std::int64_t offset, std::int64_t count) {
                                               static_cast<std::size_t>(offset + count)));
 }
 
+// target += source, a kernel on space (not fenced: the caller fences once after all of them).
 template <class T>
-void add_into(const Kokkos::View<T*, Kokkos::HostSpace>& target,
-              const Kokkos::View<T*, Kokkos::HostSpace>& source) {
-  Kokkos::parallel_for("fsdp::add_into", HostRange(0, target.size()),
-                       [=](std::size_t i) { target(i) += source(i); });
-  Kokkos::DefaultHostExecutionSpace().fence();
+void add_into(const ExecutionSpace& space, const DeviceView<T>& target,
+              const DeviceView<T>& source) {
+  Kokkos::parallel_for(
+      "fsdp::add_into", device_range(space, 0, static_cast<std::int64_t>(target.size())),
+      KOKKOS_LAMBDA(std::size_t i) { target(i) += source(i); });
+}
+
+// The copies between rank-major communication buffers and whole parameters (UnitLayout::unpack
+// and ::pack): one asynchronous copy per segment on space, wherever the buffers live.
+template <class T>
+void copy_segments(const ExecutionSpace& space, const std::vector<CopySegment>& segments,
+                   const DeviceView<T>& from, const DeviceView<T>& to) {
+  for (const CopySegment& s : segments) {
+    Kokkos::deep_copy(space, slice(to, s.to, s.count), slice(from, s.from, s.count));
+  }
 }
 
 }  // namespace
@@ -47,8 +50,8 @@ const char* name_of(UnitState state) {
 template <class T>
 typename ShardedParameter<T>::View ShardedParameter<T>::full() const {
   if (unit_->state() != UnitState::gathered) {
-    throw Error("fsdp: full() of parameter '" + info_.name + "' while unit '" + unit_->name() +
-                "' is " + name_of(unit_->state()) +
+    throw Error("full() of parameter '" + info_.name + "' while unit '" + unit_->name() + "' is " +
+                name_of(unit_->state()) +
                 "; gather the unit (or enter its scope) before reading whole parameters");
   }
   return full_;
@@ -57,11 +60,11 @@ typename ShardedParameter<T>::View ShardedParameter<T>::full() const {
 template <class T>
 typename ShardedParameter<T>::View ShardedParameter<T>::grad() {
   if (unit_->state() != UnitState::gathered) {
-    throw Error("fsdp: gradient of parameter '" + info_.name + "' written while unit '" +
-                unit_->name() + "' is " + name_of(unit_->state()) +
+    throw Error("gradient of parameter '" + info_.name + "' written while unit '" + unit_->name() +
+                "' is " + name_of(unit_->state()) +
                 "; gradients are written while the unit is gathered (in its backward scope)");
   }
-  return slice(unit_->full_gradients(), grad_offset_, numel_);
+  return slice(unit_->full_gradients(), layout_.grad_offset, numel());
 }
 
 template <class T>
@@ -83,131 +86,68 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
       group_(std::move(group)),
       tracker_(std::move(tracker)),
       pool_(std::move(pool)) {
-  require(!indices.empty(), "fsdp: unit '" + name_ + "' has no parameters");
+  require(!indices.empty(), "unit '" + name_ + "' has no parameters");
   require(plan.world_size() == group_.size(),
-          "fsdp: the plan was made for " + std::to_string(plan.world_size()) +
+          "the plan was made for " + std::to_string(plan.world_size()) +
               " ranks but the process group has " + std::to_string(group_.size()));
-  const int n = group_.size();
-  const int rank = group_.rank();
-  parameters_.reserve(indices.size());
-  std::vector<std::size_t> sharded;
   for (std::size_t index : indices) {
     const ParameterInfo& info = plan.parameters().at(index);
     require(info.dtype == dtype_of<T>(),
-            "fsdp: parameter " + describe(info) + " cannot train in a model of " +
+            "parameter " + describe(info) + " cannot train in a model of " +
                 name_of(dtype_of<T>()) + "; give every parameter the model's dtype");
-    const std::size_t i = parameters_.size();
-    parameters_.push_back(ShardedParameter<T>(this, info, plan.placements().at(index)));
-    index_[info.name] = i;
-    switch (parameters_[i].placement()) {
-      case Placement::sharded:
-        sharded.push_back(i);
-        break;
-      case Placement::whole: {
-        const int owner = parameters_[i].placement_.owner_rank;
-        auto it = std::find_if(owners_.begin(), owners_.end(),
-                               [&](const OwnerGroup& g) { return g.owner == owner; });
-        if (it == owners_.end()) {
-          owners_.push_back(OwnerGroup{});
-          owners_.back().owner = owner;
-          it = owners_.end() - 1;
-        }
-        it->members.push_back(i);
-        break;
-      }
-      case Placement::replicated:
-        replicated_.push_back(i);
-        break;
-    }
   }
-  std::sort(owners_.begin(), owners_.end(),
-            [](const OwnerGroup& a, const OwnerGroup& b) { return a.owner < b.owner; });
+  layout_ = make_unit_layout(plan, indices, group_.rank(), static_cast<std::int64_t>(sizeof(T)),
+                             options.direct_gather_bytes);
+  parameters_.reserve(indices.size());
+  for (const ParameterLayout& p : layout_.parameters) {
+    const ParameterInfo& info = plan.parameters()[p.plan_index];
+    index_[info.name] = parameters_.size();
+    parameters_.push_back(ShardedParameter<T>(this, info, p));
+  }
 
-  // Sharded: large pieces are gathered in place, the rest packed (a lone parameter always goes
-  // in place: it needs no packing).
-  for (std::size_t i : sharded) {
-    ShardedParameter<T>& p = parameters_[i];
-    p.padded_shard_ = plan.padded_shard_numel(p.name());
-    const std::int64_t piece_bytes = p.padded_shard_ * static_cast<std::int64_t>(sizeof(T));
-    (piece_bytes >= options.direct_gather_bytes || sharded.size() == 1 ? direct_ : packed_)
-        .push_back(i);
-  }
-  for (std::size_t i : packed_) {
-    ShardedParameter<T>& p = parameters_[i];
-    p.flat_offset_ = flat_numel_;
-    p.full_offset_ = packed_full_numel_;
-    flat_numel_ += p.padded_shard_;
-    packed_full_numel_ += p.numel_;
-  }
-  packed_numel_ = flat_numel_;
-  for (std::size_t i : direct_) {
-    parameters_[i].flat_offset_ = flat_numel_;
-    flat_numel_ += parameters_[i].padded_shard_;
-  }
-  flat_shard_ =
-      TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".shards", flat_numel_);
+  // Sharded: every piece a view of the flat buffers (the empty trailing ones too).
+  flat_shard_ = TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".shards",
+                               layout_.flat_numel);
   flat_grad_shard_ = TrackedView<T>(tracker_, MemoryCategory::gradient_shards,
-                                    name_ + ".grad_shards", flat_numel_);
-  for (std::size_t i : sharded) {
-    ShardedParameter<T>& p = parameters_[i];
-    p.shard_offset_ = std::min<std::int64_t>(rank * p.padded_shard_, p.numel_);
-    const std::int64_t size = piece_size(p.numel_, p.padded_shard_, rank);
-    p.shard_ = slice(flat_shard_.view(), p.flat_offset_, size);
-    p.grad_shard_ = slice(flat_grad_shard_.view(), p.flat_offset_, size);
+                                    name_ + ".grad_shards", layout_.flat_numel);
+  for (const auto* kind : {&layout_.packed, &layout_.direct}) {
+    for (std::size_t i : *kind) {
+      ShardedParameter<T>& p = parameters_[i];
+      p.shard_ = slice(flat_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
+      p.grad_shard_ = slice(flat_grad_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
+    }
   }
 
   // Whole: each owner keeps its parameters back to back, broadcast in one piece.
-  for (OwnerGroup& g : owners_) {
-    for (std::size_t i : g.members) {
-      parameters_[i].flat_offset_ = g.numel;
-      g.numel += parameters_[i].numel_;
+  owners_.resize(layout_.owners.size());
+  for (std::size_t k = 0; k < owners_.size(); ++k) {
+    const OwnerGroupLayout& g = layout_.owners[k];
+    if (g.owner != group_.rank()) {
+      continue;
     }
-    if (g.owner == rank) {
-      g.storage =
-          TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".whole", g.numel);
-      g.grad_storage = TrackedView<T>(tracker_, MemoryCategory::gradient_shards,
-                                      name_ + ".whole_grads", g.numel);
-      for (std::size_t i : g.members) {
-        ShardedParameter<T>& p = parameters_[i];
-        p.shard_ = slice(g.storage.view(), p.flat_offset_, p.numel_);
-        p.grad_shard_ = slice(g.grad_storage.view(), p.flat_offset_, p.numel_);
-      }
+    OwnerBuffers& buffers = owners_[k];
+    buffers.storage =
+        TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".whole", g.numel);
+    buffers.grad_storage =
+        TrackedView<T>(tracker_, MemoryCategory::gradient_shards, name_ + ".whole_grads", g.numel);
+    for (std::size_t i : g.members) {
+      ShardedParameter<T>& p = parameters_[i];
+      p.shard_ = slice(buffers.storage.view(), p.layout_.flat_offset, p.numel());
+      p.grad_shard_ = slice(buffers.grad_storage.view(), p.layout_.flat_offset, p.numel());
     }
   }
 
   // Replicated: every rank holds everything.
-  for (std::size_t i : replicated_) {
+  for (std::size_t i : layout_.replicated) {
     ShardedParameter<T>& p = parameters_[i];
     replicated_storage_.emplace_back(tracker_, MemoryCategory::parameter_shards, p.name(),
-                                     p.numel_);
+                                     p.numel());
     replicated_grads_.emplace_back(tracker_, MemoryCategory::gradient_shards, p.name() + ".grad",
-                                   p.numel_);
+                                   p.numel());
     p.shard_ = replicated_storage_.back().view();
     p.grad_shard_ = replicated_grads_.back().view();
   }
-
-  // Full gradients, so that every collective on them works on one contiguous range: packed
-  // parameters; direct ones padded to N pieces (reduce-scattered in place); each owner group;
-  // replicated parameters.
-  for (std::size_t i : packed_) {
-    parameters_[i].grad_offset_ = full_grad_numel_;
-    full_grad_numel_ += parameters_[i].numel_;
-  }
-  for (std::size_t i : direct_) {
-    parameters_[i].grad_offset_ = full_grad_numel_;
-    full_grad_numel_ += n * parameters_[i].padded_shard_;
-  }
-  for (const OwnerGroup& g : owners_) {
-    for (std::size_t i : g.members) {
-      parameters_[i].grad_offset_ = full_grad_numel_;
-      full_grad_numel_ += parameters_[i].numel_;
-    }
-  }
-  for (std::size_t i : replicated_) {
-    parameters_[i].grad_offset_ = full_grad_numel_;
-    full_grad_numel_ += parameters_[i].numel_;
-  }
-  direct_full_.resize(direct_.size());
+  direct_full_.resize(layout_.direct.size());
 }
 
 template <class T>
@@ -226,11 +166,12 @@ template <class T>
 ShardedParameter<T>& ShardedUnit<T>::parameter(const std::string& name) {
   auto it = index_.find(name);
   if (it == index_.end()) {
-    std::string names;
+    std::vector<std::string> names;
     for (const auto& p : parameters_) {
-      names += (names.empty() ? "" : ", ") + p.name();
+      names.push_back(p.name());
     }
-    throw Error("fsdp: unit '" + name_ + "' has no parameter '" + name + "'; it has " + names);
+    throw Error(ErrorKind::unknown_name,
+                "unit '" + name_ + "' has no parameter '" + name + "'; it has " + join(names));
   }
   return parameters_[it->second];
 }
@@ -239,22 +180,16 @@ template <class T>
 std::int64_t ShardedUnit<T>::full_bytes() const {
   std::int64_t numel = 0;
   for (const ShardedParameter<T>& p : parameters_) {
-    numel += p.numel_;
+    numel += p.numel();
   }
   return numel * static_cast<std::int64_t>(sizeof(T));
 }
 
 template <class T>
-int ShardedUnit<T>::collectives_per_gather() const {
-  return (packed_.empty() ? 0 : 1) + static_cast<int>(direct_.size()) +
-         static_cast<int>(owners_.size());
-}
-
-template <class T>
 void ShardedUnit<T>::require_state(UnitState expected, const char* operation) const {
   if (state_ != expected) {
-    throw Error(std::string("fsdp: ") + operation + " of unit '" + name_ + "' while it is " +
-                name_of(state_) + "; it must be " + name_of(expected) +
+    throw Error(std::string(operation) + " of unit '" + name_ + "' while it is " + name_of(state_) +
+                "; it must be " + name_of(expected) +
                 (state_ == UnitState::gathered && expected == UnitState::sharded
                      ? " (release it before gathering again)"
                      : ""));
@@ -264,31 +199,67 @@ void ShardedUnit<T>::require_state(UnitState expected, const char* operation) co
 template <class T>
 void ShardedUnit<T>::gather_async() {
   require_state(UnitState::sharded, "gather");
-  const int n = group_.size();
-  // Every buffer a collective fills completely: no zero fill.
-  if (!packed_.empty()) {
-    packed_gather_ = pool_->acquire(MemoryCategory::communication, name_ + ".packed_gather",
-                                    packed_numel_ * n, false);
-    in_flight_.push_back(group_.all_gather_async(slice(flat_shard_.view(), 0, packed_numel_),
-                                                 packed_gather_.view()));
-  }
-  for (std::size_t k = 0; k < direct_.size(); ++k) {
-    const ShardedParameter<T>& p = parameters_[direct_[k]];
-    direct_full_[k] =
-        pool_->acquire(MemoryCategory::gathered_parameters, p.name(), p.padded_shard_ * n, false);
-    in_flight_.push_back(group_.all_gather_async(
-        slice(flat_shard_.view(), p.flat_offset_, p.padded_shard_), direct_full_[k].view()));
-  }
-  for (OwnerGroup& g : owners_) {
-    if (g.owner == group_.rank()) {
-      in_flight_.push_back(group_.broadcast_async(g.storage.view(), g.owner));
-    } else {
-      g.gathered =
-          pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".whole", g.numel, false);
-      in_flight_.push_back(group_.broadcast_async(g.gathered.view(), g.owner));
-    }
+  try {
+    start_gather();
+  } catch (...) {
+    abandon_gather();
+    throw;
   }
   state_ = UnitState::gathering;
+}
+
+template <class T>
+void ShardedUnit<T>::start_gather() {
+  const int n = group_.size();
+  // Every buffer a collective fills completely: no zero fill.
+  if (!layout_.packed.empty()) {
+    packed_gather_ = pool_->acquire(MemoryCategory::communication, name_ + ".packed_gather",
+                                    layout_.packed_numel * n, false);
+    in_flight_.push_back(group_.all_gather_async(slice(flat_shard_.view(), 0, layout_.packed_numel),
+                                                 packed_gather_.view(), space_));
+  }
+  for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
+    const ShardedParameter<T>& p = parameters_[layout_.direct[k]];
+    const ShardRange& piece = p.layout_.piece;
+    direct_full_[k] =
+        pool_->acquire(MemoryCategory::gathered_parameters, p.name(), piece.padded * n, false);
+    in_flight_.push_back(
+        group_.all_gather_async(slice(flat_shard_.view(), p.layout_.flat_offset, piece.padded),
+                                direct_full_[k].view(), space_));
+  }
+  for (std::size_t k = 0; k < owners_.size(); ++k) {
+    const OwnerGroupLayout& g = layout_.owners[k];
+    OwnerBuffers& buffers = owners_[k];
+    if (g.owner == group_.rank()) {
+      in_flight_.push_back(group_.broadcast_async(buffers.storage.view(), g.owner, space_));
+    } else {
+      buffers.gathered =
+          pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".whole", g.numel, false);
+      in_flight_.push_back(group_.broadcast_async(buffers.gathered.view(), g.owner, space_));
+    }
+  }
+}
+
+// A collective refused while a gather was being started (ranks that disagree, a bad argument)
+// fails on every rank at the same collective, so the ones issued before it complete everywhere:
+// wait for them, return the buffers, and leave the unit sharded and usable.
+template <class T>
+void ShardedUnit<T>::abandon_gather() {
+  for (Work& work : in_flight_) {
+    try {
+      work.wait();
+    } catch (const std::exception&) {
+      // The first failure is the one the caller sees.
+    }
+  }
+  in_flight_.clear();
+  pool_->give_back(packed_gather_);
+  for (TrackedView<T>& full : direct_full_) {
+    pool_->give_back(full);
+  }
+  for (OwnerBuffers& buffers : owners_) {
+    pool_->give_back(buffers.gathered);
+  }
 }
 
 template <class T>
@@ -322,39 +293,33 @@ void ShardedUnit<T>::gather() {
 template <class T>
 void ShardedUnit<T>::finish_gather() {
   in_flight_.clear();
-  const int n = group_.size();
-  if (!packed_.empty()) {
-    // Copy out: rank r's piece of parameter p sits at r * packed_numel_ + p.flat_offset_.
+  if (!layout_.packed.empty()) {
+    // Copy out of the rank-major gather buffer into whole parameters.
     packed_full_ = pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".packed_full",
-                                  packed_full_numel_, false);
-    const T* from = packed_gather_.view().data();
-    T* to = packed_full_.view().data();
-    for (std::size_t i : packed_) {
+                                  layout_.packed_full_numel, false);
+    copy_segments(space_, layout_.unpack, packed_gather_.view(), packed_full_.view());
+    space_.fence();  // the pool may hand packed_gather_ to a collective next
+    for (std::size_t i : layout_.packed) {
       ShardedParameter<T>& p = parameters_[i];
-      for (int r = 0; r < n; ++r) {
-        const std::int64_t count = piece_size(p.numel_, p.padded_shard_, r);
-        if (count > 0) {
-          std::memcpy(to + p.full_offset_ + r * p.padded_shard_,
-                      from + r * packed_numel_ + p.flat_offset_,
-                      static_cast<std::size_t>(count) * sizeof(T));
-        }
-      }
-      p.full_ = slice(packed_full_.view(), p.full_offset_, p.numel_);
+      p.full_ = slice(packed_full_.view(), p.layout_.full_offset, p.numel());
     }
     pool_->give_back(packed_gather_);
   }
-  for (std::size_t k = 0; k < direct_.size(); ++k) {
-    ShardedParameter<T>& p = parameters_[direct_[k]];
-    p.full_ = slice(direct_full_[k].view(), 0, p.numel_);  // the padding stays out of sight
+  for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
+    ShardedParameter<T>& p = parameters_[layout_.direct[k]];
+    p.full_ = slice(direct_full_[k].view(), 0, p.numel());  // the padding stays out of sight
   }
-  for (OwnerGroup& g : owners_) {
-    const View& whole = g.owner == group_.rank() ? g.storage.view() : g.gathered.view();
+  for (std::size_t k = 0; k < owners_.size(); ++k) {
+    const OwnerGroupLayout& g = layout_.owners[k];
+    const View& whole =
+        g.owner == group_.rank() ? owners_[k].storage.view() : owners_[k].gathered.view();
     for (std::size_t i : g.members) {
-      parameters_[i].full_ = slice(whole, parameters_[i].flat_offset_, parameters_[i].numel_);
+      ShardedParameter<T>& p = parameters_[i];
+      p.full_ = slice(whole, p.layout_.flat_offset, p.numel());
     }
   }
-  for (std::size_t k = 0; k < replicated_.size(); ++k) {
-    parameters_[replicated_[k]].full_ = replicated_storage_[k].view();
+  for (std::size_t k = 0; k < layout_.replicated.size(); ++k) {
+    parameters_[layout_.replicated[k]].full_ = replicated_storage_[k].view();
   }
   state_ = UnitState::gathered;
   ++gather_count_;
@@ -373,8 +338,8 @@ void ShardedUnit<T>::release() {
   for (TrackedView<T>& full : direct_full_) {
     pool_->give_back(full);
   }
-  for (OwnerGroup& g : owners_) {
-    pool_->give_back(g.gathered);
+  for (OwnerBuffers& buffers : owners_) {
+    pool_->give_back(buffers.gathered);
   }
   state_ = UnitState::sharded;
   ++release_count_;
@@ -382,9 +347,9 @@ void ShardedUnit<T>::release() {
 
 template <class T>
 typename ShardedUnit<T>::View ShardedUnit<T>::full_gradients() {
-  if (!full_grads_.allocated() && full_grad_numel_ > 0) {
-    full_grads_ =
-        pool_->acquire(MemoryCategory::full_gradients, name_ + ".grads", full_grad_numel_, true);
+  if (!full_grads_.allocated() && layout_.full_grad_numel > 0) {
+    full_grads_ = pool_->acquire(MemoryCategory::full_gradients, name_ + ".grads",
+                                 layout_.full_grad_numel, true);
   }
   return full_grads_.view();
 }
@@ -392,76 +357,66 @@ typename ShardedUnit<T>::View ShardedUnit<T>::full_gradients() {
 template <class T>
 void ShardedUnit<T>::reduce_scatter_grads() {
   require(state_ != UnitState::gathering,
-          "fsdp: reduce_scatter_grads of unit '" + name_ +
+          "reduce_scatter_grads of unit '" + name_ +
               "' while its gather is in flight; wait for the gather first");
   const int n = group_.size();
   const View grads = full_gradients();  // zeros if this rank wrote none
   std::vector<Work> works;
   std::vector<TrackedView<T>> staging;  // outputs, added into the gradient pieces at the end
-  staging.reserve(1 + direct_.size());
+  staging.reserve(1 + layout_.direct.size());
 
   TrackedView<T> packed_send;
-  if (!packed_.empty()) {
+  if (!layout_.packed.empty()) {
     // Pack: rank r's chunk holds, for every packed parameter, the gradient of the piece r owns.
-    packed_send =
-        pool_->acquire(MemoryCategory::communication, name_ + ".rs_send", packed_numel_ * n, true);
-    for (std::size_t i : packed_) {
-      const ShardedParameter<T>& p = parameters_[i];
-      for (int r = 0; r < n; ++r) {
-        const std::int64_t count = piece_size(p.numel_, p.padded_shard_, r);
-        if (count > 0) {
-          std::memcpy(packed_send.view().data() + r * packed_numel_ + p.flat_offset_,
-                      grads.data() + p.grad_offset_ + r * p.padded_shard_,
-                      static_cast<std::size_t>(count) * sizeof(T));
-        }
-      }
-    }
-    staging.push_back(
-        pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv", packed_numel_, false));
-    works.push_back(
-        group_.reduce_scatter_async(packed_send.view(), staging.back().view(), ReduceOp::avg));
+    packed_send = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
+                                 layout_.packed_numel * n, true);
+    copy_segments(space_, layout_.pack, grads, packed_send.view());
+    staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
+                                     layout_.packed_numel, false));
+    works.push_back(group_.reduce_scatter_async(packed_send.view(), staging.back().view(),
+                                                ReduceOp::avg, space_));
   }
-  for (std::size_t i : direct_) {
+  for (std::size_t i : layout_.direct) {
     // The padded full gradient is laid out as N pieces already: reduce-scatter it in place.
     const ShardedParameter<T>& p = parameters_[i];
-    staging.push_back(
-        pool_->acquire(MemoryCategory::communication, p.name(), p.padded_shard_, false));
-    works.push_back(group_.reduce_scatter_async(slice(grads, p.grad_offset_, n * p.padded_shard_),
-                                                staging.back().view(), ReduceOp::avg));
+    const std::int64_t padded = p.layout_.piece.padded;
+    staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
+    works.push_back(group_.reduce_scatter_async(slice(grads, p.layout_.grad_offset, n * padded),
+                                                staging.back().view(), ReduceOp::avg, space_));
   }
-  for (OwnerGroup& g : owners_) {
-    const View group_grads = slice(grads, parameters_[g.members.front()].grad_offset_, g.numel);
-    works.push_back(group_.reduce_async(group_grads.data(), group_grads.data(),
-                                        static_cast<std::size_t>(g.numel), dtype_of<T>(),
-                                        ReduceOp::avg, g.owner));
+  for (const OwnerGroupLayout& g : layout_.owners) {
+    const View group_grads = slice(grads, g.grad_offset, g.numel);
+    works.push_back(group_.reduce_async(group_grads, group_grads, ReduceOp::avg, g.owner, space_));
   }
-  View replicated_grads;
-  if (!replicated_.empty()) {
-    const std::int64_t first = parameters_[replicated_.front()].grad_offset_;
-    replicated_grads = slice(grads, first, full_grad_numel_ - first);
-    works.push_back(group_.all_reduce_async(replicated_grads, ReduceOp::avg));
+  if (!layout_.replicated.empty()) {
+    works.push_back(
+        group_.all_reduce_async(slice(grads, layout_.replicated_grad_offset,
+                                      layout_.full_grad_numel - layout_.replicated_grad_offset),
+                                ReduceOp::avg, space_));
   }
   wait_all(works);
 
   std::size_t next = 0;
-  if (!packed_.empty()) {
-    add_into(slice(flat_grad_shard_.view(), 0, packed_numel_), staging[next++].view());
-  }
-  for (std::size_t i : direct_) {
-    const ShardedParameter<T>& p = parameters_[i];
-    add_into(slice(flat_grad_shard_.view(), p.flat_offset_, p.padded_shard_),
+  if (!layout_.packed.empty()) {
+    add_into(space_, slice(flat_grad_shard_.view(), 0, layout_.packed_numel),
              staging[next++].view());
   }
-  for (OwnerGroup& g : owners_) {
+  for (std::size_t i : layout_.direct) {
+    const ShardedParameter<T>& p = parameters_[i];
+    add_into(space_, slice(flat_grad_shard_.view(), p.layout_.flat_offset, p.layout_.piece.padded),
+             staging[next++].view());
+  }
+  for (std::size_t k = 0; k < owners_.size(); ++k) {
+    const OwnerGroupLayout& g = layout_.owners[k];
     if (g.owner == group_.rank()) {
-      add_into(g.grad_storage.view(),
-               slice(grads, parameters_[g.members.front()].grad_offset_, g.numel));
+      add_into(space_, owners_[k].grad_storage.view(), slice(grads, g.grad_offset, g.numel));
     }
   }
-  for (std::size_t k = 0; k < replicated_.size(); ++k) {
-    const ShardedParameter<T>& p = parameters_[replicated_[k]];
-    add_into(replicated_grads_[k].view(), slice(grads, p.grad_offset_, p.numel_));
+  for (std::size_t k = 0; k < layout_.replicated.size(); ++k) {
+    const ShardedParameter<T>& p = parameters_[layout_.replicated[k]];
+    add_into(space_, replicated_grads_[k].view(), slice(grads, p.layout_.grad_offset, p.numel()));
   }
+  space_.fence();  // the additions read staging and grads, which go back to the pool now
   for (TrackedView<T>& buffer : staging) {
     pool_->give_back(buffer);
   }
@@ -472,15 +427,16 @@ void ShardedUnit<T>::reduce_scatter_grads() {
 
 template <class T>
 void ShardedUnit<T>::zero_grad() {
-  Kokkos::deep_copy(flat_grad_shard_.view(), T(0));
-  for (OwnerGroup& g : owners_) {
-    if (g.grad_storage.allocated()) {
-      Kokkos::deep_copy(g.grad_storage.view(), T(0));
+  Kokkos::deep_copy(space_, flat_grad_shard_.view(), T(0));
+  for (OwnerBuffers& buffers : owners_) {
+    if (buffers.grad_storage.allocated()) {
+      Kokkos::deep_copy(space_, buffers.grad_storage.view(), T(0));
     }
   }
   for (TrackedView<T>& grad : replicated_grads_) {
-    Kokkos::deep_copy(grad.view(), T(0));
+    Kokkos::deep_copy(space_, grad.view(), T(0));
   }
+  space_.fence();
   has_grads_ = false;
 }
 

@@ -372,6 +372,17 @@ static void test_init_with_and_sgd_rule(void) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   fsdp_runtime_t runtime = NULL;
   CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
+  /* Settings an optimizer refuses, and the codes of every kind of failure, by name. */
+  fsdp_optimizer_t refused = NULL;
+  CHECK_CODE(fsdp_optimizer_create_sgd(model, -0.1, 0.0, 0.0, 0, 0.0, &refused),
+             FSDP_ERROR_LIBRARY);
+  CHECK(refused == NULL && strstr(fsdp_last_error(), "lr must be >= 0") != NULL, "message: %s",
+        fsdp_last_error());
+  CHECK(strcmp(fsdp_error_name(FSDP_ERROR_MISMATCH), "FSDP_ERROR_MISMATCH") == 0 &&
+            strcmp(fsdp_error_name(FSDP_ERROR_TIMEOUT), "FSDP_ERROR_TIMEOUT") == 0 &&
+            strcmp(fsdp_error_name(FSDP_ERROR_COMMUNICATION), "FSDP_ERROR_COMMUNICATION") == 0 &&
+            strcmp(fsdp_error_name(12), "unknown fsdp error code") == 0,
+        "error names");
   fsdp_optimizer_t sgd = NULL;
   CHECK_OK(fsdp_optimizer_create_sgd(model, 0.25, 0.0, 0.0, 0, 0.0, &sgd));
   CHECK_CODE(fsdp_optimizer_step(sgd), FSDP_ERROR_LIBRARY); /* no gradients yet */

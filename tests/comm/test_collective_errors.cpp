@@ -1,8 +1,12 @@
 // Ranks that disagree on a collective's arguments get fsdp::Error on every rank, and the group
 // stays usable because no rank entered the mismatched collective. Bad local arguments are clear
-// errors.
+// errors, found by ProcessGroup and the same for every backend.
 #include <boost/test/unit_test.hpp>
+#include <climits>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "error_message.hpp"
@@ -109,4 +113,131 @@ BOOST_AUTO_TEST_CASE(environment_options_are_validated) {
   BOOST_CHECK_THROW(CollectiveOptions::from_environment(), Error);
   unsetenv("FSDP_CHECK_COLLECTIVES");
   setenv("FSDP_COLLECTIVE_TIMEOUT_S", "120", 1);
+}
+
+namespace {
+
+// A backend that moves nothing and keeps the problem ProcessGroup found in each call's arguments:
+// what any backend, MPI, NCCL or another, is given to refuse.
+class RecordingBackend final : public Backend {
+ public:
+  std::vector<std::string> problems;
+
+  const char* name() const override { return "recording"; }
+  MemoryKind memory_kind() const override { return MemoryKind::host; }
+  int rank() const override { return world_.rank(); }
+  int size() const override { return world_.size(); }
+  MPI_Comm mpi_comm() const override { return world_.mpi_comm(); }
+
+  std::unique_ptr<PendingOperation> all_gather(const void*, void*, std::size_t, DType,
+                                               const std::string& problem) override {
+    return record(problem);
+  }
+  std::unique_ptr<PendingOperation> all_gather_v(const void*, std::size_t, void*,
+                                                 const std::vector<std::size_t>&, DType,
+                                                 const std::string& problem) override {
+    return record(problem);
+  }
+  std::unique_ptr<PendingOperation> reduce_scatter(const void*, void*, std::size_t, DType, ReduceOp,
+                                                   const std::string& problem) override {
+    return record(problem);
+  }
+  std::unique_ptr<PendingOperation> all_reduce(const void*, void*, std::size_t, DType, ReduceOp,
+                                               const std::string& problem) override {
+    return record(problem);
+  }
+  std::unique_ptr<PendingOperation> broadcast(void*, std::size_t, DType, int,
+                                              const std::string& problem) override {
+    return record(problem);
+  }
+  std::unique_ptr<PendingOperation> reduce(const void*, void*, std::size_t, DType, ReduceOp, int,
+                                           const std::string& problem) override {
+    return record(problem);
+  }
+  std::unique_ptr<PendingOperation> scatter_v(const void*, const std::vector<std::size_t>&, void*,
+                                              std::size_t, DType, int,
+                                              const std::string& problem) override {
+    return record(problem);
+  }
+  std::unique_ptr<PendingOperation> barrier() override { return record(""); }
+  std::shared_ptr<Backend> split(int, int) const override { return nullptr; }
+  std::shared_ptr<Backend> split_node_local() const override { return nullptr; }
+
+ private:
+  struct Done final : PendingOperation {
+    bool test() override { return true; }
+    void wait() override {}
+  };
+  std::unique_ptr<PendingOperation> record(const std::string& problem) {
+    problems.push_back(problem);
+    return std::make_unique<Done>();
+  }
+  ProcessGroup world_{MPI_COMM_WORLD};
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_backend_is_given_the_same_argument_checks) {
+  auto recording = std::make_shared<RecordingBackend>();
+  ProcessGroup fake(recording);
+  // Checks off: a problem fails on this rank alone, so every call below is wrong on every rank
+  // and no rank enters a collective.
+  CollectiveOptions options;
+  options.check_arguments = false;
+  options.timeout_s = 60;
+  ProcessGroup mpi(MPI_COMM_WORLD, options);
+
+  const int n = mpi.size();
+  const int me = mpi.rank();
+  const std::size_t too_many = static_cast<std::size_t>(INT_MAX) + 1;  // never touched
+  std::vector<std::size_t> counts(n, 2);
+  std::vector<std::size_t> huge_counts(n, too_many / n + 1);
+  std::vector<float> data(4);
+  std::vector<std::int32_t> ints(4);
+  const std::vector<std::pair<std::function<void(ProcessGroup&)>, std::string>> bad_calls = {
+      {[&](ProcessGroup& g) { g.broadcast(data.data(), 4, n); }, "root " + std::to_string(n)},
+      {[&](ProcessGroup& g) { g.reduce(data.data(), data.data(), 4, ReduceOp::sum, -1); },
+       "root -1"},
+      {[&](ProcessGroup& g) { g.all_reduce(ints.data(), 4, ReduceOp::avg); }, "ReduceOp::avg"},
+      {[&](ProcessGroup& g) {
+         g.all_reduce(data.data(), data.data(), 4, DType::f32, static_cast<ReduceOp>(9));
+       },
+       "invalid ReduceOp value 9"},
+      {[&](ProcessGroup& g) { g.all_gather(data.data(), data.data(), 1, static_cast<DType>(17)); },
+       "invalid DType value 17"},
+      {[&](ProcessGroup& g) {
+         g.all_gather_v(data.data(), 2, data.data(), std::vector<std::size_t>(n + 1, 2));
+       },
+       "counts has " + std::to_string(n + 1) + " entries"},
+      {[&](ProcessGroup& g) { g.all_gather_v(data.data(), 3, data.data(), counts); },
+       "this rank's count 3 differs"},
+      {[&](ProcessGroup& g) { g.scatter_v(data.data(), counts, data.data(), 1, 0); },
+       "this rank's count 1 differs"},
+      {[&](ProcessGroup& g) {
+         g.scatter_v(data.data(), huge_counts, data.data(), huge_counts[me], 0);
+       },
+       "int count limit"},
+      {[&](ProcessGroup& g) { g.all_gather(data.data(), data.data(), too_many); },
+       "int count limit"},
+      {[&](ProcessGroup& g) {
+         g.reduce_scatter(data.data(), data.data(), too_many, ReduceOp::sum);
+       },
+       "int count limit"},
+  };
+  for (const auto& [call, expected] : bad_calls) {
+    recording->problems.clear();
+    call(fake);
+    BOOST_REQUIRE(recording->problems.size() == 1);
+    const std::string problem = recording->problems.front();
+    BOOST_TEST(problem.find(expected) != std::string::npos, problem << " lacks " << expected);
+    // The MPI backend refuses the same call with exactly the same words.
+    BOOST_CHECK_EXCEPTION(call(mpi), Error,
+                          [&](const Error& error) { return error.message() == problem; });
+  }
+  // Valid calls reach the backend with no problem.
+  recording->problems.clear();
+  fake.all_gather_v(data.data(), 2, data.data(), counts);
+  fake.broadcast(data.data(), 4, n - 1);
+  BOOST_TEST(recording->problems == std::vector<std::string>(2, ""),
+             boost::test_tools::per_element());
 }

@@ -1,11 +1,22 @@
 // Every collective of the MPI ProcessGroup against values each rank computes on its own, for all
-// dtypes, at uneven sizes including zero elements on some ranks.
+// dtypes, at uneven sizes including zero elements on some ranks; strings and on_root built on
+// them; communicators freed with their groups.
 #include <boost/mpl/list.hpp>
 #include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
 #include <numeric>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "device_kind_backend.hpp"
+#include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/core/memory_space.hpp"
 #include "test_values.hpp"
 
 using namespace fsdp;
@@ -280,9 +291,51 @@ BOOST_AUTO_TEST_CASE(async_operations_overlap_and_keep_views_alive) {
   BOOST_TEST(works[1].completed());
 }
 
+// Each rank in turn writes a value into memory its node shares, late (after a sleep), then enters
+// the barrier; every other rank on the node reads the value after leaving it. A barrier that let a
+// rank through before the writer arrived would show the previous round's value.
 BOOST_AUTO_TEST_CASE(barrier_and_default_work) {
   ProcessGroup group = world();
+  MPI_Comm node = MPI_COMM_NULL;
+  BOOST_REQUIRE(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                    &node) == MPI_SUCCESS);
+  int node_rank = 0, node_size = 0;
+  BOOST_REQUIRE(MPI_Comm_rank(node, &node_rank) == MPI_SUCCESS);
+  BOOST_REQUIRE(MPI_Comm_size(node, &node_size) == MPI_SUCCESS);
+  // One int, owned by the node's rank 0, that every rank of the node reads and writes directly.
+  int* mine = nullptr;
+  MPI_Win window = MPI_WIN_NULL;
+  BOOST_REQUIRE(MPI_Win_allocate_shared(node_rank == 0 ? sizeof(int) : 0, sizeof(int),
+                                        MPI_INFO_NULL, node, &mine, &window) == MPI_SUCCESS);
+  MPI_Aint bytes = 0;
+  int unit = 0;
+  volatile int* shared = nullptr;
+  BOOST_REQUIRE(MPI_Win_shared_query(window, 0, &bytes, &unit, &shared) == MPI_SUCCESS);
+  BOOST_REQUIRE(MPI_Win_lock_all(MPI_MODE_NOCHECK, window) == MPI_SUCCESS);
+  if (node_rank == 0) {
+    *shared = 0;
+  }
+  BOOST_REQUIRE(MPI_Win_sync(window) == MPI_SUCCESS);
   group.barrier();
+  for (int writer = 0; writer < node_size; ++writer) {
+    const int value = writer + 1;
+    if (node_rank == writer) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the others are waiting
+      *shared = value;
+      BOOST_REQUIRE(MPI_Win_sync(window) == MPI_SUCCESS);
+    }
+    group.barrier();
+    BOOST_REQUIRE(MPI_Win_sync(window) == MPI_SUCCESS);
+    const int seen = *shared;
+    BOOST_TEST(seen == value, "node rank "
+                                  << node_rank << " read " << seen << " after the barrier; "
+                                  << "node rank " << writer << " wrote " << value << " before it");
+    group.barrier();  // everyone has read before the next writer writes
+  }
+  BOOST_REQUIRE(MPI_Win_unlock_all(window) == MPI_SUCCESS);
+  BOOST_REQUIRE(MPI_Win_free(&window) == MPI_SUCCESS);
+  BOOST_REQUIRE(MPI_Comm_free(&node) == MPI_SUCCESS);
+
   Work done;
   BOOST_TEST(done.completed());
   BOOST_TEST(done.test());
@@ -307,4 +360,382 @@ BOOST_AUTO_TEST_CASE(split_by_parity_and_node_local) {
   ProcessGroup node = group.node_local();  // one node here: every rank
   BOOST_TEST(node.size() == n);
   BOOST_CHECK_THROW(group.split(-1, 0), Error);
+}
+
+// ---- one rank decides, every rank learns the outcome ----
+
+BOOST_AUTO_TEST_CASE(broadcast_string_from_every_root) {
+  ProcessGroup group = world();
+  std::string long_text;
+  for (int i = 0; i < 100003; ++i) {  // not a multiple of the 8-byte words it travels in
+    long_text.push_back(static_cast<char>(i % 251));  // every byte value but a few, '\0' too
+  }
+  for (const std::string& sent : {std::string(), std::string("x"), long_text}) {
+    for (int root = 0; root < group.size(); ++root) {
+      std::string text = group.rank() == root ? sent : std::string("stale text from before");
+      broadcast_string(group, text, root);
+      BOOST_TEST(text.size() == sent.size());
+      BOOST_TEST((text == sent));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(on_root_runs_on_the_root_only_and_returns_its_result_everywhere) {
+  ProcessGroup group = world();
+  for (int root = 0; root < group.size(); ++root) {
+    int runs = 0;
+    const std::string result = on_root(
+        group, "name the root",
+        [&] {
+          ++runs;
+          return "decided by rank " + std::to_string(group.rank());
+        },
+        root);
+    BOOST_TEST(runs == (group.rank() == root ? 1 : 0));
+    BOOST_TEST(result == "decided by rank " + std::to_string(root));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(on_root_failures_reach_every_rank_with_the_same_text) {
+  ProcessGroup group = world();
+  const int root = group.size() - 1;
+  const auto fails_with = [&](const std::function<std::string()>& decide,
+                              const std::string& expected) {
+    bool threw = false;
+    try {
+      on_root(group, "decide", decide, root);
+    } catch (const Error& error) {
+      threw = true;
+      BOOST_TEST(std::string(error.what()) == expected);
+    }
+    BOOST_TEST(threw);
+  };
+  const std::string prefix = "fsdp: rank " + std::to_string(root) + " could not decide: ";
+  // fsdp::Error: its "fsdp: " is not repeated.
+  fails_with([]() -> std::string { throw Error("the disk is full"); }, prefix + "the disk is full");
+  // Any std::exception, not only fsdp::Error.
+  fails_with([]() -> std::string { throw std::runtime_error("no plan fits"); },
+             prefix + "no plan fits");
+  fails_with([]() -> std::string { throw std::runtime_error(""); }, prefix + "unknown error");
+  fails_with([]() -> std::string { throw 42; },
+             prefix + "an exception that is not a std::exception");
+  // The group is still in step afterwards.
+  BOOST_TEST(on_root(
+                 group, "decide", [] { return std::string("fine"); }, root) == "fine");
+}
+
+namespace {
+int freed_communicators = 0;
+int count_free(MPI_Comm, int, void*, void*) {
+  ++freed_communicators;
+  return MPI_SUCCESS;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(groups_free_their_communicators) {
+  // MPI calls an attribute's delete callback when the communicator carrying it is freed.
+  int keyval = MPI_KEYVAL_INVALID;
+  BOOST_REQUIRE(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, count_free, &keyval, nullptr) ==
+                MPI_SUCCESS);
+  freed_communicators = 0;
+  {
+    ProcessGroup group = world();
+    ProcessGroup half = group.split(group.rank() % 2, 0);
+    ProcessGroup node = group.node_local();
+    for (const ProcessGroup* g : {&group, &half, &node}) {
+      BOOST_REQUIRE(MPI_Comm_set_attr(g->mpi_comm(), keyval, nullptr) == MPI_SUCCESS);
+    }
+    ProcessGroup copy = group;  // copies share the communicator: freed once, with the last one
+    BOOST_TEST(freed_communicators == 0);
+  }
+  BOOST_TEST(freed_communicators == 3);
+  MPI_Comm_free_keyval(&keyval);
+}
+
+// ---- transport: what carries the bytes, staging through host buffers, instance fences ----
+
+namespace {
+
+ProcessGroup staged_world() {
+  CollectiveOptions options = CollectiveOptions::from_environment();
+  options.stage_host_buffers = true;
+  return ProcessGroup(MPI_COMM_WORLD, options);
+}
+
+// Sets an environment variable for one scope, and restores what was there.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+      had_ = true;
+    }
+    setenv(name, value, 1);
+  }
+  ~ScopedEnvironment() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+template <class T>
+using HostView = Kokkos::View<T*, Kokkos::HostSpace>;
+
+template <class T>
+HostView<T> filled(const char* label, std::size_t count, int rank) {
+  HostView<T> view(std::string(label), count);
+  for (std::size_t i = 0; i < count; ++i) {
+    view(i) = make<T>(value_of(rank, i));
+  }
+  return view;
+}
+
+// What a receiving View holds before the collective: never a result of one.
+template <class T>
+HostView<T> stale(const char* label, std::size_t count) {
+  HostView<T> view(std::string(label), count);
+  Kokkos::deep_copy(view, make<T>(-7));
+  return view;
+}
+
+template <class T>
+void check_same(const HostView<T>& staged, const HostView<T>& direct, const char* operation) {
+  BOOST_TEST_REQUIRE(staged.size() == direct.size());
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    BOOST_TEST(as_double(staged(i)) == as_double(direct(i)), operation << " element " << i);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_mpi_group_reports_its_transport) {
+  ProcessGroup group = world();
+  if (kHostAccessible) {
+    BOOST_TEST((group.transport() == Transport::mpi_host));
+    BOOST_TEST(std::string(group.transport_name()) == "MPI (host memory)");
+  } else {
+    BOOST_TEST((group.transport() ==
+                (mpi_is_cuda_aware() ? Transport::mpi_device : Transport::mpi_staged)));
+  }
+  group.require_transport_for_buffers();
+  BOOST_TEST(group.staged_bytes() == 0u);
+
+  // Forced staging is what the group reports, and what its sub-groups inherit.
+  ProcessGroup staged = staged_world();
+  BOOST_TEST((staged.transport() == Transport::mpi_staged));
+  BOOST_TEST(std::string(staged.transport_name()) == "MPI through pinned host staging buffers");
+  BOOST_TEST((staged.split(0, group.rank()).transport() == Transport::mpi_staged));
+  BOOST_TEST((group.split(0, group.rank()).transport() == group.transport()));
+}
+
+BOOST_AUTO_TEST_CASE(a_device_backend_refuses_host_buffers_when_asked_not_when_made) {
+  // Making the group succeeds: groups exist before anything is sharded over them.
+  ProcessGroup group(std::make_shared<fsdp::test::DeviceKindBackend>(world().backend()));
+  if (!kHostAccessible) {
+    BOOST_TEST((group.transport() == Transport::nccl));
+    return;
+  }
+  const auto says_what_to_do = [](const Error& error) {
+    const std::string text = error.what();
+    return text.find("fsdp: ") == 0 && text.find("moves device memory only") != std::string::npos &&
+           text.find("ProcessGroup(comm)") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION(group.transport(), Error, says_what_to_do);
+  BOOST_CHECK_EXCEPTION(group.transport_name(), Error, says_what_to_do);
+  BOOST_CHECK_EXCEPTION(group.require_transport_for_buffers(), Error, says_what_to_do);
+  // Its pointer collectives still work: only fsdp's own buffers are refused.
+  std::int64_t value = 1;
+  group.all_reduce(&value, 1);
+  BOOST_TEST(value == group.size());
+}
+
+BOOST_AUTO_TEST_CASE(transport_switches_come_from_the_environment) {
+  {
+    ScopedEnvironment stage("FSDP_STAGE_HOST_BUFFERS", "1");
+    BOOST_TEST(CollectiveOptions::from_environment().stage_host_buffers);
+    BOOST_TEST((ProcessGroup(MPI_COMM_WORLD).transport() == Transport::mpi_staged));
+  }
+  {
+    ScopedEnvironment stage("FSDP_STAGE_HOST_BUFFERS", "0");
+    BOOST_TEST(!CollectiveOptions::from_environment().stage_host_buffers);
+  }
+  {
+    ScopedEnvironment stage("FSDP_STAGE_HOST_BUFFERS", "sometimes");
+    BOOST_CHECK_EXCEPTION(CollectiveOptions::from_environment(), Error, [](const Error& e) {
+      return std::string(e.what()) ==
+             "fsdp: FSDP_STAGE_HOST_BUFFERS='sometimes' is not understood; use 1 or 0";
+    });
+  }
+  for (const char* value : {"0", "1"}) {
+    ScopedEnvironment aware("FSDP_MPI_CUDA_AWARE", value);
+    BOOST_TEST(mpi_is_cuda_aware() == (value[0] == '1'));
+  }
+  ScopedEnvironment aware("FSDP_MPI_CUDA_AWARE", "yes");
+  BOOST_CHECK_THROW(mpi_is_cuda_aware(), Error);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(staged_view_collectives_match_direct_ones, T, AllTypes) {
+  ProcessGroup direct = world();
+  ProcessGroup staged = staged_world();
+  const int n = direct.size();
+  const int rank = direct.rank();
+  const std::size_t count = 37;
+  std::uint64_t expected_bytes = 0;  // staged copies: every send in, every receive back
+
+  {
+    auto send = filled<T>("send", count, rank);
+    auto want = stale<T>("want", count * n);
+    auto got = stale<T>("got", count * n);
+    direct.all_gather(send, want);
+    staged.all_gather(send, got);
+    check_same(got, want, "all_gather");
+    expected_bytes += (count + count * n) * sizeof(T);
+  }
+  {
+    std::vector<std::size_t> counts(n);
+    for (int r = 0; r < n; ++r) {
+      counts[r] = static_cast<std::size_t>((r * 3 + 1) % 4) * 5;  // 5, 0, 15, 10
+    }
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    auto send = filled<T>("send", counts[rank], rank);
+    auto want = stale<T>("want", total);
+    auto got = stale<T>("got", total);
+    direct.all_gather_v(send, want, counts);
+    staged.all_gather_v(send, got, counts);
+    check_same(got, want, "all_gather_v");
+    expected_bytes += (counts[rank] + total) * sizeof(T);
+  }
+  {
+    auto send = filled<T>("send", count * n, rank);
+    auto want = stale<T>("want", count);
+    auto got = stale<T>("got", count);
+    direct.reduce_scatter(send, want, ReduceOp::sum);
+    staged.reduce_scatter(send, got, ReduceOp::sum);
+    check_same(got, want, "reduce_scatter");
+    expected_bytes += (count * n + count) * sizeof(T);
+  }
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+    auto want = filled<T>("want", count, rank);
+    auto got = filled<T>("got", count, rank);
+    direct.all_reduce(want, op);
+    staged.all_reduce(got, op);
+    check_same(got, want, "all_reduce");
+    expected_bytes += 2 * count * sizeof(T);
+  }
+  for (int root = 0; root < n; ++root) {
+    auto want = filled<T>("want", count, rank);
+    auto got = filled<T>("got", count, rank);
+    direct.broadcast(want, root);
+    staged.broadcast(got, root);
+    check_same(got, want, "broadcast");
+    expected_bytes += count * sizeof(T);  // out of the root, or back into the others
+  }
+  BOOST_TEST(staged.staged_bytes() == expected_bytes);
+  BOOST_TEST(direct.staged_bytes() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(staged_async_results_are_in_place_when_test_or_wait_reports_completion) {
+  ProcessGroup group = staged_world();
+  const int n = group.size();
+  const int rank = group.rank();
+  const std::size_t count = 1 << 12;
+  const std::vector<std::size_t> counts(n, count);
+  for (const bool by_test : {true, false}) {
+    auto send = filled<float>("send", count, rank);
+    auto gathered = stale<float>("gathered", count * n);
+    auto gathered_v = stale<float>("gathered_v", count * n);
+    auto scattered = stale<float>("scattered", count);
+    auto reduced = filled<float>("reduced", count, rank);
+    auto broadcast = filled<float>("broadcast", count, rank);
+    auto wide = filled<float>("wide", count * n, rank);
+    std::vector<Work> works;
+    works.push_back(group.all_gather_async(send, gathered));
+    works.push_back(group.all_gather_v_async(send, gathered_v, counts));
+    works.push_back(group.reduce_scatter_async(wide, scattered, ReduceOp::sum));
+    works.push_back(group.all_reduce_async(reduced, ReduceOp::sum));
+    works.push_back(group.broadcast_async(broadcast, n - 1));
+    if (by_test) {
+      // Results are read as soon as test() says so, without any wait().
+      for (bool all = false; !all;) {
+        all = true;
+        for (Work& work : works) {
+          all = work.test() && all;
+        }
+      }
+    } else {
+      wait_all(works);
+    }
+    for (int r = 0; r < n; ++r) {
+      for (std::size_t i = 0; i < count; i += 97) {
+        BOOST_TEST(gathered(r * count + i) == value_of(r, i));
+        BOOST_TEST(gathered_v(r * count + i) == value_of(r, i));
+      }
+    }
+    for (std::size_t i = 0; i < count; i += 97) {
+      double column = 0, sum = 0;
+      for (int r = 0; r < n; ++r) {
+        column += value_of(r, rank * count + i);
+        sum += value_of(r, i);
+      }
+      BOOST_TEST(scattered(i) == column);
+      BOOST_TEST(reduced(i) == sum);
+      BOOST_TEST(broadcast(i) == value_of(n - 1, i));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(view_collectives_take_the_instance_that_wrote_the_views) {
+  // The instance is the last argument of every View form, blocking and async, staged or not.
+  for (ProcessGroup group : {world(), staged_world()}) {
+    const int n = group.size();
+    const Kokkos::DefaultHostExecutionSpace instance;
+    HostView<double> send("send", 8);
+    const int rank = group.rank();
+    Kokkos::parallel_for("fill",
+                         Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(instance, 0, 8),
+                         [=](int i) { send(i) = rank + i; });
+    HostView<double> recv("recv", 8 * n);
+    group.all_gather(send, recv, instance);
+    BOOST_TEST(recv(8 * (n - 1) + 3) == n - 1 + 3);
+    group.all_gather_v(send, recv, std::vector<std::size_t>(n, 8), instance);
+    BOOST_TEST(recv(8 * (n - 1) + 3) == n - 1 + 3);
+    group.reduce_scatter(recv, send, ReduceOp::max, instance);  // every rank's recv is the same
+    BOOST_TEST(send(3) == group.rank() + 3);
+    group.all_reduce(send, ReduceOp::sum, instance);
+    const double sum = n * (n - 1) / 2 + 3 * n;
+    BOOST_TEST(send(3) == sum);
+    group.broadcast_async(send, 0, instance).wait();
+    group.all_reduce_async(send, ReduceOp::min, instance).wait();
+    BOOST_TEST(send(3) == sum);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_batch_runs_its_collectives_and_reports_failures) {
+  ProcessGroup group = world();
+  const int n = group.size();
+  auto send = filled<float>("send", 16, group.rank());
+  auto recv = stale<float>("recv", 16 * n);
+  auto sum = filled<float>("sum", 16, group.rank());
+  std::vector<Work> works;
+  group.batch([&] {
+    works.push_back(group.all_gather_async(send, recv));
+    works.push_back(group.all_reduce_async(sum, ReduceOp::sum));
+  });
+  wait_all(works);
+  double expected = 0;
+  for (int r = 0; r < n; ++r) {
+    BOOST_TEST(recv(r * 16 + 5) == value_of(r, 5));
+    expected += value_of(r, 5);
+  }
+  BOOST_TEST(sum(5) == expected);
+  BOOST_CHECK_THROW(group.batch([] { throw Error("inside the batch"); }), Error);
+  group.barrier();  // still usable
 }

@@ -1,11 +1,13 @@
 // Forward and backward scopes with prefetch: training through them matches unsharded training for
-// several prefetch limits, never holds more units than the limit, prefetches when allowed, and
-// turns misuse into clear errors.
+// several prefetch limits and for every optimizer by name, never holds more units than the limit,
+// prefetches when allowed, turns misuse into clear errors of the right kind that change nothing,
+// and hands a failed gather to the caller with the units still usable.
 #include <boost/test/unit_test.hpp>
 
 #include "../unit/reference_training.hpp"
 #include "error_message.hpp"
 #include "fsdp/optim/adam.hpp"
+#include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
 
@@ -21,6 +23,18 @@ void init_from_reference(ShardedModel<T>& model) {
   for (const ParameterInfo& p : model.plan().parameters()) {
     model.init_from_full(p.name, initial_values<T>(p).data());
   }
+}
+
+// Predicate for BOOST_CHECK_EXCEPTION: an Error of this kind whose message contains text.
+auto error_of(ErrorKind kind, const std::string& text) {
+  return [kind, text](const Error& error) {
+    if (error.kind() != kind) {
+      BOOST_TEST_MESSAGE("kind was " << name_of(error.kind()) << ", expected " << name_of(kind)
+                                     << ": " << error.what());
+      return false;
+    }
+    return message_has(text)(error);
+  };
 }
 
 int units_not_sharded(ShardedModel<double>& model) {
@@ -59,8 +73,8 @@ int scoped_step(Runtime<double>& runtime, ShardedModel<double>& model) {
   return most;
 }
 
-ShardedModel<double> make_model(const Strategy& strategy) {
-  ProcessGroup group(MPI_COMM_WORLD);
+ShardedModel<double> make_model(const Strategy& strategy,
+                                ProcessGroup group = ProcessGroup(MPI_COMM_WORLD)) {
   auto maker = make_strategy(strategy.name, strategy.options);
   ShardedModel<double> model(group, agree_on_plan(*maker, tiny_mlp_parameters<double>(), group));
   init_from_reference(model);
@@ -144,21 +158,182 @@ BOOST_AUTO_TEST_CASE(begin_end_calls_for_c_and_fortran) {
   }
   runtime.finish_step();
   BOOST_TEST(model.has_grads());
-  runtime.gather_multiple_async({"l0", "l1"});
+}
+
+// The units asked for are gathering or gathered right after the call (the others untouched), and
+// their whole parameters arrive; release_multiple shards them again.
+void check_gather_and_release_multiple(Runtime<double>& runtime, ShardedModel<double>& model) {
+  const std::int64_t gathers = runtime.stats().gathers;
+  runtime.gather_multiple_async({"l0", "l1", "l0"});
+  BOOST_TEST(runtime.stats().gathers == gathers + 2);
+  BOOST_TEST((model.unit("l2").state() == UnitState::sharded));
   runtime.progress();
-  for (const char* unit : {"l0", "l1"}) {
-    if (model.unit(unit).state() == UnitState::gathering) {
-      model.unit(unit).wait_gather();
+  for (const char* name : {"l0", "l1"}) {
+    ShardedUnit<double>& unit = model.unit(name);
+    BOOST_TEST((unit.state() != UnitState::sharded), name << " is not gathering after the call");
+    if (unit.state() == UnitState::gathering) {
+      unit.wait_gather();
+    }
+    for (const ParameterInfo& p : model.plan().parameters()) {
+      if (p.unit() == name) {
+        const auto full = unit.parameter(p.name).full();
+        const std::vector<double> expected = initial_values<double>(p);
+        BOOST_TEST(std::vector<double>(full.data(), full.data() + full.size()) == expected,
+                   boost::test_tools::per_element());
+      }
     }
   }
+  runtime.gather_multiple_async({"l0"});  // already gathered: nothing to start
+  BOOST_TEST(runtime.stats().gathers == gathers + 2);
   runtime.release_multiple({"l0", "l1"});
   BOOST_TEST(units_not_sharded(model) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(gather_multiple_async_gathers_and_release_multiple_releases) {
+  ShardedModel<double> model = make_model(strategies()[0]);
+  Runtime<double> runtime(model, kOrder);
+  runtime.gather_multiple_async({});
+  BOOST_TEST(units_not_sharded(model) == 0);
+  check_gather_and_release_multiple(runtime, model);
+  BOOST_CHECK_EXCEPTION(runtime.gather_multiple_async({"l0", "l9"}), Error,
+                        error_of(ErrorKind::unknown_name, "unknown unit 'l9'"));
+  BOOST_TEST(units_not_sharded(model) == 0);  // checked every name before starting any gather
+  runtime.gather_multiple_async({"l1"});
+  BOOST_CHECK_EXCEPTION(runtime.release_multiple({"l0", "l1"}), Error,
+                        error_of(ErrorKind::state, "while it is gathering"));
+  model.unit("l1").wait_gather();
+  runtime.release_multiple({"l1"});
+  BOOST_TEST(units_not_sharded(model) == 0);
+}
+
+// A gather that fails inside the runtime: rank 0 asks for l0 while the other ranks ask for l1,
+// whose pieces have another size. With collective checks on, every rank's all_gather is refused
+// before it starts; the error reaches every caller, the units stay sharded, and the same runtime
+// gathers, releases and trains afterwards.
+BOOST_AUTO_TEST_CASE(a_failed_gather_reaches_the_caller_and_leaves_the_units_usable) {
+  if (ProcessGroup(MPI_COMM_WORLD).size() < 2) {
+    BOOST_TEST_MESSAGE("ranks that disagree need 2 ranks or more");
+    return;
+  }
+  CollectiveOptions checked;
+  checked.check_arguments = true;
+  checked.timeout_s = 60;
+  ShardedModel<double> model = make_model(strategies()[0], ProcessGroup(MPI_COMM_WORLD, checked));
+  Runtime<double> runtime(model, kOrder);
+  const std::string mine = model.group().rank() == 0 ? "l0" : "l1";
+  BOOST_CHECK_EXCEPTION(runtime.gather_multiple_async({mine}), Error, [](const Error& error) {
+    return error.kind() == ErrorKind::mismatch &&
+           message_has("ranks disagree on collective")(error);
+  });
+  BOOST_TEST(units_not_sharded(model) == 0);
+  BOOST_TEST(runtime.stats().gathers == 0);
+  check_gather_and_release_multiple(runtime, model);
+  scoped_step(runtime, model);
+  BOOST_TEST(model.has_grads());
+  BOOST_TEST(units_not_sharded(model) == 0);
+}
+
+// A call refused for its order or its names leaves everything as it was (units, statistics,
+// phase), and the expected call still works.
+BOOST_AUTO_TEST_CASE(a_refused_call_changes_nothing) {
+  ShardedModel<double> model = make_model(strategies()[0]);
+  Runtime<double> runtime(model, kOrder);
+  const auto refused = [&](auto call, ErrorKind kind, const std::string& text) {
+    std::vector<UnitState> states;
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      states.push_back(model.unit(u).state());
+    }
+    const RuntimeStats before = runtime.stats();
+    BOOST_CHECK_EXCEPTION(call(), Error, error_of(kind, text));
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      BOOST_TEST((model.unit(u).state() == states[u]), "unit " << u << " changed state");
+    }
+    BOOST_TEST(runtime.stats().scopes == before.scopes);
+    BOOST_TEST(runtime.stats().gathers == before.gathers);
+  };
+  refused([&] { runtime.end_forward("l0"); }, ErrorKind::order, "no scope is open");
+  refused([&] { runtime.begin_backward("l2"); }, ErrorKind::order, "after 0 of 3 forward");
+  refused([&] { runtime.finish_step(); }, ErrorKind::order, "after 0 of 3 forward");
+  refused([&] { runtime.begin_forward("l9"); }, ErrorKind::unknown_name, "unknown unit 'l9'");
+  refused([&] { runtime.full("l0.w"); }, ErrorKind::state, "with no scope open");
+  runtime.begin_forward("l0");
+  refused([&] { runtime.begin_forward("l1"); }, ErrorKind::order,
+          "while the forward scope of 'l0' is open");
+  refused([&] { runtime.end_forward("l1"); }, ErrorKind::order,
+          "the forward scope of 'l0' is open");
+  refused([&] { runtime.grad("l0.w"); }, ErrorKind::state, "gradients are written in backward");
+  refused([&] { runtime.full("l1.w"); }, ErrorKind::state, "open its own unit's scope");
+  refused([&] { runtime.full("l7.w"); }, ErrorKind::unknown_name, "no parameter 'l7.w'");
+  refused([&] { runtime.release_multiple({"l0"}); }, ErrorKind::state, "is open");
+  BOOST_TEST(runtime.full("l0.w").size() == 35u);
+  runtime.end_forward("l0");
+  runtime.begin_forward("l1");
+  runtime.end_forward("l1");
+  runtime.begin_forward("l2");
+  runtime.end_forward("l2");
+  refused([&] { runtime.begin_forward("l0"); }, ErrorKind::order,
+          "every forward scope already ran");
+  // Refused at the turn from forward to backward: still in forward, so an evaluation step ends.
+  refused([&] { runtime.begin_backward("l0"); }, ErrorKind::order, "expected 'l2'");
+  runtime.finish_step();
+  BOOST_TEST(units_not_sharded(model) == 0);
+  scoped_step(runtime, model);
+  BOOST_TEST(model.has_grads());
+}
+
+// Every optimizer by name trains like its rule written out in the reference, with settings that
+// differ from the defaults; an unknown name lists the known ones.
+BOOST_AUTO_TEST_CASE(optimizers_by_name_match_the_reference_rules) {
+  OptimizerSettings settings;
+  settings.lr = 0.05;
+  settings.weight_decay = 0.02;
+  settings.momentum = 0.8;
+  settings.nesterov = true;
+  settings.beta1 = 0.8;
+  settings.beta2 = 0.99;
+  settings.eps = 1e-6;
+  OptimizerSetup setup;
+  setup.sgd = SgdOptions{settings.lr, settings.momentum, 0.0, true, settings.weight_decay};
+  setup.adam.lr = settings.lr;
+  setup.adam.beta1 = settings.beta1;
+  setup.adam.beta2 = settings.beta2;
+  setup.adam.eps = settings.eps;
+  setup.adam.weight_decay = settings.weight_decay;
+  BOOST_TEST(optimizer_names() == (std::vector<std::string>{"sgd", "adam", "adamw"}),
+             boost::test_tools::per_element());
+  const std::map<std::string, OptimizerKind> kinds = {{"sgd", OptimizerKind::sgd_momentum},
+                                                      {"adam", OptimizerKind::adam},
+                                                      {"adamw", OptimizerKind::adamw}};
+  for (const std::string& name : optimizer_names()) {
+    setup.kind = name;
+    ShardedModel<double> model = make_model(strategies()[0]);
+    Runtime<double> runtime(model, kOrder);
+    Optimizer<double> optimizer(name, settings);
+    BOOST_TEST(optimizer.name() == name);
+    BOOST_TEST((optimizer.kind() == kinds.at(name)));
+    Reference<double> reference;
+    for (int step = 0; step < 3; ++step) {
+      scoped_step(runtime, model);
+      optimizer.step(model);
+      model.zero_grad();
+      reference.train_step(setup);
+    }
+    const double difference = largest_relative_difference(model, reference);
+    BOOST_TEST(difference <= 1e-9, name << ": " << difference);
+  }
+  OptimizerSettings plain;
+  BOOST_TEST((Optimizer<double>("sgd", plain).kind() == OptimizerKind::sgd));
+  BOOST_CHECK_EXCEPTION(
+      Optimizer<double>("lamb", plain), Error,
+      error_of(ErrorKind::usage, "unknown optimizer 'lamb'; use sgd, adam or adamw"));
+  plain.lr = -1;
+  BOOST_CHECK_EXCEPTION(Optimizer<float>("adamw", plain), Error, message_has("lr must be >= 0"));
 }
 
 BOOST_AUTO_TEST_CASE(misuse_is_a_clear_error) {
   ShardedModel<double> model = make_model(strategies()[0]);
   BOOST_CHECK_EXCEPTION(Runtime<double>(model, {"l0", "l1", "l9"}), Error,
-                        message_has("no unit 'l9'"));
+                        error_of(ErrorKind::unknown_name, "names unit 'l9', which the model"));
   BOOST_CHECK_EXCEPTION(Runtime<double>(model, {"l0", "l1", "l1"}), Error,
                         message_has("'l1' appears twice"));
   BOOST_CHECK_EXCEPTION(Runtime<double>(model, {"l0", "l2"}), Error,
@@ -169,7 +344,7 @@ BOOST_AUTO_TEST_CASE(misuse_is_a_clear_error) {
                         message_has("opened out of order: expected 'l0'"));
   runtime.begin_forward("l0");
   BOOST_CHECK_EXCEPTION(runtime.begin_forward("l1"), Error,
-                        message_has("while the scope of 'l0' is still open"));
+                        error_of(ErrorKind::order, "while the forward scope of 'l0' is open"));
   BOOST_CHECK_EXCEPTION(runtime.finish_step(), Error, message_has("scope of 'l0' still open"));
   runtime.end_forward("l0");
   BOOST_CHECK_EXCEPTION(runtime.begin_backward("l0"), Error,
@@ -191,8 +366,11 @@ BOOST_AUTO_TEST_CASE(misuse_is_a_clear_error) {
     throw std::runtime_error("user code failed");
   } catch (const std::runtime_error&) {
   }
-  BOOST_CHECK_EXCEPTION(runtime.begin_backward("l0"), Error,
-                        message_has("backward scope of 'l1' was left by an exception"));
+  BOOST_CHECK_EXCEPTION(
+      runtime.begin_backward("l0"), Error,
+      error_of(ErrorKind::state, "backward scope of 'l1' was left by an exception"));
+  BOOST_CHECK_EXCEPTION(runtime.finish_step(), Error,
+                        error_of(ErrorKind::state, "cannot continue this step"));
   RuntimeOptions bad;
   bad.max_gathered_units = 0;
   BOOST_CHECK_EXCEPTION(Runtime<double>(model, kOrder, bad), Error,

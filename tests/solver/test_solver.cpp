@@ -1,10 +1,12 @@
-// The auto-sharding solver: the seed's worked example, the cost model's formulas, propagation,
+// The auto-sharding solver: the worked matmul example, the cost model's formulas, propagation,
 // conflicts, optimality against the exact solver, agreement across ranks, malformed graphs.
 #include <boost/test/unit_test.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fsdp/comm/process_group.hpp"
@@ -64,7 +66,7 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(seed_worked_example) {
+BOOST_AUTO_TEST_CASE(matmul_worked_example) {
   const Graph graph = seed_example();
   SimpleSolver solver(machine_with(8));
   const auto candidates = solver.seed_candidates(graph, graph.index_of("C"));
@@ -78,9 +80,9 @@ BOOST_AUTO_TEST_CASE(seed_worked_example) {
   }
   // Only the contraction split needs communication: an all-reduce of the 1024 x 2048 fp32 output,
   // 8 MiB, of which each device sends 2 * 7/8.
-  BOOST_TEST(int(candidates[0].communication.collective) == int(Collective::none));
-  BOOST_TEST(int(candidates[2].communication.collective) == int(Collective::none));
-  BOOST_TEST(int(candidates[1].communication.collective) == int(Collective::all_reduce));
+  BOOST_TEST(int(candidates[0].communication.collective) == int(LayoutCollective::none));
+  BOOST_TEST(int(candidates[2].communication.collective) == int(LayoutCollective::none));
+  BOOST_TEST(int(candidates[1].communication.collective) == int(LayoutCollective::all_reduce));
   BOOST_TEST(candidates[1].communication.buffer_bytes == 8.0 * 1024 * 1024);
   BOOST_TEST(candidates[1].communication.traffic_bytes == 2.0 * 7 / 8 * 8 * 1024 * 1024);
   BOOST_TEST(candidates[1].total_s() > candidates[0].total_s());
@@ -100,22 +102,23 @@ BOOST_AUTO_TEST_CASE(seed_worked_example) {
 BOOST_AUTO_TEST_CASE(collective_formulas) {
   const Machine m = machine_with(4);
   const double bytes = 1 << 20;
-  const Transfer ar = collective_cost(Collective::all_reduce, bytes, m);
+  const Transfer ar = collective_cost(LayoutCollective::all_reduce, bytes, m);
   BOOST_TEST(ar.traffic_bytes == 2.0 * 3 / 4 * bytes);
   BOOST_TEST(ar.seconds == ar.traffic_bytes / m.link_bytes_per_s + m.collective_latency_s);
-  BOOST_TEST(collective_cost(Collective::all_gather, bytes, m).traffic_bytes == 0.75 * bytes);
-  BOOST_TEST(collective_cost(Collective::reduce_scatter, bytes, m).traffic_bytes == 0.75 * bytes);
-  BOOST_TEST(collective_cost(Collective::all_to_all, bytes, m).traffic_bytes == 0.75 * bytes);
-  BOOST_TEST(collective_cost(Collective::all_reduce, bytes, machine_with(1)).seconds == 0.0);
+  BOOST_TEST(collective_cost(LayoutCollective::all_gather, bytes, m).traffic_bytes == 0.75 * bytes);
+  BOOST_TEST(collective_cost(LayoutCollective::reduce_scatter, bytes, m).traffic_bytes ==
+             0.75 * bytes);
+  BOOST_TEST(collective_cost(LayoutCollective::all_to_all, bytes, m).traffic_bytes == 0.75 * bytes);
+  BOOST_TEST(collective_cost(LayoutCollective::all_reduce, bytes, machine_with(1)).seconds == 0.0);
 
   using S = ShardingSpec;
   const auto kind = [&](S from, S to) { return int(reshard_cost(from, to, bytes, m).collective); };
-  BOOST_TEST(kind(S::partial(), S::replicated()) == int(Collective::all_reduce));
-  BOOST_TEST(kind(S::partial(), S::sharded(1)) == int(Collective::reduce_scatter));
-  BOOST_TEST(kind(S::sharded(0), S::replicated()) == int(Collective::all_gather));
-  BOOST_TEST(kind(S::sharded(0), S::sharded(1)) == int(Collective::all_to_all));
-  BOOST_TEST(kind(S::replicated(), S::sharded(1)) == int(Collective::none));
-  BOOST_TEST(kind(S::sharded(1), S::sharded(1)) == int(Collective::none));
+  BOOST_TEST(kind(S::partial(), S::replicated()) == int(LayoutCollective::all_reduce));
+  BOOST_TEST(kind(S::partial(), S::sharded(1)) == int(LayoutCollective::reduce_scatter));
+  BOOST_TEST(kind(S::sharded(0), S::replicated()) == int(LayoutCollective::all_gather));
+  BOOST_TEST(kind(S::sharded(0), S::sharded(1)) == int(LayoutCollective::all_to_all));
+  BOOST_TEST(kind(S::replicated(), S::sharded(1)) == int(LayoutCollective::none));
+  BOOST_TEST(kind(S::sharded(1), S::sharded(1)) == int(LayoutCollective::none));
   // all-to-all moves each device's shard: (N-1)/N of bytes / N.
   BOOST_TEST(reshard_cost(S::sharded(0), S::sharded(1), bytes, m).buffer_bytes == bytes / 4);
   BOOST_CHECK_THROW(machine_with(0).validate(), Error);
@@ -190,7 +193,7 @@ BOOST_AUTO_TEST_CASE(partial_sums_flow_through_linear_ops_and_are_reduced_once) 
   BOOST_TEST(solution.node("mlp_down").strategy == "split contracting (K)");
   BOOST_TEST(solution.node("mlp_down").output_spec.is_partial());
   const NodeSolution& out = solution.node("y");
-  BOOST_TEST(int(out.transfers[0].transfer.collective) == int(Collective::reduce_scatter));
+  BOOST_TEST(int(out.transfers[0].transfer.collective) == int(LayoutCollective::reduce_scatter));
   BOOST_TEST(out.communication_s > 0.0);
   BOOST_TEST(solution.resharding_s == 0.0);
   BOOST_TEST(solution.total_s == ExactSolver(machine_with(8)).solve(graph).total_s);
@@ -206,8 +209,8 @@ BOOST_AUTO_TEST_CASE(conflict_resolved_by_lower_total_cost) {
   const Solution solution = solver.solve(graph);
   const NodeSolution& sum = solution.node("sum");
   BOOST_TEST(sum.output_spec.to_string(2) == "[S,R]");
-  BOOST_TEST(int(sum.transfers[0].transfer.collective) == int(Collective::none));
-  BOOST_TEST(int(sum.transfers[1].transfer.collective) == int(Collective::all_gather));
+  BOOST_TEST(int(sum.transfers[0].transfer.collective) == int(LayoutCollective::none));
+  BOOST_TEST(int(sum.transfers[1].transfer.collective) == int(LayoutCollective::all_gather));
   BOOST_TEST(sum.transfers[1].transfer.buffer_bytes == 4096.0 * 4);
   BOOST_TEST(solver.stats().conflicts >= 1);
   BOOST_TEST(solution.total_s == ExactSolver(machine_with(8)).solve(graph).total_s);
@@ -307,6 +310,47 @@ BOOST_AUTO_TEST_CASE(reshape_keeps_a_surviving_cut) {
                       fp32_node("r", "reshape", {"x"}, {2, 4, 8, 8}),
                       fp32_node("out", "output", {"r"})});
   BOOST_TEST(SimpleSolver(machine_with(16)).solve(narrow).resharding_s > 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(op_names_aliases_and_kinds) {
+  const std::vector<std::pair<OpKind, std::string>> kinds = {
+      {OpKind::input, "input"},
+      {OpKind::parameter, "parameter"},
+      {OpKind::output, "output"},
+      {OpKind::matmul, "matmul"},
+      {OpKind::batched_matmul, "batched_matmul"},
+      {OpKind::unary, "unary"},
+      {OpKind::binary, "binary"},
+      {OpKind::reduce, "reduce"},
+      {OpKind::transpose, "transpose"},
+      {OpKind::reshape, "reshape"},
+      {OpKind::softmax, "softmax"},
+      {OpKind::layer_norm, "layer_norm"}};
+  for (const auto& [kind, name] : kinds) {
+    BOOST_TEST(name_of(kind) == name);
+  }
+  // Aliases become the canonical name; linear ops (partial sums pass through) are marked.
+  NodeDecl sum = fp32_node("s", "sum", {"m"});
+  sum.axes = {0};
+  NodeDecl peak = fp32_node("p", "max", {"s"});
+  peak.axes = {0};
+  const Graph graph({fp32_node("x", "input", {}, {2, 4, 8}),
+                     fp32_node("w", "weight", {}, {2, 8, 4}), fp32_node("b", "bmm", {"x", "w"}),
+                     fp32_node("n", "layernorm", {"b"}), fp32_node("m", "mul", {"n", "n"}), sum,
+                     peak, fp32_node("out", "output", {"p"})});
+  const std::vector<std::tuple<std::string, std::string, OpKind, bool>> expected = {
+      {"w", "parameter", OpKind::parameter, false},
+      {"b", "batched_matmul", OpKind::batched_matmul, false},
+      {"n", "layer_norm", OpKind::layer_norm, false},
+      {"m", "mul", OpKind::binary, true},
+      {"s", "reduce_sum", OpKind::reduce, true},
+      {"p", "reduce_max", OpKind::reduce, false}};
+  for (const auto& [id, op, kind, linear] : expected) {
+    const Node& node = graph.node(graph.index_of(id));
+    BOOST_TEST(node.op == op);
+    BOOST_TEST(int(node.kind) == int(kind));
+    BOOST_TEST(node.linear == linear, id << " linear");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(graph_json_round_trip) {

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 #include <numeric>
 
+#include "device_kind_backend.hpp"
 #include "error_message.hpp"
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/sgd.hpp"
@@ -137,6 +138,22 @@ BOOST_AUTO_TEST_CASE(plans_that_do_not_fit_are_rejected) {
   AdamOptions bad;
   bad.beta2 = 1.0;
   BOOST_CHECK_EXCEPTION(Adam<double>{bad}, Error, message_has("betas must lie in [0, 1)"));
+}
+
+BOOST_AUTO_TEST_CASE(a_model_refuses_a_group_that_cannot_move_its_buffers) {
+  // A group whose backend moves device memory only (NCCL), under a model whose buffers are in
+  // host memory (this build's Kokkos): refused when the model is made, saying what to do.
+  ProcessGroup device_group(
+      std::make_shared<DeviceKindBackend>(ProcessGroup(MPI_COMM_WORLD).backend()));
+  const auto plan =
+      make_strategy("full")->make_plan(tiny_mlp_parameters<double>(), device_group.size());
+  if (!kHostAccessible) {
+    BOOST_TEST(ShardedModel<double>(device_group, plan).unit_count() > 0);
+    return;
+  }
+  BOOST_CHECK_EXCEPTION(ShardedModel<double>(device_group, plan), Error,
+                        message_has("moves device memory only; make the group with "
+                                    "ProcessGroup(comm) (MPI)"));
 }
 
 BOOST_AUTO_TEST_CASE(optimizer_state_counts_and_empty_pieces_are_skipped) {

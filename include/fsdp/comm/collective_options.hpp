@@ -12,9 +12,14 @@ struct CollectiveOptions {
   // Seconds a rank waits for a collective to complete before it raises fsdp::Error naming the
   // operation and the ranks that did not arrive. 0 waits forever. FSDP_COLLECTIVE_TIMEOUT_S.
   double timeout_s = 600.0;
+  // Copy host Views through staging buffers too, as device Views are when the MPI library cannot
+  // read device memory: makes the staging path run (and testable) on a machine without a GPU.
+  // MPI groups only. FSDP_STAGE_HOST_BUFFERS.
+  bool stage_host_buffers = false;
 
-  // The defaults above, overridden by FSDP_CHECK_COLLECTIVES (0/1) and FSDP_COLLECTIVE_TIMEOUT_S
-  // (seconds); a malformed value is an error that says what is accepted.
+  // The defaults above, overridden by FSDP_CHECK_COLLECTIVES (0/1), FSDP_COLLECTIVE_TIMEOUT_S
+  // (seconds) and FSDP_STAGE_HOST_BUFFERS (0/1); a malformed value is an error that says what is
+  // accepted.
   static CollectiveOptions from_environment();
 };
 

@@ -4,7 +4,10 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -12,7 +15,9 @@
 
 #include "fsdp/comm/backend.hpp"
 #include "fsdp/comm/collective_options.hpp"
+#include "fsdp/comm/host_staging.hpp"
 #include "fsdp/comm/reduce_op.hpp"
+#include "fsdp/comm/transport.hpp"
 #include "fsdp/comm/work.hpp"
 #include "fsdp/config.hpp"
 #include "fsdp/core/dtype.hpp"
@@ -25,15 +30,21 @@ namespace fsdp {
 // dtype and root); CollectiveOptions turns a mismatch or a missing rank into fsdp::Error.
 //
 // Each collective comes in three forms: pointer + count + DType, typed pointer + count, and
-// Kokkos Views (contiguous; the View's execution space is fenced before the bytes move). The
-// *_async forms return a Work that keeps the Views alive until it completes.
+// Kokkos Views (contiguous; the execution space instance that wrote them is fenced before the
+// bytes move). The *_async forms return a Work that keeps the Views alive until it completes.
+//
+// The group decides once, when it is made, what carries the bytes of fsdp's buffers
+// (transport()): NCCL, CUDA-aware MPI, MPI through host staging buffers, or MPI on host memory.
 class ProcessGroup {
  public:
   // The MPI backend over MPI_Comm_dup(comm), with MPI_ERRORS_RETURN on the duplicate. Collective
   // over comm. Never uses MPI_COMM_WORLD unless comm is MPI_COMM_WORLD.
   explicit ProcessGroup(MPI_Comm comm,
                         const CollectiveOptions& options = CollectiveOptions::from_environment());
-  explicit ProcessGroup(std::shared_ptr<Backend> backend);
+  // A group on any backend; of options, only stage_host_buffers is read here (the backend has
+  // its own guard options).
+  explicit ProcessGroup(std::shared_ptr<Backend> backend,
+                        const CollectiveOptions& options = CollectiveOptions::from_environment());
 
 #ifdef FSDP_HAVE_NCCL
   // The NCCL backend over the ranks of comm: rank 0 creates the ncclUniqueId, MPI broadcasts it,
@@ -61,6 +72,59 @@ class ProcessGroup {
   }
   const std::shared_ptr<Backend>& backend() const {
     return backend_;
+  }
+
+  // What carries the bytes of fsdp's buffers (fsdp::MemorySpace) on this group, chosen when the
+  // group was made from the backend, the memory space and mpi_is_cuda_aware() (mpi_staged also
+  // when CollectiveOptions::stage_host_buffers forces staging): transport_for<MemorySpace>().
+  // Throws fsdp::Error, saying what to do, when fsdp's buffers cannot use this group (host memory
+  // on an NCCL group); making the group does not, so that a group can exist before anything is
+  // sharded over it.
+  Transport transport() const;
+  const char* transport_name() const {
+    return name_of(transport());
+  }
+  // What carries the bytes of Views in memory space Space through this group's View
+  // collectives: NCCL on an NCCL group; on an MPI group, MPI on the memory itself when host code
+  // can read it (staged when forced) or MPI is CUDA-aware, else staging through host buffers.
+  template <class Space>
+  Transport transport_for() const {
+    if (memory_kind() != MemoryKind::host) {
+      return Transport::nccl;  // host memory here is NCCL's to refuse
+    }
+    const Transport chosen = choose_transport(
+        MemoryKind::host, Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space>::accessible,
+        transport_->cuda_aware_mpi);
+    return chosen == Transport::mpi_host && transport_->stage_host_buffers ? Transport::mpi_staged
+                                                                           : chosen;
+  }
+  // For whatever shards fsdp's buffers over this group: throws transport()'s error, if any.
+  void require_transport_for_buffers() const {
+    static_cast<void>(transport());
+  }
+  // Bytes the View collectives copied through host staging buffers, both ways, over the life of
+  // this group (its copies included). 0 when nothing was staged.
+  std::uint64_t staged_bytes() const {
+    return transport_->staged_bytes.load();
+  }
+
+  // Runs fn(), in which this rank starts collectives (the *_async forms) that the backend may
+  // launch together: NCCL puts them in one ncclGroupStart/ncclGroupEnd, MPI starts each at once.
+  // Wait for them after batch() returns: a batch's NCCL collectives start only when it ends.
+  template <class Fn>
+  void batch(Fn&& fn) {
+    backend_->begin_batch();
+    try {
+      fn();
+    } catch (...) {
+      // fn's failure is the one to report; the batch must still be closed.
+      try {
+        backend_->end_batch();
+      } catch (...) {
+      }
+      throw;
+    }
+    backend_->end_batch();
   }
 
   // Sub-groups; collective over this group. Ranks with the same color form a group, ordered by
@@ -143,83 +207,152 @@ class ProcessGroup {
   }
 
   // ---- Kokkos Views (any rank, contiguous) ----
+  // Each takes, as its optional last argument, the execution space instance whose kernels wrote
+  // the Views (the stream they ran on): only that instance is fenced before the bytes move, so
+  // work on other instances keeps running. Without it, the Views' default execution space
+  // instances are fenced. Views that MPI cannot read (device memory, MPI not CUDA-aware) are
+  // copied through host staging buffers on that instance; see transport().
+
   // recv.size() == size() * send.size()
-  template <class SendView, class RecvView>
-  Work all_gather_async(const SendView& send, const RecvView& recv) {
+  template <class SendView, class RecvView, class... Space,
+            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
+  Work all_gather_async(const SendView& send, const RecvView& recv, const Space&... space) {
     check_views(send, recv, "all_gather");
     require(recv.size() == send.size() * static_cast<std::size_t>(size()),
-            "fsdp: all_gather: recv View " + label_of(recv) + " has " +
-                std::to_string(recv.size()) + " elements; it must hold size() * send.size() = " +
+            "all_gather: recv View " + label_of(recv) + " has " + std::to_string(recv.size()) +
+                " elements; it must hold size() * send.size() = " +
                 std::to_string(send.size() * static_cast<std::size_t>(size())));
-    Work work = all_gather_async(send.data(), recv.data(), send.size(), element_dtype(send));
-    hold(work, send, recv);
-    return work;
+    return transfer(
+        send, recv, Copies{true, true},
+        [&](const void* from, void* to) {
+          return all_gather_async(from, to, send.size(), element_dtype(send));
+        },
+        space...);
   }
   // recv.size() == sum of counts; send.size() == counts[rank()]
-  template <class SendView, class RecvView>
+  template <class SendView, class RecvView, class... Space,
+            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
   Work all_gather_v_async(const SendView& send, const RecvView& recv,
-                          const std::vector<std::size_t>& counts) {
+                          const std::vector<std::size_t>& counts, const Space&... space) {
     check_views(send, recv, "all_gather_v");
-    Work work =
-        all_gather_v_async(send.data(), send.size(), recv.data(), counts, element_dtype(send));
-    hold(work, send, recv);
-    return work;
+    return transfer(
+        send, recv, Copies{true, true},
+        [&](const void* from, void* to) {
+          return all_gather_v_async(from, send.size(), to, counts, element_dtype(send));
+        },
+        space...);
   }
   // send.size() == size() * recv.size()
-  template <class SendView, class RecvView>
-  Work reduce_scatter_async(const SendView& send, const RecvView& recv, ReduceOp op) {
+  template <class SendView, class RecvView, class... Space,
+            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
+  Work reduce_scatter_async(const SendView& send, const RecvView& recv, ReduceOp op,
+                            const Space&... space) {
     check_views(send, recv, "reduce_scatter");
     require(send.size() == recv.size() * static_cast<std::size_t>(size()),
-            "fsdp: reduce_scatter: send View " + label_of(send) + " has " +
-                std::to_string(send.size()) + " elements; it must hold size() * recv.size() = " +
+            "reduce_scatter: send View " + label_of(send) + " has " + std::to_string(send.size()) +
+                " elements; it must hold size() * recv.size() = " +
                 std::to_string(recv.size() * static_cast<std::size_t>(size())));
-    Work work =
-        reduce_scatter_async(send.data(), recv.data(), recv.size(), element_dtype(send), op);
-    hold(work, send, recv);
-    return work;
+    return transfer(
+        send, recv, Copies{true, true},
+        [&](const void* from, void* to) {
+          return reduce_scatter_async(from, to, recv.size(), element_dtype(send), op);
+        },
+        space...);
   }
   // In place.
-  template <class View>
-  Work all_reduce_async(const View& data, ReduceOp op) {
+  template <class View, class... Space, class = std::enable_if_t<Kokkos::is_view<View>::value>>
+  Work all_reduce_async(const View& data, ReduceOp op, const Space&... space) {
     check_views(data, data, "all_reduce");
-    Work work = all_reduce_async(data.data(), data.data(), data.size(), element_dtype(data), op);
-    hold(work, data, data);
-    return work;
+    return transfer(
+        data, data, Copies{true, true},
+        [&](const void* from, void* to) {
+          return all_reduce_async(from, to, data.size(), element_dtype(data), op);
+        },
+        space...);
   }
-  template <class View>
-  Work broadcast_async(const View& data, int root) {
+  template <class View, class... Space, class = std::enable_if_t<Kokkos::is_view<View>::value>>
+  Work broadcast_async(const View& data, int root, const Space&... space) {
     check_views(data, data, "broadcast");
-    Work work = broadcast_async(data.data(), data.size(), element_dtype(data), root);
-    hold(work, data, data);
-    return work;
+    // Only the root's bytes go out, and only the others' change.
+    return transfer(
+        data, data, Copies{rank() == root, rank() != root},
+        [&](const void*, void* to) {
+          return broadcast_async(to, data.size(), element_dtype(data), root);
+        },
+        space...);
   }
 
-  template <class SendView, class RecvView,
+  // The reduction lands in root's recv (recv is not written elsewhere); send may be recv.
+  template <class SendView, class RecvView, class... Space,
             class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  void all_gather(const SendView& send, const RecvView& recv) {
-    all_gather_async(send, recv).wait();
+  Work reduce_async(const SendView& send, const RecvView& recv, ReduceOp op, int root,
+                    const Space&... space) {
+    check_views(send, recv, "reduce");
+    return transfer(
+        send, recv, Copies{true, rank() == root},
+        [&](const void* from, void* to) {
+          return reduce_async(from, to, send.size(), element_dtype(send), op, root);
+        },
+        space...);
   }
-  template <class SendView, class RecvView,
+  // root's send holds the sum of counts (ignored elsewhere); recv.size() == counts[rank()].
+  template <class SendView, class RecvView, class... Space,
+            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
+  Work scatter_v_async(const SendView& send, const std::vector<std::size_t>& counts,
+                       const RecvView& recv, int root, const Space&... space) {
+    check_views(send, recv, "scatter_v");
+    return transfer(
+        send, recv, Copies{rank() == root, true},
+        [&](const void* from, void* to) {
+          return scatter_v_async(from, counts, to, recv.size(), element_dtype(send), root);
+        },
+        space...);
+  }
+
+  template <class SendView, class RecvView, class... Space,
+            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
+  void all_gather(const SendView& send, const RecvView& recv, const Space&... space) {
+    all_gather_async(send, recv, space...).wait();
+  }
+  template <class SendView, class RecvView, class... Space,
             class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
   void all_gather_v(const SendView& send, const RecvView& recv,
-                    const std::vector<std::size_t>& counts) {
-    all_gather_v_async(send, recv, counts).wait();
+                    const std::vector<std::size_t>& counts, const Space&... space) {
+    all_gather_v_async(send, recv, counts, space...).wait();
   }
-  template <class SendView, class RecvView,
+  template <class SendView, class RecvView, class... Space,
             class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  void reduce_scatter(const SendView& send, const RecvView& recv, ReduceOp op = ReduceOp::sum) {
-    reduce_scatter_async(send, recv, op).wait();
+  void reduce_scatter(const SendView& send, const RecvView& recv, ReduceOp op = ReduceOp::sum,
+                      const Space&... space) {
+    reduce_scatter_async(send, recv, op, space...).wait();
   }
-  template <class View, class = std::enable_if_t<Kokkos::is_view<View>::value>>
-  void all_reduce(const View& data, ReduceOp op = ReduceOp::sum) {
-    all_reduce_async(data, op).wait();
+  template <class View, class... Space, class = std::enable_if_t<Kokkos::is_view<View>::value>>
+  void all_reduce(const View& data, ReduceOp op = ReduceOp::sum, const Space&... space) {
+    all_reduce_async(data, op, space...).wait();
   }
-  template <class View, class = std::enable_if_t<Kokkos::is_view<View>::value>>
-  void broadcast(const View& data, int root) {
-    broadcast_async(data, root).wait();
+  template <class View, class... Space, class = std::enable_if_t<Kokkos::is_view<View>::value>>
+  void broadcast(const View& data, int root, const Space&... space) {
+    broadcast_async(data, root, space...).wait();
   }
 
  private:
+  ProcessGroup(std::shared_ptr<Backend> backend, bool stage_host_buffers);
+
+  // Decided once, when the group is made; shared by copies.
+  struct TransportChoice {
+    std::string problem;  // why fsdp::MemorySpace cannot use this group; empty when it can
+    bool cuda_aware_mpi = false;
+    bool stage_host_buffers = false;  // MPI groups only
+    std::atomic<std::uint64_t> staged_bytes{0};
+  };
+
+  // Which of a collective's copies through staging buffers carry bytes: in (send to host) and
+  // back (host to recv).
+  struct Copies {
+    bool in;
+    bool back;
+  };
+
   template <class View>
   static DType element_dtype(const View&) {
     return dtype_of<typename View::non_const_value_type>();
@@ -229,7 +362,7 @@ class ProcessGroup {
     return "'" + view.label() + "'";
   }
   template <class SendView, class RecvView>
-  void check_views(const SendView& send, const RecvView& recv, const char* operation) const {
+  static void check_views(const SendView& send, const RecvView& recv, const char* operation) {
     static_assert(Kokkos::is_view<SendView>::value && Kokkos::is_view<RecvView>::value,
                   "fsdp: the View overloads take Kokkos::View arguments");
     static_assert(std::is_same_v<typename SendView::non_const_value_type,
@@ -239,23 +372,89 @@ class ProcessGroup {
         std::is_same_v<typename RecvView::value_type, typename RecvView::non_const_value_type>,
         "fsdp: the receiving View must not be const");
     require(send.span_is_contiguous() && recv.span_is_contiguous(),
-            std::string("fsdp: ") + operation + ": Views " + label_of(send) + " and " +
-                label_of(recv) + " must be contiguous; deep_copy a strided View into a " +
-                "contiguous one first");
-    if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace,
-                                              typename RecvView::memory_space>::accessible) {
-      require(memory_kind() == MemoryKind::cuda_device,
-              std::string("fsdp: ") + operation + ": the " + backend_name() +
-                  " backend needs host-accessible Views; use a ProcessGroup::nccl group for " +
-                  "device memory or copy to a HostSpace mirror");
-    }
-    // Kernels still writing either View must finish before the backend touches the bytes.
-    typename SendView::execution_space().fence();
-    if constexpr (!std::is_same_v<typename SendView::execution_space,
-                                  typename RecvView::execution_space>) {
-      typename RecvView::execution_space().fence();
+            std::string(operation) + ": Views " + label_of(send) + " and " + label_of(recv) +
+                " must be contiguous; deep_copy a strided View into a " + "contiguous one first");
+  }
+
+  // Kernels still writing the Views must finish before the backend touches the bytes. Returns
+  // the instance that was fenced (the caller's, else the send View's default one), on which
+  // staging copies run.
+  template <class SendView, class RecvView, class... Space>
+  static auto fence_producer(const Space&... space) {
+    static_assert(sizeof...(Space) <= 1,
+                  "fsdp: a View collective takes at most one execution space instance, last");
+    if constexpr (sizeof...(Space) == 1) {
+      static_assert((Kokkos::is_execution_space<Space>::value && ...),
+                    "fsdp: the last argument of a View collective must be a Kokkos execution "
+                    "space instance (the one whose kernels wrote the Views)");
+      (space.fence(), ...);
+      return (space, ...);
+    } else {
+      typename SendView::execution_space instance;
+      instance.fence();
+      if constexpr (!std::is_same_v<typename SendView::execution_space,
+                                    typename RecvView::execution_space>) {
+        typename RecvView::execution_space().fence();
+      }
+      return instance;
     }
   }
+
+  template <class View>
+  bool stages() const {
+    return transport_for<typename View::memory_space>() == Transport::mpi_staged;
+  }
+
+  // A View's elements as a flat unmanaged View in its own memory space, for deep_copy.
+  template <class View>
+  static auto flat(const View& view) {
+    return Kokkos::View<typename View::value_type*, typename View::memory_space,
+                        Kokkos::MemoryTraits<Kokkos::Unmanaged>>(view.data(), view.size());
+  }
+
+  // Runs start(send bytes, recv bytes) on the Views themselves, or on host staging buffers when
+  // either View stages (then send is copied in before and recv copied back on completion, as far
+  // as `copies` says). send and recv are the same View for in-place collectives: one buffer.
+  template <class SendView, class RecvView, class Start, class... Space>
+  Work transfer(const SendView& send, const RecvView& recv, Copies copies, Start&& start,
+                const Space&... space) {
+    const auto instance = fence_producer<SendView, RecvView>(space...);
+    if (!stages<SendView>() && !stages<RecvView>()) {
+      Work work = start(send.data(), recv.data());
+      hold(work, send, recv);
+      return work;
+    }
+    using Element = typename RecvView::non_const_value_type;
+    using Staging = Kokkos::View<Element*, StagingMemorySpace>;
+    const bool in_place = static_cast<const void*>(send.data()) == recv.data();
+    Staging send_host(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::staged_send"),
+                      in_place ? 0 : send.size());
+    Staging recv_host(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::staged_recv"),
+                      recv.size());
+    if (in_place) {
+      send_host = recv_host;
+    }
+    if (copies.in) {
+      Kokkos::deep_copy(instance, send_host, flat(send));
+      instance.fence();  // MPI reads send_host from the host
+      transport_->staged_bytes += send.size() * sizeof(Element);
+    }
+    Work transferred = start(send_host.data(), recv_host.data());
+    std::function<void()> copy_back;
+    if (copies.back) {
+      copy_back = [instance, to = flat(recv), recv_host, choice = transport_] {
+        Kokkos::deep_copy(instance, to, recv_host);
+        instance.fence();  // the results are in place when the operation reports completion
+        choice->staged_bytes += to.size() * sizeof(Element);
+      };
+    }
+    Work work(std::make_unique<StagedOperation>(std::move(transferred), std::move(copy_back)));
+    hold(work, send, recv);
+    work.keep_alive(std::make_shared<Staging>(send_host));
+    work.keep_alive(std::make_shared<Staging>(recv_host));
+    return work;
+  }
+
   template <class SendView, class RecvView>
   static void hold(Work& work, const SendView& send, const RecvView& recv) {
     if (!work.completed()) {
@@ -265,6 +464,7 @@ class ProcessGroup {
   }
 
   std::shared_ptr<Backend> backend_;
+  std::shared_ptr<TransportChoice> transport_;
 };
 
 }  // namespace fsdp

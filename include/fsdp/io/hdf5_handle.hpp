@@ -5,6 +5,9 @@
 #include <hdf5.h>
 
 #include <cstdio>
+#include <string>
+
+#include "fsdp/core/error.hpp"
 
 namespace fsdp::hdf5 {
 
@@ -56,6 +59,36 @@ class QuietErrorStack {
   bool saved_ = false;
   H5E_auto2_t function_ = nullptr;
   void* data_ = nullptr;
+};
+
+// The HDF5 return-code checks of one file: a failed call throws fsdp::Error (kind io) naming the
+// call, the object and the file, e.g. "HDF5 H5Dopen2 failed for dataset 'x' in plan file 'p.h5'".
+class Checker {
+ public:
+  // file: how messages name the file, e.g. "plan file 'p.h5'"; path: the file itself.
+  Checker(std::string path, std::string file) : path_(std::move(path)), file_(std::move(file)) {}
+  const std::string& path() const { return path_; }
+  // How messages name the file.
+  const std::string& file() const { return file_; }
+
+  [[noreturn]] void fail(const std::string& call, const std::string& object) const {
+    throw Error(ErrorKind::io, "HDF5 " + call + " failed for " + object + " in " + file_);
+  }
+  hid_t check(hid_t id, const std::string& call, const std::string& object) const {
+    if (id < 0) {
+      fail(call, object);
+    }
+    return id;
+  }
+  void check_status(herr_t rc, const std::string& call, const std::string& object) const {
+    if (rc < 0) {
+      fail(call, object);
+    }
+  }
+
+ private:
+  std::string path_;
+  std::string file_;
 };
 
 }  // namespace fsdp::hdf5

@@ -74,7 +74,11 @@ class Runtime {
   Scope forward(const std::string& unit);
   Scope backward(const std::string& unit);
 
-  // The same as begin/end calls, for C and Fortran.
+  // The same as begin/end calls, for C and Fortran. Every call checks the order before it changes
+  // anything: a refused call (ErrorKind::order; unknown_name for a unit the order does not have)
+  // leaves the runtime as it was, and the expected call still works. A call that fails after its
+  // checks (communication, a timeout) loses the step: every later call fails with
+  // ErrorKind::state, and the runtime must be destroyed and made again.
   ShardedUnit<T>& begin_forward(const std::string& unit);
   void end_forward(const std::string& unit);
   ShardedUnit<T>& begin_backward(const std::string& unit);
@@ -83,8 +87,18 @@ class Runtime {
   // forward scope done, no backward): releases what is still gathered and starts over. Errors: a
   // scope left open, a step that stopped half way.
   void finish_step();
+  // Scope::full and Scope::grad of the open scope, for C and Fortran. Errors (ErrorKind::state):
+  // no scope open, a parameter of another unit, a gradient in a forward scope;
+  // ErrorKind::unknown_name for a parameter the model does not have.
+  typename ShardedParameter<T>::View full(const std::string& parameter);
+  typename ShardedParameter<T>::View grad(const std::string& parameter);
 
-  // Seed API: start gathering several units at once (those sharded), and release several.
+  // Outside the scopes: starts the gathers of the given units that are sharded (those gathering
+  // or gathered are left alone), all in flight together, and releases gathered units. Every name
+  // is checked before anything starts. A gather that fails reaches the caller and leaves the
+  // runtime usable (this call is not part of the step); the units gathered before it keep
+  // gathering. release_multiple refuses (ErrorKind::state) a unit still gathering or the open
+  // scope's unit.
   void gather_multiple_async(const std::vector<std::string>& units);
   void release_multiple(const std::vector<std::string>& units);
 
@@ -100,7 +114,13 @@ class Runtime {
  private:
   enum class Phase { forward, backward };
   std::size_t index_of(const std::string& unit, const char* operation) const;
-  void check_usable(const char* operation);
+  void check_usable(const char* operation) const;
+  // The index of unit, whose scope of phase must be the open one (end_forward, end_backward).
+  std::size_t index_of_open(const std::string& unit, Phase phase, const char* operation) const;
+  std::string open_scope_text() const;
+  ShardedParameter<T>& open_parameter(const std::string& parameter, bool gradient);
+  template <class Body>
+  void losing_the_step_on_failure(const char* operation, const std::string& unit, Body&& body);
   void enter(std::size_t index);
   void prefetch();
   std::string order_text() const;
@@ -112,9 +132,9 @@ class Runtime {
   RuntimeOptions options_;
   RuntimeStats stats_;
   Phase phase_ = Phase::forward;
-  std::size_t done_ = 0;  // scopes of the current phase closed so far
-  int open_ = -1;         // index of the open scope, -1 when none
-  std::string deferred_error_;
+  std::size_t done_ = 0;   // scopes of the current phase closed so far
+  int open_ = -1;          // index of the open scope, -1 when none
+  std::string lost_step_;  // why the step cannot go on; empty while it can
 };
 
 extern template class Runtime<float>;

@@ -10,8 +10,9 @@
 namespace fsdp::solver {
 
 // Collective over group. Runs solve() on `root` only, serializes the solution and broadcasts it;
-// every rank returns an identical Solution. If solve() throws on the root, every rank throws an
-// fsdp::Error with the root's message (no rank is left waiting).
+// every rank returns an identical Solution. If solve() throws on the root, every rank throws
+// fsdp::Error "fsdp: rank <root> could not compute the solution: <the root's message>" (no rank
+// is left waiting; see on_root).
 Solution solve_on_root(ProcessGroup& group, const std::function<Solution()>& solve, int root = 0);
 
 // Collective over group: the root's solution (its argument; the others' is ignored) on every

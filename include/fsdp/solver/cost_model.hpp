@@ -22,8 +22,17 @@ struct Machine {
   void validate() const;
 };
 
-enum class Collective : std::uint8_t { none, all_reduce, all_gather, reduce_scatter, all_to_all };
-const char* name_of(Collective collective);
+// The collective the cost model charges for changing a tensor's layout (none: the change is local).
+// It names a costed step of a plan, never an operation that runs: the collectives a ProcessGroup
+// issues are fsdp::Collective (src/comm), a different enum.
+enum class LayoutCollective : std::uint8_t {
+  none,
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  all_to_all
+};
+const char* name_of(LayoutCollective collective);
 
 // One collective's cost. buffer_bytes is the buffer the collective is named after (the full
 // tensor for all-reduce, all-gather and reduce-scatter; one device's shard for all-to-all);
@@ -32,13 +41,13 @@ const char* name_of(Collective collective);
 //   reduce-scatter   (N-1)/N x buffer     all-to-all   (N-1)/N x buffer (the local shard)
 // seconds = traffic_bytes / link_bytes_per_s + collective_latency_s (0 for none).
 struct Transfer {
-  Collective collective = Collective::none;
+  LayoutCollective collective = LayoutCollective::none;
   double buffer_bytes = 0;
   double traffic_bytes = 0;
   double seconds = 0;
 };
 
-Transfer collective_cost(Collective collective, double buffer_bytes, const Machine& machine);
+Transfer collective_cost(LayoutCollective collective, double buffer_bytes, const Machine& machine);
 
 // The cheapest collective turning a tensor of tensor_bytes (unsharded size) laid out as `from`
 // into `to`: partial -> replicated is an all-reduce, partial -> sharded a reduce-scatter,

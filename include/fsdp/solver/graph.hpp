@@ -12,9 +12,12 @@
 
 namespace fsdp::solver {
 
+// The kinds of op the solver knows, in the order of its op table (src/solver/op_table.cpp), which
+// holds each kind's names, input count, shape, work and strategies.
 enum class OpKind : std::uint8_t {
   input,           // data entering the graph (activations); no inputs
   parameter,       // weights; no inputs
+  output,          // the graph's result; one input
   matmul,          // A (..., M, K) @ B (K, N) -> (..., M, N)
   batched_matmul,  // A (b..., M, K) @ B (b..., K, N) -> (b..., M, N)
   unary,           // elementwise, one input (relu, gelu, exp, scale, ...)
@@ -24,7 +27,6 @@ enum class OpKind : std::uint8_t {
   reshape,         // same element count; the solver moves a sharded axis only where it survives
   softmax,         // along `axes[0]` (default: the last)
   layer_norm,      // over trailing `axes` (default: the last), optional gamma and beta inputs
-  output,          // the graph's result; one input
 };
 
 const char* name_of(OpKind kind);

@@ -1,7 +1,6 @@
 // SimpleSolver: the seed's four phases (parse, seed, propagate, export), fast on large graphs.
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "fsdp/solver/cost_model.hpp"
@@ -33,8 +32,6 @@ class SimpleSolver {
  public:
   explicit SimpleSolver(Machine machine = Machine());
 
-  // Parse: from_json, then solve.
-  Solution solve_json(const std::string& graph_json);
   // Seed matmuls with their cheapest candidate; propagate layouts forward and backward from
   // decided nodes to the others, each undecided node taking the strategy cheapest against its
   // decided neighbours (a conflict when they disagree: the lower total, resharding included,

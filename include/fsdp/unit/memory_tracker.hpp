@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "fsdp/core/memory_space.hpp"
+
 namespace fsdp {
 
 enum class MemoryCategory : int {
@@ -45,12 +47,12 @@ class MemoryTracker {
   MemoryReport report_;
 };
 
-// A zero-initialized host View whose bytes count in a MemoryTracker while it lives. Move-only:
-// the bytes are released from the count when it is destroyed or reset.
+// A zero-initialized View in fsdp::MemorySpace whose bytes count in a MemoryTracker while it lives.
+// Move-only: the bytes are released from the count when it is destroyed or reset.
 template <class T>
 class TrackedView {
  public:
-  using View = Kokkos::View<T*, Kokkos::HostSpace>;
+  using View = DeviceView<T>;
 
   TrackedView() = default;
   // zero: fill with zeros; false leaves the bytes uninitialized (buffers a collective overwrites).

@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/memory_space.hpp"
 #include "fsdp/shard/parameter_info.hpp"
 #include "fsdp/shard/sharding_plan.hpp"
 #include "fsdp/unit/memory_tracker.hpp"
+#include "fsdp/unit/unit_layout.hpp"
 
 namespace fsdp {
 
@@ -19,16 +21,24 @@ class ShardedUnit;
 template <class T>
 class ShardedParameter {
  public:
-  using View = Kokkos::View<T*, Kokkos::HostSpace>;
+  // In fsdp::MemorySpace: device memory in a CUDA build of Kokkos, host memory otherwise.
+  using View = DeviceView<T>;
+
+  // Move-only, and declared so: with the copy merely ill-formed (its optimizer state is
+  // move-only) std::vector would pick it over a move that Kokkos does not mark noexcept (CUDA).
+  ShardedParameter(const ShardedParameter&) = delete;
+  ShardedParameter& operator=(const ShardedParameter&) = delete;
+  ShardedParameter(ShardedParameter&&) = default;
+  ShardedParameter& operator=(ShardedParameter&&) = default;
 
   const ParameterInfo& info() const { return info_; }
   const std::string& name() const { return info_.name; }
-  Placement placement() const { return placement_.placement; }
-  std::int64_t numel() const { return numel_; }
+  Placement placement() const { return layout_.placement.placement; }
+  std::int64_t numel() const { return layout_.numel; }
 
   // This rank's piece: the global (flattened) offset of its first element and its length. A
   // piece may be empty (short parameters on many ranks, whole parameters owned elsewhere).
-  std::int64_t shard_offset() const { return shard_offset_; }
+  std::int64_t shard_offset() const { return layout_.piece.offset; }
   std::int64_t shard_size() const { return static_cast<std::int64_t>(shard_.size()); }
   // The piece itself, and its gradient (what the optimizer updates). Persistent.
   const View& shard() const { return shard_; }
@@ -52,18 +62,12 @@ class ShardedParameter {
 
  private:
   friend class ShardedUnit<T>;
-  ShardedParameter(ShardedUnit<T>* unit, ParameterInfo info, ParameterPlacement placement)
-      : unit_(unit), info_(std::move(info)), placement_(placement), numel_(info_.numel()) {}
+  ShardedParameter(ShardedUnit<T>* unit, ParameterInfo info, const ParameterLayout& layout)
+      : unit_(unit), info_(std::move(info)), layout_(layout) {}
 
   ShardedUnit<T>* unit_;
   ParameterInfo info_;
-  ParameterPlacement placement_;
-  std::int64_t numel_ = 0;
-  std::int64_t shard_offset_ = 0;
-  std::int64_t padded_shard_ = 0;  // ceil(numel / N) for sharded parameters
-  std::int64_t flat_offset_ = 0;   // in the unit's buffer of its kind (sharded / owner group)
-  std::int64_t full_offset_ = 0;   // packed parameters: in the unit's copied-out full buffer
-  std::int64_t grad_offset_ = 0;   // in the unit's full-gradient buffer
+  ParameterLayout layout_;  // its piece and offsets in the unit's buffers
   View shard_;
   View grad_shard_;
   View full_;
@@ -74,6 +78,10 @@ template <class T>
 template <class GradientView>
 void ShardedParameter<T>::accumulate_grad(const GradientView& gradient) {
   static_assert(Kokkos::is_view<GradientView>::value, "accumulate_grad takes a Kokkos::View");
+  static_assert(
+      Kokkos::SpaceAccessibility<ExecutionSpace, typename GradientView::memory_space>::accessible,
+      "accumulate_grad: the gradient must live where fsdp's kernels run "
+      "(fsdp::MemorySpace); deep_copy it there first");
   const auto& shape = info_.shape;
   bool same =
       static_cast<std::size_t>(GradientView::rank) == std::max<std::size_t>(shape.size(), 1);
@@ -85,20 +93,20 @@ void ShardedParameter<T>::accumulate_grad(const GradientView& gradient) {
     for (std::size_t d = 0; d < static_cast<std::size_t>(GradientView::rank); ++d) {
       extents += (d ? ", " : "") + std::to_string(gradient.extent(d));
     }
-    throw Error("fsdp: gradient for " + describe(info_) + " has shape [" + extents +
+    throw Error("gradient for " + describe(info_) + " has shape [" + extents +
                 "]; it must have the parameter's shape");
   }
   require(gradient.span_is_contiguous() &&
               (GradientView::rank <= 1 ||
                std::is_same_v<typename GradientView::array_layout, Kokkos::LayoutRight>),
-          "fsdp: gradient for '" + info_.name + "' must be a contiguous row-major View");
+          "gradient for '" + info_.name + "' must be a contiguous row-major View");
   View target = grad();
   const auto* values = gradient.data();
+  const ExecutionSpace space = unit_->execution_space();
   Kokkos::parallel_for(
-      "fsdp::accumulate_grad",
-      Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, static_cast<std::size_t>(numel_)),
-      [=](std::size_t i) { target(i) += values[i]; });
-  Kokkos::DefaultHostExecutionSpace().fence();
+      "fsdp::accumulate_grad", device_range(space, 0, numel()),
+      KOKKOS_LAMBDA(std::size_t i) { target(i) += values[i]; });
+  space.fence();
 }
 
 }  // namespace fsdp

@@ -13,6 +13,7 @@
 #include "fsdp/unit/buffer_pool.hpp"
 #include "fsdp/unit/memory_tracker.hpp"
 #include "fsdp/unit/sharded_parameter.hpp"
+#include "fsdp/unit/unit_layout.hpp"
 
 namespace fsdp {
 
@@ -35,7 +36,7 @@ struct UnitOptions {
 template <class T>
 class ShardedUnit {
  public:
-  using View = Kokkos::View<T*, Kokkos::HostSpace>;
+  using View = DeviceView<T>;
 
   // The parameters plan.parameters()[i] for i in indices, all of unit `name`.
   // Gathered buffers come from pool (shared by the units of a model) and go back to it.
@@ -80,16 +81,16 @@ class ShardedUnit {
   // Bytes of the unit's full parameters (a gather holds these, plus the padding of the
   // parameters gathered in place: fewer than N elements each).
   std::int64_t full_bytes() const;
-  // Collectives one gather issues (the batching at work).
-  int collectives_per_gather() const;
+  // Where each parameter lives in the unit's buffers on this rank.
+  const UnitLayout& layout() const { return layout_; }
   ProcessGroup& group() { return group_; }
+  // The instance the unit's kernels and copies run on; it is fenced before a collective reads
+  // what they wrote, and nothing else is.
+  const ExecutionSpace& execution_space() const { return space_; }
 
  private:
   friend class ShardedParameter<T>;
-  struct OwnerGroup {  // whole parameters of one owner rank
-    int owner = 0;
-    std::vector<std::size_t> members;  // indices into parameters_
-    std::int64_t numel = 0;
+  struct OwnerBuffers {       // of the whole parameters of one owner rank (UnitLayout::owners)
     TrackedView<T> storage;   // the owner's persistent copy
     TrackedView<T> gathered;  // everyone else's copy while gathered
     TrackedView<T> grad_storage;
@@ -97,6 +98,8 @@ class ShardedUnit {
 
   void require_state(UnitState expected, const char* operation) const;
   View full_gradients();
+  void start_gather();
+  void abandon_gather();
   void finish_gather();
 
   std::string name_;
@@ -106,16 +109,13 @@ class ShardedUnit {
   std::map<std::string, std::size_t> index_;
 
   std::shared_ptr<BufferPool<T>> pool_;
+  UnitLayout layout_;
   // Sharded parameters: rank r's pieces, each padded to ceil(numel / N), back to back in one flat
   // buffer: the packed (small) ones first, then the direct (large) ones.
-  std::vector<std::size_t> packed_;
-  std::vector<std::size_t> direct_;
-  std::int64_t packed_numel_ = 0;
-  std::int64_t flat_numel_ = 0;
+  ExecutionSpace space_;
   TrackedView<T> flat_shard_;
   TrackedView<T> flat_grad_shard_;
-  std::vector<OwnerGroup> owners_;  // by owner rank, ascending
-  std::vector<std::size_t> replicated_;
+  std::vector<OwnerBuffers> owners_;  // parallel to layout_.owners
   std::vector<TrackedView<T>> replicated_storage_;
   std::vector<TrackedView<T>> replicated_grads_;
 
@@ -124,9 +124,7 @@ class ShardedUnit {
   TrackedView<T> packed_gather_;             // all_gather output of the packed pieces
   TrackedView<T> packed_full_;               // the packed parameters whole, after copy-out
   std::vector<TrackedView<T>> direct_full_;  // per direct parameter: N padded pieces
-  std::int64_t packed_full_numel_ = 0;
   TrackedView<T> full_grads_;
-  std::int64_t full_grad_numel_ = 0;
   bool has_grads_ = false;
   std::int64_t gather_count_ = 0;
   std::int64_t release_count_ = 0;

@@ -1,0 +1,47 @@
+// ShardRange: which elements of a sharded parameter one rank holds. The one place the rule is
+// written; plans, strategies, estimates, units and checkpoints all ask here.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+namespace fsdp {
+
+// ceil(a / b) for a >= 0 and b >= 1 (and a + b - 1 representable). One integer type for both,
+// so that a signed count never meets an unsigned one silently.
+template <class Int>
+constexpr Int ceil_div(Int a, Int b) {
+  static_assert(std::is_integral_v<Int>, "ceil_div is for integers");
+  return (a + b - 1) / b;
+}
+
+// Rank r's piece of a parameter of numel elements cut into world_size pieces: elements
+// [offset, offset + size) of the flattened parameter.
+struct ShardRange {
+  // ceil(numel / world_size): every rank's piece in communication buffers, where the real
+  // elements are followed by padding up to this size.
+  std::int64_t padded = 0;
+  // min(r * padded, numel): the first element (numel for an empty piece).
+  std::int64_t offset = 0;
+  // padded for the leading pieces, fewer for the one holding the last element, 0 after it (the
+  // trailing pieces are empty when numel is not a multiple of world_size, or when numel <
+  // world_size leaves more ranks than elements).
+  std::int64_t size = 0;
+
+  constexpr std::int64_t end() const { return offset + size; }
+  constexpr bool operator==(const ShardRange& o) const {
+    return padded == o.padded && offset == o.offset && size == o.size;
+  }
+  constexpr bool operator!=(const ShardRange& o) const { return !(*this == o); }
+};
+
+// For numel >= 0, world_size >= 1 and 0 <= rank < world_size (callers validate them: a plan's
+// world size and a group's rank are checked where they enter). Pure: no MPI, no allocation.
+constexpr ShardRange shard_range(std::int64_t numel, int world_size, int rank) {
+  const std::int64_t padded = ceil_div(numel, std::int64_t{world_size});
+  const std::int64_t offset = std::min(padded * rank, numel);
+  return ShardRange{padded, offset, std::min(offset + padded, numel) - offset};
+}
+
+}  // namespace fsdp

@@ -1,0 +1,42 @@
+#include "fsdp/comm/on_root.hpp"
+
+#include <cstdint>
+#include <exception>
+
+#include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/core/error.hpp"
+
+namespace fsdp {
+
+std::string on_root(ProcessGroup& group, const std::string& task,
+                    const std::function<std::string()>& decide, int root) {
+  require(root >= 0 && root < group.size(), "on_root(" + task + "): root " + std::to_string(root) +
+                                                " is not a rank of the group (0.." +
+                                                std::to_string(group.size() - 1) + ")");
+  // Every rank enters both broadcasts whatever happened on the root: the outcome travels as a
+  // flag and the text is either the result or the root's error message.
+  std::int64_t failed = 0;
+  std::string text;
+  if (group.rank() == root) {
+    try {
+      text = decide();
+    } catch (const std::exception& error) {
+      failed = 1;
+      text = message_of(error);
+      if (text.empty()) {
+        text = "unknown error";
+      }
+    } catch (...) {
+      failed = 1;
+      text = "an exception that is not a std::exception";
+    }
+  }
+  group.broadcast(&failed, 1, root);
+  broadcast_string(group, text, root);
+  if (failed != 0) {
+    throw Error("rank " + std::to_string(root) + " could not " + task + ": " + text);
+  }
+  return text;
+}
+
+}  // namespace fsdp

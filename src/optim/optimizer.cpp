@@ -1,0 +1,61 @@
+#include "fsdp/optim/optimizer.hpp"
+
+#include "fsdp/core/text.hpp"
+
+namespace fsdp {
+namespace {
+
+template <class T>
+std::variant<Sgd<T>, Adam<T>> make_rule(const std::string& name, const OptimizerSettings& s) {
+  if (name == "sgd") {
+    SgdOptions options;
+    options.lr = s.lr;
+    options.momentum = s.momentum;
+    options.dampening = s.dampening;
+    options.nesterov = s.nesterov;
+    options.weight_decay = s.weight_decay;
+    return Sgd<T>(options);
+  }
+  if (name == "adam" || name == "adamw") {
+    AdamOptions options;
+    options.lr = s.lr;
+    options.beta1 = s.beta1;
+    options.beta2 = s.beta2;
+    options.eps = s.eps;
+    options.weight_decay = s.weight_decay;
+    options.decoupled_weight_decay = name == "adamw";
+    return Adam<T>(options);
+  }
+  throw Error(ErrorKind::usage,
+              "unknown optimizer '" + name + "'; use " + join_alternatives(optimizer_names()));
+}
+
+}  // namespace
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> names = {"sgd", "adam", "adamw"};
+  return names;
+}
+
+template <class T>
+Optimizer<T>::Optimizer(const std::string& name, const OptimizerSettings& settings)
+    : name_(name), rule_(make_rule<T>(name, settings)) {}
+
+template <class T>
+void Optimizer<T>::step(ShardedModel<T>& model) {
+  std::visit([&](auto& rule) { rule.step(model); }, rule_);
+}
+
+template <class T>
+OptimizerKind Optimizer<T>::kind() const {
+  if (const auto* sgd = std::get_if<Sgd<T>>(&rule_)) {
+    return sgd->options().momentum > 0 ? OptimizerKind::sgd_momentum : OptimizerKind::sgd;
+  }
+  return std::get<Adam<T>>(rule_).options().decoupled_weight_decay ? OptimizerKind::adamw
+                                                                   : OptimizerKind::adam;
+}
+
+template class Optimizer<float>;
+template class Optimizer<double>;
+
+}  // namespace fsdp
