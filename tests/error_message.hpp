@@ -19,4 +19,16 @@ inline auto message_has(const std::string& text) {
   };
 }
 
+// Predicate for BOOST_CHECK_EXCEPTION: an Error of this kind whose message contains text.
+inline auto error_of(ErrorKind kind, const std::string& text) {
+  return [kind, text](const Error& error) {
+    if (error.kind() != kind) {
+      BOOST_TEST_MESSAGE("kind was " << name_of(error.kind()) << ", expected " << name_of(kind)
+                                     << ": " << error.what());
+      return false;
+    }
+    return message_has(text)(error);
+  };
+}
+
 }  // namespace fsdp::test

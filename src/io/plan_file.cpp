@@ -17,6 +17,7 @@
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
+#include "hdf5_attributes.hpp"
 
 namespace fsdp {
 namespace {
@@ -25,74 +26,11 @@ constexpr const char* kFormatName = "fsdp-sharding-plan";
 
 using hdf5::Handle;
 using hdf5::QuietErrorStack;
+using hdf5::read_string_attribute;
+using hdf5::string_type;
+using hdf5::write_string_attribute;
 
-Handle string_type(const hdf5::Checker& file) {
-  Handle type(file.check(H5Tcopy(H5T_C_S1), "H5Tcopy", "the string type"), H5Tclose);
-  file.check_status(H5Tset_size(type.get(), H5T_VARIABLE), "H5Tset_size", "the string type");
-  file.check_status(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", "the string type");
-  return type;
-}
-
-void write_string_attribute(const hdf5::Checker& file, hid_t object, const char* name,
-                            const std::string& value) {
-  Handle type = string_type(file);
-  Handle space(file.check(H5Screate(H5S_SCALAR), "H5Screate", name), H5Sclose);
-  Handle attribute(
-      file.check(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                 "H5Acreate2", std::string("attribute ") + name),
-      H5Aclose);
-  const char* text = value.c_str();
-  file.check_status(H5Awrite(attribute.get(), type.get(), &text), "H5Awrite",
-                    std::string("attribute ") + name);
-}
-
-void write_int_attribute(const hdf5::Checker& file, hid_t object, const char* name, int value) {
-  Handle space(file.check(H5Screate(H5S_SCALAR), "H5Screate", name), H5Sclose);
-  Handle attribute(
-      file.check(H5Acreate2(object, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                 "H5Acreate2", std::string("attribute ") + name),
-      H5Aclose);
-  file.check_status(H5Awrite(attribute.get(), H5T_NATIVE_INT, &value), "H5Awrite",
-                    std::string("attribute ") + name);
-}
-
-// The attribute, or an Error saying the file is no plan when it is missing.
-Handle open_attribute(const hdf5::Checker& file, hid_t object, const char* name) {
-  const std::string what = std::string("attribute ") + name;
-  const htri_t exists = H5Aexists(object, name);
-  file.check_status(exists, "H5Aexists", what);
-  if (exists == 0) {
-    throw Error(ErrorKind::io, "plan file '" + file.path() + "' has no attribute '" + name +
-                                   "'; it is not an fsdp sharding plan");
-  }
-  return Handle(file.check(H5Aopen(object, name, H5P_DEFAULT), "H5Aopen", what), H5Aclose);
-}
-
-std::string read_string_attribute(const hdf5::Checker& file, hid_t object, const char* name) {
-  const std::string what = std::string("attribute ") + name;
-  Handle attribute = open_attribute(file, object, name);
-  Handle stored(file.check(H5Aget_type(attribute.get()), "H5Aget_type", what), H5Tclose);
-  const htri_t variable = H5Tis_variable_str(stored.get());
-  file.check_status(variable, "H5Tis_variable_str", what);
-  if (H5Tget_class(stored.get()) != H5T_STRING || variable == 0) {
-    throw Error(ErrorKind::io,
-                "plan file '" + file.path() + "': " + what + " is not a variable-length string");
-  }
-  Handle type = string_type(file);
-  char* text = nullptr;
-  file.check_status(H5Aread(attribute.get(), type.get(), &text), "H5Aread", what);
-  std::string value = text ? text : "";
-  file.check_status(H5free_memory(text), "H5free_memory", what);
-  return value;
-}
-
-int read_int_attribute(const hdf5::Checker& file, hid_t object, const char* name) {
-  const std::string what = std::string("attribute ") + name;
-  Handle attribute = open_attribute(file, object, name);
-  int value = 0;
-  file.check_status(H5Aread(attribute.get(), H5T_NATIVE_INT, &value), "H5Aread", what);
-  return value;
-}
+constexpr const char* kExpected = "an fsdp sharding plan";
 
 void write_dataset(const hdf5::Checker& file, hid_t group, const char* name, hid_t file_type,
                    hid_t memory_type, std::size_t count, const void* data) {
@@ -212,9 +150,9 @@ void write_hdf5(const std::string& path, const ShardingPlan& plan) {
   Handle root(file.check(H5Gopen2(handle.get(), "/", H5P_DEFAULT), "H5Gopen2", "group /"),
               H5Gclose);
   write_string_attribute(file, root.get(), "format", kFormatName);
-  write_int_attribute(file, root.get(), "format_version", kPlanFormatVersion);
+  hdf5::write_attribute<std::int32_t>(file, root.get(), "format_version", kPlanFormatVersion);
   write_string_attribute(file, root.get(), "strategy", plan.strategy());
-  write_int_attribute(file, root.get(), "world_size", plan.world_size());
+  hdf5::write_attribute<std::int32_t>(file, root.get(), "world_size", plan.world_size());
 
   const std::size_t n = plan.parameters().size();
   std::vector<std::string> names, layers, dtypes, placements;
@@ -259,19 +197,21 @@ ShardingPlan read_hdf5(const std::string& path) {
       H5Fclose);
   Handle root(file.check(H5Gopen2(handle.get(), "/", H5P_DEFAULT), "H5Gopen2", "group /"),
               H5Gclose);
-  const std::string format = read_string_attribute(file, root.get(), "format");
+  const std::string format = read_string_attribute(file, root.get(), "format", kExpected);
   if (format != kFormatName) {
     throw Error(ErrorKind::io,
                 "plan file '" + path + "' has format '" + format + "', not '" + kFormatName + "'");
   }
-  const int version = read_int_attribute(file, root.get(), "format_version");
+  const int version =
+      hdf5::read_attribute<std::int32_t>(file, root.get(), "format_version", kExpected);
   if (version != kPlanFormatVersion) {
     throw Error(ErrorKind::io, "plan file '" + path + "' has format version " +
                                    std::to_string(version) + "; this fsdp reads version " +
                                    std::to_string(kPlanFormatVersion));
   }
-  const std::string strategy = read_string_attribute(file, root.get(), "strategy");
-  const int world_size = read_int_attribute(file, root.get(), "world_size");
+  const std::string strategy = read_string_attribute(file, root.get(), "strategy", kExpected);
+  const int world_size =
+      hdf5::read_attribute<std::int32_t>(file, root.get(), "world_size", kExpected);
 
   // The number of parameters is the length of "names"; every other dataset must agree with it.
   std::size_t n = 0;

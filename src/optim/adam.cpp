@@ -40,8 +40,8 @@ void Adam<T>::step(ShardedModel<T>& model) {
         continue;
       }
       if (p.optimizer_state().empty()) {
-        p.add_optimizer_state("exp_avg");
-        p.add_optimizer_state("exp_avg_sq");
+        p.add_optimizer_state(kAdamFirstMoment);
+        p.add_optimizer_state(kAdamSecondMoment);
       }
       auto param = p.shard();
       auto grad = p.grad_shard();
@@ -59,6 +59,12 @@ void Adam<T>::step(ShardedModel<T>& model) {
     }
   }
   ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns
+}
+
+template <class T>
+void Adam<T>::set_step_count(std::int64_t steps) {
+  require(steps >= 0, "Adam step count must be >= 0, got " + std::to_string(steps));
+  steps_ = steps;
 }
 
 template class Adam<float>;

@@ -39,7 +39,26 @@ const std::vector<std::string>& optimizer_names() {
 
 template <class T>
 Optimizer<T>::Optimizer(const std::string& name, const OptimizerSettings& settings)
-    : name_(name), rule_(make_rule<T>(name, settings)) {}
+    : name_(name), settings_(settings), rule_(make_rule<T>(name, settings)) {}
+
+template <class T>
+std::int64_t Optimizer<T>::step_count() const {
+  return std::visit([](const auto& rule) { return rule.step_count(); }, rule_);
+}
+
+template <class T>
+void Optimizer<T>::set_step_count(std::int64_t steps) {
+  std::visit([&](auto& rule) { rule.set_step_count(steps); }, rule_);
+}
+
+template <class T>
+std::vector<std::string> Optimizer<T>::state_names() const {
+  if (const auto* sgd = std::get_if<Sgd<T>>(&rule_)) {
+    return sgd->options().momentum > 0 ? std::vector<std::string>{kSgdMomentumBuffer}
+                                       : std::vector<std::string>{};
+  }
+  return {kAdamFirstMoment, kAdamSecondMoment};
+}
 
 template <class T>
 void Optimizer<T>::step(ShardedModel<T>& model) {

@@ -46,7 +46,7 @@ void Sgd<T>::step(ShardedModel<T>& model) {
       auto grad = p.grad_shard();
       DeviceView<T> buffer;
       if (momentum != T(0)) {
-        buffer = p.optimizer_state().empty() ? p.add_optimizer_state("momentum")
+        buffer = p.optimizer_state().empty() ? p.add_optimizer_state(kSgdMomentumBuffer)
                                              : p.optimizer_state()[0].view();
       }
       Kokkos::parallel_for(
@@ -63,6 +63,12 @@ void Sgd<T>::step(ShardedModel<T>& model) {
   }
   ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns
   ++steps_;
+}
+
+template <class T>
+void Sgd<T>::set_step_count(std::int64_t steps) {
+  require(steps >= 0, "Sgd step count must be >= 0, got " + std::to_string(steps));
+  steps_ = steps;
 }
 
 template class Sgd<float>;

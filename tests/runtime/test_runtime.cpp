@@ -25,18 +25,6 @@ void init_from_reference(ShardedModel<T>& model) {
   }
 }
 
-// Predicate for BOOST_CHECK_EXCEPTION: an Error of this kind whose message contains text.
-auto error_of(ErrorKind kind, const std::string& text) {
-  return [kind, text](const Error& error) {
-    if (error.kind() != kind) {
-      BOOST_TEST_MESSAGE("kind was " << name_of(error.kind()) << ", expected " << name_of(kind)
-                                     << ": " << error.what());
-      return false;
-    }
-    return message_has(text)(error);
-  };
-}
-
 int units_not_sharded(ShardedModel<double>& model) {
   int count = 0;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {

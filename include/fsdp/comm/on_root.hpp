@@ -12,7 +12,8 @@ namespace fsdp {
 // (a result the root serialized: a plan, a solution; or empty for an action such as writing a
 // file). When decide() throws anything, every rank, root included, throws fsdp::Error
 //   "fsdp: rank <root> could not <task>: <the exception's message>"
-// so no rank is left waiting for a result that will not come.
+// with the kind of the root's fsdp::Error (usage for any other exception), so no rank is left
+// waiting for a result that will not come.
 std::string on_root(ProcessGroup& group, const std::string& task,
                     const std::function<std::string()>& decide, int root = 0);
 

@@ -26,6 +26,10 @@ struct AdamOptions {
   }
 };
 
+// The labels of Adam's state per piece, in order: the first and second moments (PyTorch's names).
+inline constexpr const char* kAdamFirstMoment = "exp_avg";
+inline constexpr const char* kAdamSecondMoment = "exp_avg_sq";
+
 // Step t (from 1): m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
 // p -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps).
 template <class T>
@@ -36,6 +40,9 @@ class Adam {
   // Error (before anything changes) when a unit has no reduce-scattered gradients.
   void step(ShardedModel<T>& model);
   std::int64_t step_count() const { return steps_; }
+  // Resuming from a checkpoint: the steps already taken (>= 0), which the rule's next step
+  // continues from (bias correction, the first momentum step).
+  void set_step_count(std::int64_t steps);
   const AdamOptions& options() const { return options_; }
 
  private:

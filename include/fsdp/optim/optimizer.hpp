@@ -2,6 +2,7 @@
 // lines and the C API.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <variant>
 #include <vector>
@@ -36,11 +37,21 @@ class Optimizer {
   // The rule's step (Sgd<T>::step, Adam<T>::step).
   void step(ShardedModel<T>& model);
   const std::string& name() const { return name_; }
+  const OptimizerSettings& settings() const { return settings_; }
+  // Steps taken; set_step_count resumes from a checkpoint (>= 0).
+  std::int64_t step_count() const;
+  void set_step_count(std::int64_t steps);
+  // The labels of the state the rule keeps per parameter piece once it has stepped, in the
+  // order of ShardedParameter::optimizer_state(): {"exp_avg", "exp_avg_sq"} for adam and
+  // adamw, {"momentum"} for sgd with momentum, none for plain sgd. Before the first step no
+  // piece has state.
+  std::vector<std::string> state_names() const;
   // For memory estimates: sgd with momentum keeps a buffer per element, sgd without none.
   OptimizerKind kind() const;
 
  private:
   std::string name_;
+  OptimizerSettings settings_;
   std::variant<Sgd<T>, Adam<T>> rule_;
 };
 

@@ -15,6 +15,9 @@ struct SgdOptions {
   double weight_decay = 0.0;  // L2: added to the gradient
 };
 
+// The label of SGD's momentum buffer per piece (PyTorch: momentum_buffer).
+inline constexpr const char* kSgdMomentumBuffer = "momentum";
+
 // g = grad + weight_decay * p; with momentum: b = g on the first step, else
 // b = momentum * b + (1 - dampening) * g, and g = nesterov ? g + momentum * b : b; p -= lr * g.
 template <class T>
@@ -26,6 +29,9 @@ class Sgd {
   // no reduce-scattered gradients since the last zero_grad.
   void step(ShardedModel<T>& model);
   std::int64_t step_count() const { return steps_; }
+  // Resuming from a checkpoint: the steps already taken (>= 0), which the rule's next step
+  // continues from (bias correction, the first momentum step).
+  void set_step_count(std::int64_t steps);
   const SgdOptions& options() const { return options_; }
 
  private:

@@ -1,0 +1,116 @@
+// Checkpoints: a sharded model's parameters and optimizer state in one HDF5 file, written and
+// read collectively through MPI-IO, with every tensor stored whole in its logical shape (so any
+// world size and strategy can load it, and h5py reads it as plain arrays). docs/checkpoints.md
+// shows the layout.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fsdp/core/dtype.hpp"
+#include "fsdp/data/sampler_state.hpp"
+#include "fsdp/optim/optimizer.hpp"
+#include "fsdp/unit/sharded_model.hpp"
+
+namespace fsdp {
+
+// The layout version this fsdp writes; it reads this one and refuses newer ones.
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// Where training stands, saved with the tensors and given back by a load.
+struct CheckpointState {
+  std::int64_t step = 0;   // training steps taken (the caller's count)
+  std::int64_t epoch = 0;  // the epoch the next step belongs to
+  std::optional<SamplerState> sampler;
+  std::map<std::string, std::string> metadata;  // the caller's own key/value pairs
+};
+
+// One tensor of a checkpoint: "model/<parameter>" or "optimizer/<state>/<parameter>".
+struct CheckpointTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;  // empty: a scalar
+  std::string dtype;                // "fp32", "fp64", or what the file holds otherwise
+  std::uint64_t checksum = 0;       // kChecksumAlgorithm over all its elements
+  bool has_checksum = false;
+};
+
+// Everything in a checkpoint except the tensors' values.
+struct CheckpointHeader {
+  int format_version = 0;
+  std::string library_version;  // of the fsdp that wrote it
+  CheckpointState state;
+  int world_size = 0;     // of the job that wrote it
+  std::string strategy;   // its sharding strategy
+  std::string plan_json;  // its sharding plan (plan_to_json)
+  // The optimizer saved with the model; empty name when none was.
+  std::string optimizer;
+  OptimizerSettings optimizer_settings;
+  std::int64_t optimizer_steps = 0;
+  std::vector<CheckpointTensor> tensors;  // sorted by name
+};
+
+// Collective over model.group(). Writes path as one HDF5 file through MPI-IO: each rank writes
+// only the elements it holds (the owner a whole parameter, rank 0 a replicated one), plus the
+// optimizer's state and settings when optimizer is not null, and state. The file is written
+// under path + ".tmp", flushed, closed, synced and only then renamed to path, so path is either
+// the previous file or the complete new one, never a half-written one. Rank 0's state is saved.
+// Every rank throws the same Error (kind io) when the file cannot be written.
+//
+// Fault injection for tests: when FSDP_CHECKPOINT_CRASH_RANK=r is set, rank r aborts (as a
+// crashed process would) after writing half of its tensors.
+template <class T>
+void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                     const CheckpointState& state);
+
+// Collective over model.group(). Loads a checkpoint written at any world size with any strategy:
+// each rank reads only the elements of its pieces. With an optimizer, its state and step count
+// are loaded too (the file must hold the same rule); with none, the parameters only. Checks, on
+// every rank alike, before anything changes:
+//   - the file is an fsdp checkpoint of a format version this fsdp reads (else Error, kind io);
+//   - its tensors' names, shapes and dtypes are the model's (and the optimizer's): else Error
+//     (kind mismatch) listing every difference;
+//   - every tensor's checksum (else Error, kind io, naming the file and the tensor).
+// Nothing in the model or the optimizer changes unless every check passed on every rank.
+template <class T>
+CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model,
+                                 Optimizer<T>* optimizer);
+
+// Collective over model.group(): a model's parameters from a plain HDF5 file of unsharded
+// tensors (pretrained weights; what export_parameters writes): one dataset per parameter, named
+// as the parameter, under `group` ("/" by default), each rank reading its pieces. An fsdp
+// checkpoint is read from its "model" group instead, with its checksums checked. The same
+// mismatch rules as load_checkpoint.
+template <class T>
+void load_parameters(const std::string& path, ShardedModel<T>& model,
+                     const std::string& group = "/");
+
+// Serial (any one process): the header of a checkpoint, for tools. Error (kind io) when the file
+// is not a checkpoint this fsdp reads.
+CheckpointHeader read_checkpoint_header(const std::string& path);
+
+// Serial: reads every tensor of a checkpoint and checks its checksum, one tensor in memory at a
+// time; Error (kind io) naming the first damaged tensor.
+void verify_checkpoint(const std::string& path);
+
+// Serial: the parameters of a checkpoint as a plain HDF5 file (one dataset per parameter, named
+// as the parameter, at the root), for other programs and for load_parameters. Written under
+// output + ".tmp" and renamed.
+void export_parameters(const std::string& checkpoint, const std::string& output);
+
+extern template void save_checkpoint<float>(const std::string&, ShardedModel<float>&,
+                                            const Optimizer<float>*, const CheckpointState&);
+extern template void save_checkpoint<double>(const std::string&, ShardedModel<double>&,
+                                             const Optimizer<double>*, const CheckpointState&);
+extern template CheckpointHeader load_checkpoint<float>(const std::string&, ShardedModel<float>&,
+                                                        Optimizer<float>*);
+extern template CheckpointHeader load_checkpoint<double>(const std::string&, ShardedModel<double>&,
+                                                         Optimizer<double>*);
+extern template void load_parameters<float>(const std::string&, ShardedModel<float>&,
+                                            const std::string&);
+extern template void load_parameters<double>(const std::string&, ShardedModel<double>&,
+                                             const std::string&);
+
+}  // namespace fsdp

@@ -1,0 +1,998 @@
+// Checkpoint files (format_version 1). HDF5 layout:
+//   /                 attributes format = "fsdp-checkpoint", format_version (int32),
+//                     library_version, step (int64), epoch (int64), world_size (int32), strategy,
+//                     plan (the sharding plan as JSON), checksum_algorithm, sampler (int64[6],
+//                     SamplerState::to_words, only when saved)
+//   /metadata         one string attribute per key of the caller's metadata
+//   /model/<p>        one dataset per parameter p: its logical shape and dtype, attribute
+//                     checksum (uint64)
+//   /optimizer        attributes name, lr, weight_decay, momentum, dampening, nesterov, beta1,
+//                     beta2, eps, step; only when an optimizer was saved
+//   /optimizer/<s>/<p> state s (exp_avg, exp_avg_sq, momentum) of parameter p, p's shape
+// A parameter name with '/' nests groups, as HDF5 paths do.
+#include "fsdp/io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/on_root.hpp"
+#include "fsdp/comm/raise_on_every_rank.hpp"
+#include "fsdp/config.hpp"
+#include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
+#include "fsdp/io/hdf5_handle.hpp"
+#include "fsdp/io/row_major_boxes.hpp"
+#include "fsdp/io/tensor_checksum.hpp"
+#include "hdf5_attributes.hpp"
+
+namespace fsdp {
+namespace {
+
+using hdf5::Handle;
+using Json = nlohmann::json;
+
+constexpr const char* kFormatName = "fsdp-checkpoint";
+constexpr const char* kExpected = "an fsdp checkpoint";
+constexpr const char* kModelGroup = "model";
+constexpr const char* kOptimizerGroup = "optimizer";
+constexpr const char* kMetadataGroup = "metadata";
+
+std::string file_text(const std::string& path) {
+  return "checkpoint '" + path + "'";
+}
+std::string model_tensor(const std::string& parameter) {
+  return std::string(kModelGroup) + "/" + parameter;
+}
+std::string state_tensor(const std::string& state, const std::string& parameter) {
+  return std::string(kOptimizerGroup) + "/" + state + "/" + parameter;
+}
+
+// ---- files: create and open, serial or through MPI-IO ----
+
+Handle access_list(const hdf5::Checker& file, MPI_Comm comm) {
+  Handle fapl(file.check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", "the file access list"),
+              H5Pclose);
+  if (comm != MPI_COMM_NULL) {
+    file.check_status(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio",
+                      "the file access list");
+    // Metadata is written once, by every rank together, instead of by each rank on its own.
+    file.check_status(H5Pset_coll_metadata_write(fapl.get(), true), "H5Pset_coll_metadata_write",
+                      "the file access list");
+  }
+  return fapl;
+}
+
+Handle create_file(const hdf5::Checker& file, MPI_Comm comm) {
+  Handle fapl = access_list(file, comm);
+  return Handle(file.check(H5Fcreate(file.path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                           "H5Fcreate", "the file"),
+                H5Fclose);
+}
+
+Handle open_file(const hdf5::Checker& file, MPI_Comm comm) {
+  const htri_t is_hdf5 = H5Fis_hdf5(file.path().c_str());
+  if (is_hdf5 <= 0) {
+    throw Error(ErrorKind::io,
+                file.file() + (is_hdf5 < 0 ? " cannot be opened (missing, unreadable "
+                                             "or truncated)"
+                                           : " is not an HDF5 file"));
+  }
+  Handle fapl = access_list(file, comm);
+  return Handle(file.check(H5Fopen(file.path().c_str(), H5F_ACC_RDONLY, fapl.get()), "H5Fopen",
+                           "the file (damaged or truncated?)"),
+                H5Fclose);
+}
+
+Handle open_group(const hdf5::Checker& file, hid_t parent, const std::string& name) {
+  return Handle(
+      file.check(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), "H5Gopen2", "group " + name),
+      H5Gclose);
+}
+
+Handle create_group(const hdf5::Checker& file, hid_t parent, const std::string& name) {
+  return Handle(file.check(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                           "H5Gcreate2", "group " + name),
+                H5Gclose);
+}
+
+bool has_link(const hdf5::Checker& file, hid_t parent, const std::string& name) {
+  const htri_t exists = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
+  file.check_status(exists, "H5Lexists", name);
+  return exists > 0;
+}
+
+// Renames a finished temporary into place and makes both durable: the file's bytes, then the
+// directory entry. Serial.
+void publish(const std::string& from, const std::string& to) {
+  auto sync_path = [](const std::string& path, int flags) {
+    const int fd = ::open(path.c_str(), flags);
+    if (fd < 0) {
+      return false;
+    }
+    const bool synced = ::fsync(fd) == 0;
+    return ::close(fd) == 0 && synced;
+  };
+  if (!sync_path(from, O_RDONLY)) {
+    throw Error(ErrorKind::io, "cannot sync '" + from + "' to disk before renaming it");
+  }
+  if (std::rename(from.c_str(), to.c_str()) != 0) {
+    throw Error(ErrorKind::io, "cannot rename '" + from + "' to '" + to + "'");
+  }
+  const std::size_t slash = to.find_last_of('/');
+  const std::string directory = slash == std::string::npos ? "." : to.substr(0, slash + 1);
+  if (!sync_path(directory, O_RDONLY | O_DIRECTORY)) {
+    throw Error(ErrorKind::io,
+                "cannot sync directory '" + directory + "' after renaming '" + to + "'");
+  }
+}
+
+// ---- tensors in a file: listing, dtype, shape ----
+
+std::string dtype_text(const hdf5::Checker& file, hid_t dataset, const std::string& what) {
+  Handle type(file.check(H5Dget_type(dataset), "H5Dget_type", what), H5Tclose);
+  const H5T_class_t type_class = H5Tget_class(type.get());
+  const std::size_t size = H5Tget_size(type.get());
+  if (type_class == H5T_FLOAT && (size == 4 || size == 8 || size == 2)) {
+    return size == 4 ? "fp32" : size == 8 ? "fp64" : "fp16";
+  }
+  if (type_class == H5T_INTEGER && (size == 4 || size == 8)) {
+    return size == 4 ? "int32" : "int64";
+  }
+  return "an HDF5 type of class " + std::to_string(static_cast<int>(type_class)) + " and " +
+         std::to_string(size) + " bytes";
+}
+
+std::vector<std::int64_t> dataset_shape(const hdf5::Checker& file, hid_t dataset,
+                                        const std::string& what) {
+  Handle space(file.check(H5Dget_space(dataset), "H5Dget_space", what), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  file.check_status(rank, "H5Sget_simple_extent_ndims", what);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (rank > 0) {
+    file.check_status(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr),
+                      "H5Sget_simple_extent_dims", what);
+  }
+  return std::vector<std::int64_t>(dims.begin(), dims.end());
+}
+
+// Every dataset below `group` of the open file, as tensors named prefix + its relative path.
+std::vector<CheckpointTensor> list_tensors(const hdf5::Checker& file, hid_t handle,
+                                           const std::string& group, const std::string& prefix) {
+  std::vector<CheckpointTensor> tensors;
+  if (group != "/" && !has_link(file, handle, group)) {
+    return tensors;
+  }
+  Handle parent = open_group(file, handle, group);
+  std::vector<std::string> names;
+  auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+    return 0;
+  };
+  file.check_status(H5Lvisit(parent.get(), H5_INDEX_NAME, H5_ITER_INC, collect, &names), "H5Lvisit",
+                    "group " + group);
+  for (const std::string& name : names) {
+    Handle object(file.check(H5Oopen(parent.get(), name.c_str(), H5P_DEFAULT), "H5Oopen", name),
+                  H5Oclose);
+    if (H5Iget_type(object.get()) != H5I_DATASET) {
+      continue;
+    }
+    CheckpointTensor tensor;
+    tensor.name = prefix + name;
+    const std::string what = "dataset " + tensor.name;
+    tensor.shape = dataset_shape(file, object.get(), what);
+    tensor.dtype = dtype_text(file, object.get(), what);
+    tensor.has_checksum = hdf5::has_attribute(file, object.get(), "checksum");
+    if (tensor.has_checksum) {
+      tensor.checksum =
+          hdf5::read_attribute<std::uint64_t>(file, object.get(), "checksum", kExpected);
+    }
+    tensors.push_back(std::move(tensor));
+  }
+  return tensors;
+}
+
+// ---- the header: read on one process, sent to the others as JSON ----
+
+CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle) {
+  Handle root = open_group(file, handle, "/");
+  CheckpointHeader header;
+  const std::string format = hdf5::read_string_attribute(file, root.get(), "format", kExpected);
+  if (format != kFormatName) {
+    throw Error(ErrorKind::io,
+                file.file() + " has format '" + format + "'; it is not " + kExpected);
+  }
+  header.format_version =
+      hdf5::read_attribute<std::int32_t>(file, root.get(), "format_version", kExpected);
+  header.library_version =
+      hdf5::read_string_attribute(file, root.get(), "library_version", kExpected);
+  if (header.format_version > kCheckpointFormatVersion || header.format_version < 1) {
+    throw Error(ErrorKind::io, file.file() + " has format version " +
+                                   std::to_string(header.format_version) + " (written by fsdp " +
+                                   header.library_version + "); this fsdp (" + FSDP_VERSION_STRING +
+                                   ") reads version " + std::to_string(kCheckpointFormatVersion) +
+                                   ": load it with a newer fsdp");
+  }
+  header.state.step = hdf5::read_attribute<std::int64_t>(file, root.get(), "step", kExpected);
+  header.state.epoch = hdf5::read_attribute<std::int64_t>(file, root.get(), "epoch", kExpected);
+  header.world_size = hdf5::read_attribute<std::int32_t>(file, root.get(), "world_size", kExpected);
+  header.strategy = hdf5::read_string_attribute(file, root.get(), "strategy", kExpected);
+  header.plan_json = hdf5::read_string_attribute(file, root.get(), "plan", kExpected);
+  const std::string algorithm =
+      hdf5::read_string_attribute(file, root.get(), "checksum_algorithm", kExpected);
+  if (algorithm != kChecksumAlgorithm) {
+    throw Error(ErrorKind::io, file.file() + " has checksums by '" + algorithm +
+                                   "'; this fsdp knows '" + kChecksumAlgorithm + "'");
+  }
+  if (hdf5::has_attribute(file, root.get(), "sampler")) {
+    const auto words = hdf5::read_array_attribute<std::int64_t>(file, root.get(), "sampler",
+                                                                SamplerState::kWords, kExpected);
+    std::array<std::int64_t, SamplerState::kWords> fixed{};
+    std::copy(words.begin(), words.end(), fixed.begin());
+    header.state.sampler = SamplerState::from_words(fixed);
+  }
+  if (has_link(file, root.get(), kMetadataGroup)) {
+    Handle metadata = open_group(file, root.get(), kMetadataGroup);
+    H5O_info_t info;
+#if H5_VERSION_GE(1, 12, 0)
+    file.check_status(H5Oget_info3(metadata.get(), &info, H5O_INFO_NUM_ATTRS), "H5Oget_info3",
+                      "group metadata");
+#else
+    file.check_status(H5Oget_info2(metadata.get(), &info, H5O_INFO_NUM_ATTRS), "H5Oget_info2",
+                      "group metadata");
+#endif
+    for (hsize_t i = 0; i < info.num_attrs; ++i) {
+      const ssize_t length = H5Aget_name_by_idx(metadata.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
+                                                nullptr, 0, H5P_DEFAULT);
+      file.check_status(length < 0 ? -1 : 0, "H5Aget_name_by_idx", "group metadata");
+      std::string key(static_cast<std::size_t>(length) + 1, '\0');
+      file.check_status(H5Aget_name_by_idx(metadata.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
+                                           key.data(), key.size(), H5P_DEFAULT) < 0
+                            ? -1
+                            : 0,
+                        "H5Aget_name_by_idx", "group metadata");
+      key.resize(static_cast<std::size_t>(length));
+      header.state.metadata[key] =
+          hdf5::read_string_attribute(file, metadata.get(), key.c_str(), kExpected);
+    }
+  }
+  if (has_link(file, root.get(), kOptimizerGroup)) {
+    Handle optimizer = open_group(file, root.get(), kOptimizerGroup);
+    const hid_t o = optimizer.get();
+    header.optimizer = hdf5::read_string_attribute(file, o, "name", kExpected);
+    OptimizerSettings& s = header.optimizer_settings;
+    s.lr = hdf5::read_attribute<double>(file, o, "lr", kExpected);
+    s.weight_decay = hdf5::read_attribute<double>(file, o, "weight_decay", kExpected);
+    s.momentum = hdf5::read_attribute<double>(file, o, "momentum", kExpected);
+    s.dampening = hdf5::read_attribute<double>(file, o, "dampening", kExpected);
+    s.nesterov = hdf5::read_attribute<std::int32_t>(file, o, "nesterov", kExpected) != 0;
+    s.beta1 = hdf5::read_attribute<double>(file, o, "beta1", kExpected);
+    s.beta2 = hdf5::read_attribute<double>(file, o, "beta2", kExpected);
+    s.eps = hdf5::read_attribute<double>(file, o, "eps", kExpected);
+    header.optimizer_steps = hdf5::read_attribute<std::int64_t>(file, o, "step", kExpected);
+  }
+  header.tensors = list_tensors(file, handle, kModelGroup, std::string(kModelGroup) + "/");
+  if (!header.optimizer.empty()) {
+    auto state = list_tensors(file, handle, kOptimizerGroup, std::string(kOptimizerGroup) + "/");
+    header.tensors.insert(header.tensors.end(), state.begin(), state.end());
+  }
+  std::sort(header.tensors.begin(), header.tensors.end(),
+            [](const CheckpointTensor& a, const CheckpointTensor& b) { return a.name < b.name; });
+  return header;
+}
+
+Json to_json(const CheckpointHeader& h) {
+  Json tensors = Json::array();
+  for (const CheckpointTensor& t : h.tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"shape", t.shape},
+                       {"dtype", t.dtype},
+                       {"checksum", t.checksum},
+                       {"has_checksum", t.has_checksum}});
+  }
+  const OptimizerSettings& s = h.optimizer_settings;
+  Json json = {{"format_version", h.format_version},
+               {"library_version", h.library_version},
+               {"step", h.state.step},
+               {"epoch", h.state.epoch},
+               {"metadata", h.state.metadata},
+               {"world_size", h.world_size},
+               {"strategy", h.strategy},
+               {"plan", h.plan_json},
+               {"optimizer", h.optimizer},
+               {"optimizer_settings",
+                {s.lr, s.weight_decay, s.momentum, s.dampening, s.nesterov ? 1.0 : 0.0, s.beta1,
+                 s.beta2, s.eps}},
+               {"optimizer_steps", h.optimizer_steps},
+               {"tensors", tensors}};
+  if (h.state.sampler) {
+    json["sampler"] = h.state.sampler->to_words();
+  }
+  return json;
+}
+
+CheckpointHeader header_from_json(const Json& json) {
+  CheckpointHeader h;
+  h.format_version = json.at("format_version").get<int>();
+  h.library_version = json.at("library_version").get<std::string>();
+  h.state.step = json.at("step").get<std::int64_t>();
+  h.state.epoch = json.at("epoch").get<std::int64_t>();
+  h.state.metadata = json.at("metadata").get<std::map<std::string, std::string>>();
+  if (json.contains("sampler")) {
+    h.state.sampler = SamplerState::from_words(
+        json.at("sampler").get<std::array<std::int64_t, SamplerState::kWords>>());
+  }
+  h.world_size = json.at("world_size").get<int>();
+  h.strategy = json.at("strategy").get<std::string>();
+  h.plan_json = json.at("plan").get<std::string>();
+  h.optimizer = json.at("optimizer").get<std::string>();
+  const auto s = json.at("optimizer_settings").get<std::vector<double>>();
+  h.optimizer_settings = {s.at(0),      s.at(1), s.at(2), s.at(3),
+                          s.at(4) != 0, s.at(5), s.at(6), s.at(7)};
+  h.optimizer_steps = json.at("optimizer_steps").get<std::int64_t>();
+  for (const Json& t : json.at("tensors")) {
+    CheckpointTensor tensor;
+    tensor.name = t.at("name").get<std::string>();
+    tensor.shape = t.at("shape").get<std::vector<std::int64_t>>();
+    tensor.dtype = t.at("dtype").get<std::string>();
+    tensor.checksum = t.at("checksum").get<std::uint64_t>();
+    tensor.has_checksum = t.at("has_checksum").get<bool>();
+    h.tensors.push_back(std::move(tensor));
+  }
+  return h;
+}
+
+// Rank 0 reads the header; every rank gets it, or the same Error.
+CheckpointHeader agreed_header(ProcessGroup& group, const std::string& path) {
+  const std::string text = on_root(group, "read " + file_text(path), [&] {
+    hdf5::QuietErrorStack quiet;
+    const hdf5::Checker file(path, file_text(path));
+    Handle handle = open_file(file, MPI_COMM_NULL);
+    return to_json(read_header(file, handle.get())).dump();
+  });
+  return header_from_json(Json::parse(text));
+}
+
+// ---- what this rank holds: one entry per tensor, in the same order on every rank ----
+
+template <class T>
+struct Piece {
+  std::string tensor;               // its name in the file
+  std::vector<std::int64_t> shape;  // the tensor's logical shape
+  DeviceView<T> view;               // this rank's elements (empty View for none)
+  std::int64_t first = 0;           // flat index of view(0)
+  std::int64_t count = 0;
+  // This rank writes these elements and counts them in the checksum: every element of a tensor
+  // is counted by exactly one rank (a replicated parameter's by rank 0 only).
+  bool counted = false;
+  ExecutionSpace space;
+};
+
+// The model's parameters, then (when state_names is not empty) each state of each parameter.
+// state_views(p, k) gives the k-th state View of a parameter's piece.
+template <class T, class StateView>
+std::vector<Piece<T>> pieces_of(ShardedModel<T>& model, const std::vector<std::string>& state_names,
+                                const StateView& state_view) {
+  std::vector<Piece<T>> pieces;
+  const int rank = model.group().rank();
+  for (std::size_t s = 0; s <= state_names.size(); ++s) {
+    for (const ParameterInfo& info : model.plan().parameters()) {
+      ShardedParameter<T>& p = model.parameter(info.name);
+      Piece<T> piece;
+      piece.tensor = s == 0 ? model_tensor(info.name) : state_tensor(state_names[s - 1], info.name);
+      piece.shape = info.shape;
+      piece.first = p.shard_offset();
+      piece.count = p.shard_size();
+      piece.counted = piece.count > 0 && (p.placement() != Placement::replicated || rank == 0);
+      piece.space = model.unit_of(info.name).execution_space();
+      if (piece.count > 0) {
+        piece.view = s == 0 ? p.shard() : state_view(p, s - 1);
+      }
+      pieces.push_back(std::move(piece));
+    }
+  }
+  return pieces;
+}
+
+// The selection of [first, first + count) in a dataset of the given shape, and a 1-D memory
+// space of count elements (or nothing selected in either when count is 0).
+std::pair<Handle, Handle> selections(const hdf5::Checker& file, hid_t dataset,
+                                     const std::vector<std::int64_t>& shape, std::int64_t first,
+                                     std::int64_t count, const std::string& what) {
+  Handle file_space(file.check(H5Dget_space(dataset), "H5Dget_space", what), H5Sclose);
+  const hsize_t extent = static_cast<hsize_t>(std::max<std::int64_t>(count, 1));
+  Handle memory(file.check(H5Screate_simple(1, &extent, nullptr), "H5Screate_simple", what),
+                H5Sclose);
+  if (count == 0) {
+    file.check_status(H5Sselect_none(file_space.get()), "H5Sselect_none", what);
+    file.check_status(H5Sselect_none(memory.get()), "H5Sselect_none", what);
+  } else if (shape.empty()) {
+    file.check_status(H5Sselect_all(file_space.get()), "H5Sselect_all", what);
+  } else {
+    file.check_status(H5Sselect_none(file_space.get()), "H5Sselect_none", what);
+    for (const Box& box : row_major_boxes(shape, first, first + count)) {
+      const std::vector<hsize_t> start(box.start.begin(), box.start.end());
+      const std::vector<hsize_t> size(box.count.begin(), box.count.end());
+      file.check_status(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_OR, start.data(), nullptr,
+                                            size.data(), nullptr),
+                        "H5Sselect_hyperslab", what);
+    }
+  }
+  return {std::move(file_space), std::move(memory)};
+}
+
+Handle collective_transfer(const hdf5::Checker& file) {
+  Handle dxpl(file.check(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "the transfer list"), H5Pclose);
+  file.check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio",
+                    "the transfer list");
+  return dxpl;
+}
+
+template <class T>
+hid_t stored_type() {
+  return sizeof(T) == 4 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
+}
+template <class T>
+hid_t memory_type() {
+  return sizeof(T) == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
+}
+
+Handle dataset_space(const hdf5::Checker& file, const std::vector<std::int64_t>& shape,
+                     const std::string& what) {
+  if (shape.empty()) {
+    return Handle(file.check(H5Screate(H5S_SCALAR), "H5Screate", what), H5Sclose);
+  }
+  const std::vector<hsize_t> dims(shape.begin(), shape.end());
+  return Handle(file.check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                           "H5Screate_simple", what),
+                H5Sclose);
+}
+
+// Creates the dataset (and the groups its name implies); collective in a parallel file.
+Handle create_dataset(const hdf5::Checker& file, hid_t handle, const std::string& name,
+                      const std::vector<std::int64_t>& shape, hid_t type) {
+  const std::string what = "dataset " + name;
+  Handle space = dataset_space(file, shape, what);
+  Handle lcpl(file.check(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate", what), H5Pclose);
+  file.check_status(H5Pset_create_intermediate_group(lcpl.get(), 1),
+                    "H5Pset_create_intermediate_group", what);
+  Handle dcpl(file.check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", what), H5Pclose);
+  // Every element is written: no fill values first.
+  file.check_status(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time", what);
+  return Handle(file.check(H5Dcreate2(handle, name.c_str(), type, space.get(), lcpl.get(),
+                                      dcpl.get(), H5P_DEFAULT),
+                           "H5Dcreate2", what),
+                H5Dclose);
+}
+
+// The element sums of every tensor, each rank adding what it counts. MPI directly: the sum must
+// wrap modulo 2^64, which only an unsigned 64-bit MPI sum guarantees.
+template <class T>
+std::vector<std::uint64_t> checksums(ProcessGroup& group, const std::vector<Piece<T>>& pieces) {
+  std::vector<std::uint64_t> sums(pieces.size(), 0);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].counted) {
+      sums[i] = partial_checksum(pieces[i].view, pieces[i].first);
+    }
+  }
+  if (!sums.empty()) {
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()),
+                                 MPI_UINT64_T, MPI_SUM, group.mpi_comm());
+    if (rc != MPI_SUCCESS) {
+      throw Error(ErrorKind::communication,
+                  "MPI_Allreduce of checkpoint checksums failed with "
+                  "MPI error code " +
+                      std::to_string(rc));
+    }
+  }
+  return sums;
+}
+
+// Rank's crash point for the fault-injection test, or -1.
+int crash_rank() {
+  const char* value = std::getenv("FSDP_CHECKPOINT_CRASH_RANK");
+  return value != nullptr && *value != '\0' ? std::atoi(value) : -1;
+}
+
+void write_header(const hdf5::Checker& file, hid_t handle, const CheckpointHeader& h) {
+  Handle root = open_group(file, handle, "/");
+  const hid_t r = root.get();
+  hdf5::write_string_attribute(file, r, "format", kFormatName);
+  hdf5::write_attribute<std::int32_t>(file, r, "format_version", h.format_version);
+  hdf5::write_string_attribute(file, r, "library_version", h.library_version);
+  hdf5::write_attribute<std::int64_t>(file, r, "step", h.state.step);
+  hdf5::write_attribute<std::int64_t>(file, r, "epoch", h.state.epoch);
+  hdf5::write_attribute<std::int32_t>(file, r, "world_size", h.world_size);
+  hdf5::write_string_attribute(file, r, "strategy", h.strategy);
+  hdf5::write_string_attribute(file, r, "plan", h.plan_json);
+  hdf5::write_string_attribute(file, r, "checksum_algorithm", kChecksumAlgorithm);
+  if (h.state.sampler) {
+    const auto words = h.state.sampler->to_words();
+    hdf5::write_array_attribute<std::int64_t>(
+        file, r, "sampler", std::vector<std::int64_t>(words.begin(), words.end()));
+  }
+  Handle metadata = create_group(file, r, kMetadataGroup);
+  for (const auto& [key, value] : h.state.metadata) {
+    hdf5::write_string_attribute(file, metadata.get(), key.c_str(), value);
+  }
+  if (!h.optimizer.empty()) {
+    Handle optimizer = create_group(file, r, kOptimizerGroup);
+    const hid_t o = optimizer.get();
+    const OptimizerSettings& s = h.optimizer_settings;
+    hdf5::write_string_attribute(file, o, "name", h.optimizer);
+    hdf5::write_attribute<double>(file, o, "lr", s.lr);
+    hdf5::write_attribute<double>(file, o, "weight_decay", s.weight_decay);
+    hdf5::write_attribute<double>(file, o, "momentum", s.momentum);
+    hdf5::write_attribute<double>(file, o, "dampening", s.dampening);
+    hdf5::write_attribute<std::int32_t>(file, o, "nesterov", s.nesterov ? 1 : 0);
+    hdf5::write_attribute<double>(file, o, "beta1", s.beta1);
+    hdf5::write_attribute<double>(file, o, "beta2", s.beta2);
+    hdf5::write_attribute<double>(file, o, "eps", s.eps);
+    hdf5::write_attribute<std::int64_t>(file, o, "step", h.optimizer_steps);
+  }
+}
+
+// Every difference between what the file holds and what the model (and optimizer) expect.
+std::vector<std::string> differences(const std::vector<CheckpointTensor>& in_file,
+                                     const std::vector<CheckpointTensor>& expected,
+                                     const std::string& ignored_prefix) {
+  std::map<std::string, const CheckpointTensor*> file_tensors, model_tensors;
+  for (const auto& t : in_file) {
+    file_tensors[t.name] = &t;
+  }
+  for (const auto& t : expected) {
+    model_tensors[t.name] = &t;
+  }
+  std::vector<std::string> lines;
+  for (const auto& [name, want] : model_tensors) {
+    const auto found = file_tensors.find(name);
+    if (found == file_tensors.end()) {
+      lines.push_back(name + ": missing from the file (the model has " + shape_text(want->shape) +
+                      " " + want->dtype + ")");
+      continue;
+    }
+    const CheckpointTensor& have = *found->second;
+    if (have.shape != want->shape) {
+      lines.push_back(name + ": shape " + shape_text(have.shape) + " in the file, " +
+                      shape_text(want->shape) + " in the model");
+    }
+    if (have.dtype != want->dtype) {
+      lines.push_back(name + ": dtype " + have.dtype + " in the file, " + want->dtype +
+                      " in the model");
+    }
+  }
+  for (const auto& [name, have] : file_tensors) {
+    const bool ignored = !ignored_prefix.empty() && name.rfind(ignored_prefix, 0) == 0;
+    if (!ignored && model_tensors.count(name) == 0) {
+      lines.push_back(name + ": in the file (" + shape_text(have->shape) + " " + have->dtype +
+                      "), not in the model");
+    }
+  }
+  return lines;
+}
+
+// Reads every piece's elements into fresh Views (same order on every rank: the reads are
+// collective), checks the checksums, and only then copies them into the pieces. A read that
+// fails on one rank does not stop it from joining the others' collective reads: failures are
+// agreed on at the end.
+template <class T>
+void read_pieces(ProcessGroup& group, const std::string& path, const std::string& group_prefix,
+                 std::vector<Piece<T>>& pieces, const std::vector<CheckpointTensor>& header_tensors,
+                 const std::function<std::string(const std::string&)>& file_name) {
+  const hdf5::Checker file(path, file_text(path));
+  std::vector<DeviceView<T>> staged(pieces.size());
+  std::exception_ptr failure;
+  {
+    hdf5::QuietErrorStack quiet;
+    try {
+      Handle handle = open_file(file, group.mpi_comm());
+      Handle dxpl = collective_transfer(file);
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        const Piece<T>& piece = pieces[i];
+        const std::string name = file_name(piece.tensor);
+        const std::string what = "dataset " + name;
+        try {
+          Handle dataset(
+              file.check(H5Dopen2(handle.get(), (group_prefix + name).c_str(), H5P_DEFAULT),
+                         "H5Dopen2", what),
+              H5Dclose);
+          staged[i] = DeviceView<T>(
+              Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::checkpoint_read"),
+              static_cast<std::size_t>(piece.count));
+          auto host = Kokkos::create_mirror_view(staged[i]);
+          auto [file_space, memory] =
+              selections(file, dataset.get(), piece.shape, piece.first, piece.count, what);
+          file.check_status(H5Dread(dataset.get(), memory_type<T>(), memory.get(), file_space.get(),
+                                    dxpl.get(), host.data()),
+                            "H5Dread", what);
+          Kokkos::deep_copy(staged[i], host);
+        } catch (...) {
+          if (!failure) {
+            failure = std::current_exception();
+          }
+        }
+      }
+      file.check_status(handle.close(), "H5Fclose", "the file");
+    } catch (...) {
+      if (!failure) {
+        failure = std::current_exception();
+      }
+    }
+  }
+  raise_on_every_rank(group, "read " + file_text(path), failure);
+
+  std::vector<Piece<T>> staged_pieces = pieces;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    staged_pieces[i].view = staged[i];
+  }
+  const std::vector<std::uint64_t> sums = checksums(group, staged_pieces);
+  std::vector<std::string> damaged;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const std::string name = file_name(pieces[i].tensor);
+    const auto found = std::find_if(header_tensors.begin(), header_tensors.end(),
+                                    [&](const CheckpointTensor& t) { return t.name == name; });
+    if (found != header_tensors.end() && found->has_checksum && found->checksum != sums[i]) {
+      damaged.push_back(name);
+    }
+  }
+  if (!damaged.empty()) {
+    throw Error(ErrorKind::io, file_text(path) + " is damaged: the checksum of " +
+                                   join(damaged, ", ") +
+                                   " does not match its data; nothing was loaded");
+  }
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].count > 0) {
+      Kokkos::deep_copy(pieces[i].space, pieces[i].view, staged[i]);
+    }
+  }
+  for (const Piece<T>& piece : pieces) {
+    piece.space.fence();
+  }
+}
+
+template <class T>
+CheckpointTensor expected_tensor(const std::string& name, const ParameterInfo& info) {
+  CheckpointTensor t;
+  t.name = name;
+  t.shape = info.shape;
+  t.dtype = name_of(dtype_of<T>());
+  return t;
+}
+
+}  // namespace
+
+// ---- save ----
+
+template <class T>
+void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                     const CheckpointState& state) {
+  ProcessGroup& group = model.group();
+  const std::string tmp = path + ".tmp";
+  // The root checks the directory first, so the common failures (no directory, no permission)
+  // are reported before anyone enters a collective HDF5 call.
+  on_root(group, "prepare " + file_text(path), [&] {
+    std::remove(tmp.c_str());
+    std::FILE* probe = std::fopen(tmp.c_str(), "wb");
+    if (probe == nullptr) {
+      throw Error(ErrorKind::io, "cannot create '" + tmp +
+                                     "': does its directory exist, and may "
+                                     "this job write there?");
+    }
+    std::fclose(probe);
+    return std::string();
+  });
+
+  CheckpointHeader header;
+  header.format_version = kCheckpointFormatVersion;
+  header.library_version = FSDP_VERSION_STRING;
+  header.world_size = group.size();
+  header.strategy = model.plan().strategy();
+  header.plan_json = plan_to_json(model.plan());
+  {
+    // Rank 0's state is the one saved: every rank must write the same attributes.
+    CheckpointHeader with_state;
+    with_state.state = state;
+    std::string text = to_json(with_state).dump();
+    broadcast_string(group, text, 0);
+    header.state = header_from_json(Json::parse(text)).state;
+  }
+  std::vector<std::string> state_names;
+  if (optimizer != nullptr) {
+    header.optimizer = optimizer->name();
+    header.optimizer_settings = optimizer->settings();
+    header.optimizer_steps = optimizer->step_count();
+    if (header.optimizer_steps > 0) {
+      state_names = optimizer->state_names();
+    }
+  }
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    model.unit(u).execution_space().fence();
+  }
+  const auto pieces = pieces_of(model, state_names, [&](ShardedParameter<T>& p, std::size_t k) {
+    require(k < p.optimizer_state().size(),
+            "save_checkpoint: parameter '" + p.name() + "' has no optimizer state '" +
+                state_names[k] + "' although the optimizer has taken " +
+                std::to_string(header.optimizer_steps) + " steps",
+            ErrorKind::state);
+    return p.optimizer_state()[k].view();
+  });
+  const std::vector<std::uint64_t> sums = checksums(group, pieces);
+
+  const int crash = crash_rank();
+  std::exception_ptr failure;
+  {
+    hdf5::QuietErrorStack quiet;
+    const hdf5::Checker file(tmp, file_text(tmp));
+    try {
+      Handle handle = create_file(file, group.mpi_comm());
+      write_header(file, handle.get(), header);
+      Handle dxpl = collective_transfer(file);
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        if (crash == group.rank() && i == pieces.size() / 2) {
+          std::fprintf(stderr,
+                       "fsdp: FSDP_CHECKPOINT_CRASH_RANK=%d: rank %d aborts while writing %s\n",
+                       crash, crash, file_text(tmp).c_str());
+          std::abort();
+        }
+        const Piece<T>& piece = pieces[i];
+        const std::string what = "dataset " + piece.tensor;
+        Handle dataset =
+            create_dataset(file, handle.get(), piece.tensor, piece.shape, stored_type<T>());
+        const std::int64_t count = piece.counted ? piece.count : 0;
+        auto [file_space, memory] =
+            selections(file, dataset.get(), piece.shape, piece.first, count, what);
+        // The host copy of what this rank writes (none for a host memory space; nothing when
+        // it writes nothing).
+        decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), piece.view)) host;
+        if (count > 0) {
+          host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), piece.view);
+        }
+        file.check_status(H5Dwrite(dataset.get(), memory_type<T>(), memory.get(), file_space.get(),
+                                   dxpl.get(), host.data()),
+                          "H5Dwrite", what);
+        hdf5::write_attribute<std::uint64_t>(file, dataset.get(), "checksum", sums[i]);
+      }
+      file.check_status(H5Fflush(handle.get(), H5F_SCOPE_GLOBAL), "H5Fflush", "the file");
+      file.check_status(handle.close(), "H5Fclose", "the file");
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  raise_on_every_rank(group, "write " + file_text(path), failure);
+  on_root(group, "publish " + file_text(path), [&] {
+    publish(tmp, path);
+    return std::string();
+  });
+}
+
+// ---- load ----
+
+template <class T>
+CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model,
+                                 Optimizer<T>* optimizer) {
+  ProcessGroup& group = model.group();
+  CheckpointHeader header = agreed_header(group, path);
+
+  std::vector<std::string> lines;
+  std::vector<std::string> state_names;
+  if (optimizer != nullptr) {
+    if (header.optimizer.empty()) {
+      lines.push_back(
+          "the file holds no optimizer state; load it without an optimizer to take "
+          "its parameters only");
+    } else if (header.optimizer != optimizer->name()) {
+      lines.push_back("optimizer " + header.optimizer + " in the file, " + optimizer->name() +
+                      " given");
+    } else if (header.optimizer_steps > 0) {
+      state_names = optimizer->state_names();
+    }
+  }
+  std::vector<CheckpointTensor> expected;
+  for (std::size_t s = 0; s <= state_names.size(); ++s) {
+    for (const ParameterInfo& info : model.plan().parameters()) {
+      expected.push_back(expected_tensor<T>(
+          s == 0 ? model_tensor(info.name) : state_tensor(state_names[s - 1], info.name), info));
+    }
+  }
+  const auto found = differences(header.tensors, expected,
+                                 optimizer == nullptr ? std::string(kOptimizerGroup) + "/" : "");
+  lines.insert(lines.end(), found.begin(), found.end());
+  if (!lines.empty()) {
+    throw Error(ErrorKind::mismatch, file_text(path) +
+                                         " does not match the model; nothing was "
+                                         "loaded:\n  " +
+                                         join(lines, "\n  "));
+  }
+
+  // Views for optimizer state the pieces do not have yet are made now and filled by
+  // read_pieces; they join the parameters only when every check passed.
+  auto pieces = pieces_of(model, state_names, [&](ShardedParameter<T>& p, std::size_t k) {
+    if (k < p.optimizer_state().size()) {
+      return p.optimizer_state()[k].view();
+    }
+    return DeviceView<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::checkpoint_state"),
+                         static_cast<std::size_t>(p.shard_size()));
+  });
+  read_pieces<T>(group, path, "/", pieces, header.tensors,
+                 [](const std::string& name) { return name; });
+  // Every check passed: the new state goes into the parameters that had none.
+  std::size_t i = model.plan().parameters().size();
+  for (std::size_t k = 0; k < state_names.size(); ++k) {
+    for (const ParameterInfo& info : model.plan().parameters()) {
+      ShardedParameter<T>& p = model.parameter(info.name);
+      const Piece<T>& piece = pieces[i++];
+      if (p.shard_size() > 0 && k >= p.optimizer_state().size()) {
+        Kokkos::deep_copy(p.add_optimizer_state(state_names[k]), piece.view);
+      }
+    }
+  }
+  if (optimizer != nullptr) {
+    optimizer->set_step_count(header.optimizer_steps);
+  }
+  return header;
+}
+
+template <class T>
+void load_parameters(const std::string& path, ShardedModel<T>& model, const std::string& group) {
+  ProcessGroup& process_group = model.group();
+  // The root learns whether the file is a checkpoint (tensors under "model", with checksums)
+  // or a plain file of tensors, and lists them.
+  const Json answer = Json::parse(on_root(process_group, "read '" + path + "'", [&] {
+    hdf5::QuietErrorStack quiet;
+    const hdf5::Checker file(path, "file '" + path + "'");
+    Handle handle = open_file(file, MPI_COMM_NULL);
+    Handle root = open_group(file, handle.get(), "/");
+    CheckpointHeader header;
+    const bool is_checkpoint = hdf5::has_attribute(file, root.get(), "format");
+    if (is_checkpoint) {
+      header = read_header(hdf5::Checker(path, file_text(path)), handle.get());
+    } else {
+      header.tensors = list_tensors(file, handle.get(), group, "");
+    }
+    return Json{{"checkpoint", is_checkpoint}, {"header", to_json(header)}}.dump();
+  }));
+  const CheckpointHeader header = header_from_json(answer.at("header"));
+  const bool checkpoint = answer.at("checkpoint").get<bool>();
+  std::vector<CheckpointTensor> in_file;
+  for (const CheckpointTensor& t : header.tensors) {
+    if (!checkpoint) {
+      in_file.push_back(t);
+    } else if (t.name.rfind(std::string(kModelGroup) + "/", 0) == 0) {
+      in_file.push_back(t);
+      in_file.back().name = t.name.substr(std::string(kModelGroup).size() + 1);
+    }
+  }
+  std::vector<CheckpointTensor> expected;
+  for (const ParameterInfo& info : model.plan().parameters()) {
+    expected.push_back(expected_tensor<T>(info.name, info));
+  }
+  const auto lines = differences(in_file, expected, "");
+  if (!lines.empty()) {
+    throw Error(ErrorKind::mismatch, "'" + path +
+                                         "' does not match the model; nothing was "
+                                         "loaded:\n  " +
+                                         join(lines, "\n  "));
+  }
+  auto pieces =
+      pieces_of(model, {}, [](ShardedParameter<T>&, std::size_t) { return DeviceView<T>(); });
+  const std::string prefix =
+      checkpoint ? std::string("/") + kModelGroup + "/" : (group == "/" ? "/" : group + "/");
+  read_pieces<T>(process_group, path, prefix, pieces, in_file, [](const std::string& name) {
+    return name.substr(std::string(kModelGroup).size() + 1);
+  });
+}
+
+// ---- serial tools ----
+
+CheckpointHeader read_checkpoint_header(const std::string& path) {
+  hdf5::QuietErrorStack quiet;
+  const hdf5::Checker file(path, file_text(path));
+  Handle handle = open_file(file, MPI_COMM_NULL);
+  return read_header(file, handle.get());
+}
+
+namespace {
+
+// Calls fn(tensor, host View of all its elements) for every tensor of the checkpoint whose name
+// starts with prefix, one at a time.
+template <class Fn>
+void for_each_tensor(const std::string& path, const std::string& prefix, Fn&& fn) {
+  hdf5::QuietErrorStack quiet;
+  const hdf5::Checker file(path, file_text(path));
+  Handle handle = open_file(file, MPI_COMM_NULL);
+  const CheckpointHeader header = read_header(file, handle.get());
+  for (const CheckpointTensor& tensor : header.tensors) {
+    if (tensor.name.rfind(prefix, 0) != 0) {
+      continue;
+    }
+    const std::string what = "dataset " + tensor.name;
+    Handle dataset(
+        file.check(H5Dopen2(handle.get(), tensor.name.c_str(), H5P_DEFAULT), "H5Dopen2", what),
+        H5Dclose);
+    std::int64_t numel = 1;
+    for (std::int64_t extent : tensor.shape) {
+      numel *= extent;
+    }
+    if (tensor.dtype == "fp32") {
+      Kokkos::View<float*, Kokkos::HostSpace> values("fsdp::checkpoint_tensor",
+                                                     static_cast<std::size_t>(numel));
+      file.check_status(
+          H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+          "H5Dread", what);
+      fn(file, tensor, values);
+    } else if (tensor.dtype == "fp64") {
+      Kokkos::View<double*, Kokkos::HostSpace> values("fsdp::checkpoint_tensor",
+                                                      static_cast<std::size_t>(numel));
+      file.check_status(
+          H5Dread(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+          "H5Dread", what);
+      fn(file, tensor, values);
+    } else {
+      throw Error(ErrorKind::io, file.file() + ": " + what + " has dtype " + tensor.dtype +
+                                     "; checkpoints hold fp32 and fp64 tensors");
+    }
+  }
+}
+
+}  // namespace
+
+void verify_checkpoint(const std::string& path) {
+  std::vector<std::string> damaged;
+  for_each_tensor(
+      path, "", [&](const hdf5::Checker&, const CheckpointTensor& tensor, const auto& values) {
+        if (!tensor.has_checksum || partial_checksum(values, 0) != tensor.checksum) {
+          damaged.push_back(tensor.name + (tensor.has_checksum ? "" : " (no checksum)"));
+        }
+      });
+  if (!damaged.empty()) {
+    throw Error(ErrorKind::io, file_text(path) + " is damaged: the checksum of " +
+                                   join(damaged, ", ") + " does not match its data");
+  }
+}
+
+void export_parameters(const std::string& checkpoint, const std::string& output) {
+  const std::string tmp = output + ".tmp";
+  {
+    hdf5::QuietErrorStack quiet;
+    const hdf5::Checker out(tmp, "file '" + tmp + "'");
+    Handle handle = create_file(out, MPI_COMM_NULL);
+    const std::string prefix = std::string(kModelGroup) + "/";
+    for_each_tensor(checkpoint, prefix,
+                    [&](const hdf5::Checker&, const CheckpointTensor& tensor, const auto& values) {
+                      using Element = typename std::decay_t<decltype(values)>::non_const_value_type;
+                      const std::string name = tensor.name.substr(prefix.size());
+                      Handle dataset = create_dataset(out, handle.get(), name, tensor.shape,
+                                                      stored_type<Element>());
+                      out.check_status(H5Dwrite(dataset.get(), memory_type<Element>(), H5S_ALL,
+                                                H5S_ALL, H5P_DEFAULT, values.data()),
+                                       "H5Dwrite", "dataset " + name);
+                    });
+    out.check_status(handle.close(), "H5Fclose", "the file");
+  }
+  publish(tmp, output);
+}
+
+template void save_checkpoint<float>(const std::string&, ShardedModel<float>&,
+                                     const Optimizer<float>*, const CheckpointState&);
+template void save_checkpoint<double>(const std::string&, ShardedModel<double>&,
+                                      const Optimizer<double>*, const CheckpointState&);
+template CheckpointHeader load_checkpoint<float>(const std::string&, ShardedModel<float>&,
+                                                 Optimizer<float>*);
+template CheckpointHeader load_checkpoint<double>(const std::string&, ShardedModel<double>&,
+                                                  Optimizer<double>*);
+template void load_parameters<float>(const std::string&, ShardedModel<float>&, const std::string&);
+template void load_parameters<double>(const std::string&, ShardedModel<double>&,
+                                      const std::string&);
+
+}  // namespace fsdp

@@ -1,0 +1,160 @@
+#include "hdf5_attributes.hpp"
+
+#include "fsdp/core/error.hpp"
+
+namespace fsdp::hdf5 {
+namespace {
+
+std::string attribute_text(const char* name) {
+  return std::string("attribute ") + name;
+}
+
+// Stored type and in-memory type of each number type (functions: HDF5's type ids are runtime
+// values).
+template <class T>
+struct NumberTypes;
+template <>
+struct NumberTypes<std::int32_t> {
+  static hid_t stored() { return H5T_STD_I32LE; }
+  static hid_t memory() { return H5T_NATIVE_INT32; }
+};
+template <>
+struct NumberTypes<std::int64_t> {
+  static hid_t stored() { return H5T_STD_I64LE; }
+  static hid_t memory() { return H5T_NATIVE_INT64; }
+};
+template <>
+struct NumberTypes<std::uint64_t> {
+  static hid_t stored() { return H5T_STD_U64LE; }
+  static hid_t memory() { return H5T_NATIVE_UINT64; }
+};
+template <>
+struct NumberTypes<double> {
+  static hid_t stored() { return H5T_IEEE_F64LE; }
+  static hid_t memory() { return H5T_NATIVE_DOUBLE; }
+};
+
+void write_raw(const Checker& file, hid_t object, const char* name, hid_t stored, hid_t memory,
+               hid_t space, const void* data) {
+  Handle attribute(file.check(H5Acreate2(object, name, stored, space, H5P_DEFAULT, H5P_DEFAULT),
+                              "H5Acreate2", attribute_text(name)),
+                   H5Aclose);
+  file.check_status(H5Awrite(attribute.get(), memory, data), "H5Awrite", attribute_text(name));
+}
+
+}  // namespace
+
+Handle string_type(const Checker& file) {
+  Handle type(file.check(H5Tcopy(H5T_C_S1), "H5Tcopy", "the string type"), H5Tclose);
+  file.check_status(H5Tset_size(type.get(), H5T_VARIABLE), "H5Tset_size", "the string type");
+  file.check_status(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", "the string type");
+  return type;
+}
+
+bool has_attribute(const Checker& file, hid_t object, const char* name) {
+  const htri_t exists = H5Aexists(object, name);
+  file.check_status(exists, "H5Aexists", attribute_text(name));
+  return exists > 0;
+}
+
+Handle open_attribute(const Checker& file, hid_t object, const char* name, const char* expected) {
+  if (!has_attribute(file, object, name)) {
+    throw Error(ErrorKind::io,
+                file.file() + " has no attribute '" + name + "'; it is not " + expected);
+  }
+  return Handle(file.check(H5Aopen(object, name, H5P_DEFAULT), "H5Aopen", attribute_text(name)),
+                H5Aclose);
+}
+
+void write_string_attribute(const Checker& file, hid_t object, const char* name,
+                            const std::string& value) {
+  Handle type = string_type(file);
+  Handle space(file.check(H5Screate(H5S_SCALAR), "H5Screate", attribute_text(name)), H5Sclose);
+  const char* text = value.c_str();
+  write_raw(file, object, name, type.get(), type.get(), space.get(), &text);
+}
+
+std::string read_string_attribute(const Checker& file, hid_t object, const char* name,
+                                  const char* expected) {
+  const std::string what = attribute_text(name);
+  Handle attribute = open_attribute(file, object, name, expected);
+  Handle stored(file.check(H5Aget_type(attribute.get()), "H5Aget_type", what), H5Tclose);
+  const htri_t variable = H5Tis_variable_str(stored.get());
+  file.check_status(variable, "H5Tis_variable_str", what);
+  if (H5Tget_class(stored.get()) != H5T_STRING || variable == 0) {
+    throw Error(ErrorKind::io, file.file() + ": " + what + " is not a variable-length string");
+  }
+  Handle type = string_type(file);
+  char* text = nullptr;
+  file.check_status(H5Aread(attribute.get(), type.get(), &text), "H5Aread", what);
+  std::string value = text ? text : "";
+  file.check_status(H5free_memory(text), "H5free_memory", what);
+  return value;
+}
+
+template <class T>
+void write_attribute(const Checker& file, hid_t object, const char* name, T value) {
+  Handle space(file.check(H5Screate(H5S_SCALAR), "H5Screate", attribute_text(name)), H5Sclose);
+  write_raw(file, object, name, NumberTypes<T>::stored(), NumberTypes<T>::memory(), space.get(),
+            &value);
+}
+
+template <class T>
+void write_array_attribute(const Checker& file, hid_t object, const char* name,
+                           const std::vector<T>& values) {
+  const hsize_t extent = values.size();
+  Handle space(
+      file.check(H5Screate_simple(1, &extent, nullptr), "H5Screate_simple", attribute_text(name)),
+      H5Sclose);
+  write_raw(file, object, name, NumberTypes<T>::stored(), NumberTypes<T>::memory(), space.get(),
+            values.data());
+}
+
+template <class T>
+T read_attribute(const Checker& file, hid_t object, const char* name, const char* expected) {
+  const std::string what = attribute_text(name);
+  Handle attribute = open_attribute(file, object, name, expected);
+  Handle space(file.check(H5Aget_space(attribute.get()), "H5Aget_space", what), H5Sclose);
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  file.check_status(points < 0 ? -1 : 0, "H5Sget_simple_extent_npoints", what);
+  if (points != 1) {
+    throw Error(ErrorKind::io, file.file() + ": " + what + " should hold one value, it holds " +
+                                   std::to_string(points));
+  }
+  T value{};
+  file.check_status(H5Aread(attribute.get(), NumberTypes<T>::memory(), &value), "H5Aread", what);
+  return value;
+}
+
+template <class T>
+std::vector<T> read_array_attribute(const Checker& file, hid_t object, const char* name,
+                                    std::size_t count, const char* expected) {
+  const std::string what = attribute_text(name);
+  Handle attribute = open_attribute(file, object, name, expected);
+  Handle space(file.check(H5Aget_space(attribute.get()), "H5Aget_space", what), H5Sclose);
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  file.check_status(points < 0 ? -1 : 0, "H5Sget_simple_extent_npoints", what);
+  if (points != static_cast<hssize_t>(count)) {
+    throw Error(ErrorKind::io, file.file() + ": " + what + " should hold " + std::to_string(count) +
+                                   " values, it holds " + std::to_string(points));
+  }
+  std::vector<T> values(count);
+  file.check_status(H5Aread(attribute.get(), NumberTypes<T>::memory(), values.data()), "H5Aread",
+                    what);
+  return values;
+}
+
+#define FSDP_ATTRIBUTE_TYPE(T)                                                                     \
+  template void write_attribute<T>(const Checker&, hid_t, const char*, T);                         \
+  template void write_array_attribute<T>(const Checker&, hid_t, const char*,                       \
+                                         const std::vector<T>&);                                   \
+  template T read_attribute<T>(const Checker&, hid_t, const char*, const char*);                   \
+  template std::vector<T> read_array_attribute<T>(const Checker&, hid_t, const char*, std::size_t, \
+                                                  const char*);
+FSDP_ATTRIBUTE_TYPE(std::int32_t)
+FSDP_ATTRIBUTE_TYPE(std::int64_t)
+FSDP_ATTRIBUTE_TYPE(std::uint64_t)
+FSDP_ATTRIBUTE_TYPE(double)
+#undef FSDP_ATTRIBUTE_TYPE
+
+}  // namespace fsdp::hdf5

@@ -1,0 +1,43 @@
+// Attributes of HDF5 objects (plan files, checkpoints): scalars, 1-D arrays and UTF-8 strings,
+// every call checked through hdf5::Checker. Private to src/io.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fsdp/io/hdf5_handle.hpp"
+
+namespace fsdp::hdf5 {
+
+// The variable-length UTF-8 string type (a new copy; closed by the Handle).
+Handle string_type(const Checker& file);
+
+// True when object has an attribute of that name.
+bool has_attribute(const Checker& file, hid_t object, const char* name);
+// The attribute; when it is missing, Error (kind io): "<file> has no attribute '<name>'; it is
+// not <expected>", e.g. expected = "an fsdp sharding plan".
+Handle open_attribute(const Checker& file, hid_t object, const char* name, const char* expected);
+
+void write_string_attribute(const Checker& file, hid_t object, const char* name,
+                            const std::string& value);
+std::string read_string_attribute(const Checker& file, hid_t object, const char* name,
+                                  const char* expected);
+
+// Numbers: T is std::int32_t, std::int64_t, std::uint64_t or double, stored little-endian
+// (I32LE, I64LE, U64LE, IEEE F64LE) and converted to T when read.
+template <class T>
+void write_attribute(const Checker& file, hid_t object, const char* name, T value);
+template <class T>
+void write_array_attribute(const Checker& file, hid_t object, const char* name,
+                           const std::vector<T>& values);
+template <class T>
+T read_attribute(const Checker& file, hid_t object, const char* name, const char* expected);
+// A 1-D attribute of exactly `count` values; another size is an Error (kind io).
+template <class T>
+std::vector<T> read_array_attribute(const Checker& file, hid_t object, const char* name,
+                                    std::size_t count, const char* expected);
+
+}  // namespace fsdp::hdf5

@@ -1,0 +1,423 @@
+// Checkpoints: written by the first M ranks (every M up to the job's size) with every strategy and
+// loaded by all ranks with every strategy, the tensors come back bit for bit; training resumed
+// from a checkpoint ends where uninterrupted training ends; damaged, foreign, newer and
+// mismatched files are refused on every rank with the model left as it was.
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "error_message.hpp"
+#include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/io/checkpoint.hpp"
+#include "fsdp/io/plan_file.hpp"
+#include "fsdp/shard/plan_agreement.hpp"
+#include "fsdp/shard/sharding_strategy.hpp"
+
+using namespace fsdp;
+using namespace fsdp::test;
+
+namespace {
+
+ProcessGroup& world() {
+  static ProcessGroup group(MPI_COMM_WORLD);
+  return group;
+}
+
+// A matrix, a vector, a 3-D tensor, a scalar, a parameter shorter than the ranks, and a
+// replicated one: every kind of piece and selection.
+std::vector<ParameterInfo> parameters(DType dtype = DType::f64) {
+  std::vector<ParameterInfo> list = {
+      {"embed", {5, 7}, dtype, "l0", false}, {"l0.w", {6, 5}, dtype, "l0", false},
+      {"l0.b", {6}, dtype, "l0", false},     {"l1.w", {3, 2, 4}, dtype, "l1", false},
+      {"l1.scale", {}, dtype, "l1", false},  {"l1.tiny", {2}, dtype, "l1", false},
+      {"norm", {3}, dtype, "", true}};
+  return list;
+}
+
+const std::vector<std::string> kStrategies = {"full", "layerwise", "hybrid"};
+
+std::unique_ptr<ShardingStrategy> strategy(const std::string& name) {
+  StrategyOptions options;
+  if (name == "hybrid") {
+    options.full_shard_patterns = {"l0"};
+    options.layer_wise_patterns = {"l1", "norm"};
+  }
+  return make_strategy(name, options);
+}
+
+template <class T>
+ShardedModel<T> make_model(ProcessGroup& group, const std::string& strategy_name,
+                           DType dtype = dtype_of<T>()) {
+  return ShardedModel<T>(group, agree_on_plan(*strategy(strategy_name), parameters(dtype), group));
+}
+
+// The value of element i of tensor `tag` (0: the parameters; 1, 2: optimizer states): every
+// bit matters, so values are not round.
+double value(int tag, const std::string& name, std::int64_t i) {
+  double h = 0;
+  for (char c : name) {
+    h = h * 1.3 + static_cast<unsigned char>(c);
+  }
+  return std::sin(h + 0.7 * static_cast<double>(i) + 11.0 * tag) / 3.0;
+}
+
+template <class T>
+void fill(const DeviceView<T>& piece, int tag, const std::string& name, std::int64_t first) {
+  auto host = Kokkos::create_mirror_view(piece);
+  for (std::size_t k = 0; k < host.size(); ++k) {
+    host(k) = static_cast<T>(value(tag, name, first + static_cast<std::int64_t>(k)));
+  }
+  Kokkos::deep_copy(piece, host);
+}
+
+// Parameters and Adam's two moments set to value(tag, ...), and Adam's step count to 3.
+template <class T>
+void fill_model(ShardedModel<T>& model, Optimizer<T>& adam) {
+  for (const ParameterInfo& info : model.plan().parameters()) {
+    ShardedParameter<T>& p = model.parameter(info.name);
+    fill(p.shard(), 0, info.name, p.shard_offset());
+    if (p.shard_size() > 0) {
+      fill(p.add_optimizer_state(kAdamFirstMoment), 1, info.name, p.shard_offset());
+      fill(p.add_optimizer_state(kAdamSecondMoment), 2, info.name, p.shard_offset());
+    }
+  }
+  adam.set_step_count(3);
+}
+
+// Number of elements of this rank's pieces that differ in any bit from value(tag, ...).
+template <class T>
+int wrong_elements(ShardedModel<T>& model, bool with_state) {
+  int wrong = 0;
+  for (const ParameterInfo& info : model.plan().parameters()) {
+    ShardedParameter<T>& p = model.parameter(info.name);
+    std::vector<DeviceView<T>> views = {p.shard()};
+    if (with_state && p.shard_size() > 0) {
+      if (p.optimizer_state().size() != 2) {
+        ++wrong;
+        continue;
+      }
+      views.push_back(p.optimizer_state()[0].view());
+      views.push_back(p.optimizer_state()[1].view());
+    }
+    for (std::size_t tag = 0; tag < views.size(); ++tag) {
+      const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), views[tag]);
+      for (std::size_t k = 0; k < host.size(); ++k) {
+        const T expected = static_cast<T>(value(static_cast<int>(tag), info.name,
+                                                p.shard_offset() + static_cast<std::int64_t>(k)));
+        wrong += std::memcmp(&host(k), &expected, sizeof(T)) != 0 ? 1 : 0;
+      }
+    }
+  }
+  return wrong;
+}
+
+// A fresh directory, the same on every rank, removed with its files at the end of the test.
+struct ScratchDirectory {
+  std::string path;
+  ScratchDirectory() {
+    if (world().rank() == 0) {
+      char name[] = "/tmp/fsdp-checkpoint-test-XXXXXX";
+      BOOST_REQUIRE(mkdtemp(name) != nullptr);
+      path = name;
+    }
+    broadcast_string(world(), path, 0);
+  }
+  ~ScratchDirectory() {
+    world().barrier();
+    if (world().rank() == 0) {
+      const std::string command = "rm -rf '" + path + "'";
+      if (std::system(command.c_str()) != 0) {
+        std::fprintf(stderr, "could not remove %s\n", path.c_str());
+      }
+    }
+  }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+OptimizerSettings settings() {
+  OptimizerSettings s;
+  s.lr = 0.01;
+  return s;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(any_world_size_and_strategy_loads_what_any_other_saved) {
+  ScratchDirectory dir;
+  const int n = world().size();
+  for (int writers = 1; writers <= n; ++writers) {
+    ProcessGroup sub = world().split(world().rank() < writers ? 0 : 1, world().rank());
+    for (const std::string& saved_with : kStrategies) {
+      const std::string path = dir.file("w" + std::to_string(writers) + "-" + saved_with + ".h5");
+      if (world().rank() < writers) {
+        auto model = make_model<double>(sub, saved_with);
+        Optimizer<double> adam("adam", settings());
+        fill_model(model, adam);
+        CheckpointState state;
+        state.step = 17;
+        state.epoch = 2;
+        state.metadata = {{"run", "test"}, {"writers", std::to_string(writers)}};
+        save_checkpoint(path, model, &adam, state);
+      }
+      for (const std::string& loaded_with : kStrategies) {
+        BOOST_TEST_CONTEXT("saved by " << writers << " ranks with " << saved_with << ", loaded by "
+                                       << n << " with " << loaded_with) {
+          auto model = make_model<double>(world(), loaded_with);
+          Optimizer<double> adam("adam", settings());
+          const CheckpointHeader header = load_checkpoint(path, model, &adam);
+          BOOST_TEST(wrong_elements(model, true) == 0);
+          BOOST_TEST(adam.step_count() == 3);
+          BOOST_TEST(header.state.step == 17);
+          BOOST_TEST(header.state.epoch == 2);
+          BOOST_TEST(header.world_size == writers);
+          BOOST_TEST(header.strategy == saved_with);
+          BOOST_TEST(header.state.metadata.at("writers") == std::to_string(writers));
+          BOOST_TEST(header.optimizer == "adam");
+          BOOST_TEST(header.optimizer_settings.lr == 0.01);
+          // Parameters only, into a model without optimizer state.
+          auto bare = make_model<double>(world(), loaded_with);
+          load_checkpoint<double>(path, bare, nullptr);
+          BOOST_TEST(wrong_elements(bare, false) == 0);
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fp32_round_trip_and_sampler_state) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("fp32.h5");
+  auto model = make_model<float>(world(), "full");
+  Optimizer<float> adam("adamw", settings());
+  fill_model(model, adam);
+  CheckpointState state;
+  state.sampler = SamplerState{42, 3, 96, 1000, world().size()};
+  save_checkpoint(path, model, &adam, state);
+  auto loaded = make_model<float>(world(), "layerwise");
+  Optimizer<float> other("adamw", settings());
+  const CheckpointHeader header = load_checkpoint(path, loaded, &other);
+  BOOST_TEST(wrong_elements(loaded, true) == 0);
+  BOOST_TEST(header.state.sampler.has_value());
+  BOOST_TEST((header.state.sampler == state.sampler));
+  if (world().rank() == 0) {
+    verify_checkpoint(path);
+    BOOST_TEST(read_checkpoint_header(path).tensors.size() == 3 * parameters().size());
+  }
+}
+
+// Training k steps, saving, and training m more equals training k + m steps: bit for bit at the
+// same world size and strategy, and the optimizer's state and step count come back with it.
+BOOST_AUTO_TEST_CASE(resumed_training_equals_uninterrupted_training) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("resume.h5");
+  auto train = [](ShardedModel<double>& model, Optimizer<double>& optimizer, int from, int to) {
+    for (int step = from; step < to; ++step) {
+      for (std::size_t u = 0; u < model.unit_count(); ++u) {
+        ShardedUnit<double>& unit = model.unit(u);
+        unit.gather();
+        for (ShardedParameter<double>& p : unit.parameters()) {
+          fill(p.grad(), 5 + step, p.name(), 0);
+        }
+        unit.reduce_scatter_grads();
+        unit.release();
+      }
+      optimizer.step(model);
+      model.zero_grad();
+    }
+  };
+  for (const std::string name : {"sgd", "adam"}) {
+    OptimizerSettings s = settings();
+    s.momentum = 0.9;
+    auto straight = make_model<double>(world(), "full");
+    Optimizer<double> straight_optimizer(name, s);
+    fill_model(straight, straight_optimizer);
+    for (const ParameterInfo& info : straight.plan().parameters()) {
+      straight.parameter(info.name).optimizer_state().clear();
+    }
+    straight_optimizer.set_step_count(0);
+    train(straight, straight_optimizer, 0, 3);
+    save_checkpoint(path, straight, &straight_optimizer, CheckpointState{});
+    train(straight, straight_optimizer, 3, 5);
+
+    auto resumed = make_model<double>(world(), "full");
+    Optimizer<double> resumed_optimizer(name, s);
+    load_checkpoint(path, resumed, &resumed_optimizer);
+    BOOST_TEST(resumed_optimizer.step_count() == 3);
+    train(resumed, resumed_optimizer, 3, 5);
+    for (const ParameterInfo& info : straight.plan().parameters()) {
+      const auto a = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
+                                                         straight.parameter(info.name).shard());
+      const auto b = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
+                                                         resumed.parameter(info.name).shard());
+      BOOST_TEST_CONTEXT(name << " " << info.name) {
+        BOOST_TEST(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_mismatched_model_hears_every_difference_and_keeps_its_values) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("model.h5");
+  {
+    auto model = make_model<double>(world(), "full");
+    Optimizer<double> adam("adam", settings());
+    fill_model(model, adam);
+    save_checkpoint(path, model, &adam, CheckpointState{});
+  }
+  std::vector<ParameterInfo> other = parameters();
+  other[1].shape = {5, 6};         // l0.w
+  other.erase(other.begin() + 5);  // l1.tiny
+  other.push_back({"extra", {4}, DType::f64, "", false});
+  ShardedModel<double> model(world(), agree_on_plan(*strategy("full"), other, world()));
+  Optimizer<double> adam("adam", settings());
+  fill_model(model, adam);
+  BOOST_CHECK_EXCEPTION(
+      load_checkpoint(path, model, &adam), Error,
+      error_of(ErrorKind::mismatch, "does not match the model; nothing was loaded"));
+  try {
+    load_checkpoint(path, model, &adam);
+  } catch (const Error& error) {
+    const std::string text = error.what();
+    BOOST_TEST(text.find("model/l0.w: shape [6, 5] in the file, [5, 6] in the model") !=
+               std::string::npos);
+    BOOST_TEST(text.find("model/extra: missing from the file") != std::string::npos);
+    BOOST_TEST(text.find("model/l1.tiny: in the file ([2] fp64), not in the model") !=
+               std::string::npos);
+    BOOST_TEST(text.find("optimizer/exp_avg/l0.w: shape") != std::string::npos);
+  }
+  BOOST_TEST(adam.step_count() == 3);
+  auto fp32 = make_model<float>(world(), "full");
+  BOOST_CHECK_EXCEPTION(load_checkpoint<float>(path, fp32, nullptr), Error,
+                        message_has("model/l0.b: dtype fp64 in the file, fp32 in the model"));
+  Optimizer<double> sgd("sgd", settings());
+  auto same = make_model<double>(world(), "full");
+  BOOST_CHECK_EXCEPTION(load_checkpoint(path, same, &sgd), Error,
+                        error_of(ErrorKind::mismatch, "optimizer adam in the file, sgd given"));
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_file_is_refused_on_every_rank_and_nothing_loads) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("damaged.h5");
+  {
+    auto model = make_model<double>(world(), "full");
+    Optimizer<double> adam("adam", settings());
+    fill_model(model, adam);
+    save_checkpoint(path, model, &adam, CheckpointState{});
+  }
+  if (world().rank() == 0) {
+    // Flip one byte in the middle of l1.w's data, where HDF5 itself cannot notice.
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    BOOST_REQUIRE(file >= 0);
+    const hid_t dataset = H5Dopen2(file, "model/l1.w", H5P_DEFAULT);
+    BOOST_REQUIRE(dataset >= 0);
+    const haddr_t offset = H5Dget_offset(dataset);
+    BOOST_REQUIRE(offset != HADDR_UNDEF);
+    BOOST_REQUIRE(H5Dclose(dataset) >= 0);
+    BOOST_REQUIRE(H5Fclose(file) >= 0);
+    std::fstream bytes(path, std::ios::in | std::ios::out | std::ios::binary);
+    bytes.seekg(static_cast<std::streamoff>(offset + 13));
+    char c = 0;
+    bytes.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    bytes.seekp(static_cast<std::streamoff>(offset + 13));
+    bytes.write(&c, 1);
+    BOOST_REQUIRE(bytes.good());
+  }
+  world().barrier();
+  auto model = make_model<double>(world(), "layerwise");
+  Optimizer<double> adam("adam", settings());
+  fill_model(model, adam);
+  BOOST_CHECK_EXCEPTION(load_checkpoint(path, model, &adam), Error,
+                        error_of(ErrorKind::io,
+                                 "is damaged: the checksum of model/l1.w does not "
+                                 "match its data; nothing was loaded"));
+  BOOST_TEST(wrong_elements(model, true) == 0);  // still what fill_model put there
+  if (world().rank() == 0) {
+    BOOST_CHECK_EXCEPTION(verify_checkpoint(path), Error, message_has("model/l1.w"));
+    // Truncated: HDF5 notices the end of the file is missing.
+    const std::string truncated = dir.file("truncated.h5");
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(truncated, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  }
+  world().barrier();
+  BOOST_CHECK_EXCEPTION(load_checkpoint(dir.file("truncated.h5"), model, &adam), Error,
+                        error_of(ErrorKind::io, "truncated.h5"));
+  BOOST_TEST(wrong_elements(model, true) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(files_that_are_not_checkpoints_say_so) {
+  ScratchDirectory dir;
+  auto model = make_model<double>(world(), "full");
+  if (world().rank() == 0) {
+    std::ofstream(dir.file("text.h5")) << "not HDF5\n";
+    save_plan_hdf5(dir.file("plan.h5"), model.plan());
+  }
+  world().barrier();
+  BOOST_CHECK_EXCEPTION(load_checkpoint<double>(dir.file("missing.h5"), model, nullptr), Error,
+                        error_of(ErrorKind::io, "missing.h5' cannot be opened"));
+  BOOST_CHECK_EXCEPTION(load_checkpoint<double>(dir.file("text.h5"), model, nullptr), Error,
+                        error_of(ErrorKind::io, "text.h5' is not an HDF5 file"));
+  BOOST_CHECK_EXCEPTION(
+      load_checkpoint<double>(dir.file("plan.h5"), model, nullptr), Error,
+      error_of(ErrorKind::io, "has format 'fsdp-sharding-plan'; it is not an fsdp checkpoint"));
+
+  // A newer format version.
+  const std::string newer = dir.file("newer.h5");
+  save_checkpoint<double>(newer, model, nullptr, CheckpointState{});
+  if (world().rank() == 0) {
+    const hid_t file = H5Fopen(newer.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    BOOST_REQUIRE(file >= 0);
+    const hid_t attribute = H5Aopen(file, "format_version", H5P_DEFAULT);
+    BOOST_REQUIRE(attribute >= 0);
+    const int version = kCheckpointFormatVersion + 1;
+    BOOST_REQUIRE(H5Awrite(attribute, H5T_NATIVE_INT, &version) >= 0);
+    BOOST_REQUIRE(H5Aclose(attribute) >= 0);
+    BOOST_REQUIRE(H5Fclose(file) >= 0);
+  }
+  world().barrier();
+  BOOST_CHECK_EXCEPTION(load_checkpoint<double>(newer, model, nullptr), Error,
+                        error_of(ErrorKind::io, "has format version 2"));
+}
+
+BOOST_AUTO_TEST_CASE(saving_where_nothing_can_be_written_fails_on_every_rank) {
+  auto model = make_model<double>(world(), "full");
+  BOOST_CHECK_EXCEPTION(
+      save_checkpoint<double>("/nonexistent-directory/c.h5", model, nullptr, CheckpointState{}),
+      Error, error_of(ErrorKind::io, "cannot create '/nonexistent-directory/c.h5.tmp'"));
+}
+
+BOOST_AUTO_TEST_CASE(no_temporary_is_left_and_exported_parameters_start_another_run) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("c.h5");
+  {
+    auto model = make_model<double>(world(), "full");
+    Optimizer<double> adam("adam", settings());
+    fill_model(model, adam);
+    save_checkpoint(path, model, &adam, CheckpointState{});
+  }
+  if (world().rank() == 0) {
+    BOOST_TEST(access((path + ".tmp").c_str(), F_OK) != 0);
+    export_parameters(path, dir.file("plain.h5"));
+  }
+  world().barrier();
+  for (const std::string& name : kStrategies) {
+    auto model = make_model<double>(world(), name);
+    load_parameters(dir.file("plain.h5"), model);
+    BOOST_TEST(wrong_elements(model, false) == 0);
+    auto from_checkpoint = make_model<double>(world(), name);
+    load_parameters(path, from_checkpoint);
+    BOOST_TEST(wrong_elements(from_checkpoint, false) == 0);
+  }
+}
