@@ -6,7 +6,6 @@
 
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -21,44 +20,6 @@
 
 namespace {
 
-// An error every rank has, with the same message: rank 0 prints it and every rank exits 1.
-class AgreedError : public std::runtime_error {
- public:
-  explicit AgreedError(const std::string& message) : std::runtime_error(message) {}
-};
-
-// Runs work on every rank; when it throws on any rank, every rank throws AgreedError with the
-// message of the lowest failing rank (so a file only one rank cannot read never leaves the others
-// waiting in a collective).
-template <class Work>
-void on_every_rank(fsdp::ProcessGroup& group, Work&& work) {
-  std::string message;
-  try {
-    work();
-  } catch (const std::exception& error) {
-    message = fsdp::message_of(error);
-    if (message.empty()) {
-      message = "unknown error";
-    }
-  }
-  int failed = message.empty() ? INT_MAX : group.rank();
-  group.all_reduce(&failed, 1, fsdp::ReduceOp::min);
-  if (failed == INT_MAX) {
-    return;
-  }
-  std::int64_t length = static_cast<std::int64_t>(message.size());
-  group.broadcast(&length, 1, failed);
-  std::vector<std::int32_t> text(static_cast<std::size_t>(length));
-  for (std::size_t i = 0; i < text.size() && group.rank() == failed; ++i) {
-    text[i] = static_cast<unsigned char>(message[i]);
-  }
-  group.broadcast(text.data(), text.size(), failed);
-  message.assign(text.begin(), text.end());
-  throw AgreedError(failed == 0 || group.size() == 1
-                        ? message
-                        : "rank " + std::to_string(failed) + ": " + message);
-}
-
 struct DataOptions {
   std::string path;
   std::string features = "features";
@@ -70,7 +31,7 @@ struct DataOptions {
 int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
         const DataOptions& data_options) {
   fsdp_train::Split data;
-  on_every_rank(group, [&] {
+  fsdp_train::on_every_rank(group, "read the data", [&] {
     // Every rank reads (or generates) the whole set: it is small, and the --check reference on
     // rank 0 needs all of it.
     const fsdp_train::Dataset all =
@@ -200,6 +161,29 @@ int main(int argc, char** argv) {
                  "(exit code 2 beyond the tolerance: 1e-4 relative in fp32, 1e-9 in fp64)");
     app.add_flag("--expect-loss-drop", o.expect_loss_drop,
                  "exit with code 3 unless the last epoch's mean loss is below the first step's");
+    auto* dir = app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                               "save checkpoints (parallel HDF5) in this directory: at the end, "
+                               "when stopped, and every --checkpoint-every steps; "
+                               "docs/checkpoints.md");
+    app.add_option("--checkpoint-every", o.checkpoint_every,
+                   "steps between checkpoints (0: only at the end or when stopped)")
+        ->check(CLI::NonNegativeNumber)
+        ->needs(dir);
+    app.add_option("--keep-last", o.keep_last, "keep only this many newest checkpoints (0: all)")
+        ->check(CLI::NonNegativeNumber)
+        ->needs(dir);
+    app.add_flag("--resume", o.resume,
+                 "continue from the newest checkpoint in --checkpoint-dir (on any number of ranks "
+                 "that divides --batch-size); start from step 0 when there is none")
+        ->needs(dir);
+    app.add_option("--stop-after", o.stop_after,
+                   "stop once this many steps are done in all, resumed ones included (saving a "
+                   "checkpoint with --checkpoint-dir)")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--time-budget", o.time_budget,
+                   "seconds this run may take: stop early enough to save a checkpoint, and exit "
+                   "with code 4 when training is not finished")
+        ->check(CLI::PositiveNumber);
     auto* data = app.add_option("--data", d.path,
                                 "HDF5 file with a 2-D float features dataset and a 1-D integer "
                                 "labels dataset (default: built-in synthetic data)");
@@ -243,7 +227,7 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& error) {
       // Every rank parsed the same arguments: rank 0 speaks, every rank exits.
       code = rank == 0 ? app.exit(error) : (error.get_exit_code() != 0 ? 1 : 0);
-    } catch (const AgreedError& error) {
+    } catch (const fsdp_train::AgreedError& error) {
       if (rank == 0) {
         std::fprintf(stderr, "fsdp-train: %s\n", error.what());
       }

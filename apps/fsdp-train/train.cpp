@@ -8,12 +8,15 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
 #include "../common/barrier_without_spinning.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/data/distributed_sampler.hpp"
+#include "fsdp/io/checkpoint.hpp"
+#include "fsdp/io/checkpoint_directory.hpp"
 #include "fsdp/optim/grad_norm.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
@@ -163,6 +166,18 @@ class Schedule {
   // The strided partition gives every rank the same length(): all ranks run as many steps, and
   // the last (possibly short) step has as many samples on every rank.
   std::int64_t steps() const { return fsdp::ceil_div(samplers_[0].length(), local_batch_); }
+  // Where the sampler stands once steps [0, step] of this epoch are done: at the epoch's end, the
+  // start of the next epoch (so a resumed run does not enter an epoch with nothing left in it).
+  fsdp::SamplerState state_after_step(std::int64_t step) const {
+    const fsdp::DistributedSampler& sampler = samplers_[0];
+    const std::int64_t taken = std::min((step + 1) * local_batch_, sampler.length());
+    fsdp::SamplerState state = sampler.state_after(taken);
+    if (taken == sampler.length()) {
+      state.epoch += 1;
+      state.samples_consumed = 0;
+    }
+    return state;
+  }
   void indices(std::int64_t step, std::vector<std::int64_t>& out) const {
     out.clear();
     for (const auto& sampler : samplers_) {
@@ -223,6 +238,40 @@ std::map<std::string, std::vector<double>> full_parameters(fsdp::ShardedModel<T>
   return out;
 }
 
+// --time-budget: rank 0 decides after each step whether another step and a checkpoint still fit
+// in the budget, from the slowest step and the slowest save seen so far, and every rank follows
+// (clocks differ between ranks; they must not disagree on when to stop).
+class StopClock {
+ public:
+  StopClock(fsdp::ProcessGroup& group, double budget, double start)
+      : group_(group), budget_(budget), last_(start), start_(start) {}
+  void saved(double seconds) {
+    slowest_save_ = std::max(slowest_save_, seconds);
+    last_ = MPI_Wtime();  // the save is not a step
+  }
+  bool must_stop() {
+    if (budget_ <= 0) {
+      return false;
+    }
+    const double now = MPI_Wtime();
+    slowest_step_ = std::max(slowest_step_, now - last_);
+    last_ = now;
+    // Room for two more steps (the next one and an epoch's evaluation) and a save; the first save
+    // is assumed to take at least a second.
+    int stop = now - start_ + 2 * slowest_step_ + std::max(slowest_save_, 1.0) > budget_;
+    group_.broadcast(&stop, 1, 0);
+    return stop != 0;
+  }
+
+ private:
+  fsdp::ProcessGroup& group_;
+  double budget_;
+  double last_;
+  double start_;
+  double slowest_step_ = 0;
+  double slowest_save_ = 0;
+};
+
 struct Trained {
   std::vector<nlohmann::json> epochs;
   double first_step_loss = 0;
@@ -248,6 +297,7 @@ class Run {
   }
 
   int run() {
+    const double start = MPI_Wtime();
     const fsdp::StrategyOptions strategy_options{o_.full_shard_patterns, o_.layer_wise_patterns};
     const auto strategy = fsdp::make_strategy(o_.strategy, strategy_options);
     const fsdp::ShardingPlan plan = fsdp::agree_on_plan(*strategy, parameters_, group_);
@@ -258,6 +308,19 @@ class Run {
     fsdp::SamplerOptions sampler_options;
     sampler_options.seed = o_.seed;
     fsdp::DistributedSampler sampler(group_, data_.train.samples, sampler_options);
+
+    std::optional<fsdp::CheckpointDirectory> checkpoints;
+    std::int64_t step_count = 0;  // steps taken since the start of training, resumed ones included
+    std::int64_t first_epoch = 0;
+    if (!o_.checkpoint_dir.empty()) {
+      checkpoints.emplace(group_, o_.checkpoint_dir, o_.keep_last);
+      if (o_.resume) {
+        // Every rank loads the same file and reaches the same verdict: a refusal is reported once.
+        on_every_rank(group_, "resume", [&] {
+          resume(*checkpoints, model, optimizer, sampler, step_count, first_epoch);
+        });
+      }
+    }
     seed_ = sampler.seed();
     std::vector<fsdp::DistributedSampler> mine{sampler};
     Schedule schedule(std::move(mine), local_batch_);
@@ -269,10 +332,24 @@ class Run {
     print_header(plan, schedule.steps());
 
     Trained trained;
-    const double start = MPI_Wtime();
     double train_seconds = 0;
     double trained_samples = 0;  // all ranks, padding of the sampler included
-    for (int epoch = 0; epoch < o_.epochs; ++epoch) {
+    bool stopped = false, out_of_time = false;
+    StopClock clock(group_, o_.time_budget, start);
+    const auto save = [&](const fsdp::SamplerState& position) {
+      fsdp::CheckpointState state;
+      state.step = step_count;
+      state.epoch = position.epoch;
+      state.sampler = position;
+      state.metadata = {{"fsdp-train.batch_size", std::to_string(o_.batch_size)},
+                        {"fsdp-train.dtype", o_.dtype}};
+      const double save_start = MPI_Wtime();
+      const std::string file = checkpoints->save(model, &optimizer, state);
+      clock.saved(MPI_Wtime() - save_start);
+      print_checkpoint(file, state);
+    };
+    bool first_step = true;
+    for (std::int64_t epoch = first_epoch; epoch < o_.epochs && !stopped; ++epoch) {
       schedule.set_epoch(epoch);
       const double epoch_start = MPI_Wtime();
       LossSums sums;
@@ -283,20 +360,36 @@ class Run {
         net.load(data_.train, indices);
         const auto rows = static_cast<std::int64_t>(indices.size());
         const LossSums step_sums = train_step(model, runtime, net, rows, optimizer, o_.clip);
-        if (epoch == 0 && step == 0) {
+        ++step_count;
+        if (first_step) {
           double first[2] = {step_sums.loss, static_cast<double>(rows)};
           group_.all_reduce(first, 2);
           trained.first_step_loss = first[0] / first[1];
+          first_step = false;
         }
         sums.loss += step_sums.loss;
         sums.correct += step_sums.correct;
         samples += static_cast<double>(rows);
+        const bool last = epoch + 1 == o_.epochs && step + 1 == schedule.steps();
+        stopped = !last && o_.stop_after > 0 && step_count >= o_.stop_after;
+        out_of_time = !last && !stopped && clock.must_stop();
+        stopped = stopped || out_of_time;
+        if (checkpoints && (stopped || last ||
+                            (o_.checkpoint_every > 0 && step_count % o_.checkpoint_every == 0))) {
+          save(schedule.state_after_step(step));
+        }
+        if (stopped) {
+          break;
+        }
       }
       double totals[3] = {sums.loss, sums.correct, samples};
       group_.all_reduce(totals, 3);
       const double seconds = MPI_Wtime() - epoch_start;
       train_seconds += seconds;
       trained_samples += totals[2];
+      if (totals[2] == 0) {
+        continue;  // resumed at the very end of training: nothing was left to do
+      }
       const double eval_accuracy = evaluate(runtime, net);
       nlohmann::json line = {{"type", "epoch"},
                              {"epoch", epoch + 1},
@@ -306,6 +399,9 @@ class Run {
                              {"eval_accuracy", eval_accuracy},
                              {"samples_per_s", totals[2] / seconds},
                              {"seconds", seconds}};
+      if (stopped) {
+        line["partial"] = true;  // the run stopped inside this epoch
+      }
       add_memory(model, line);
       print_epoch(line);
       trained.epochs.push_back(std::move(line));
@@ -317,7 +413,7 @@ class Run {
         trained.epochs.empty() ? nlohmann::json::object() : nlohmann::json(trained.epochs.back());
     summary["type"] = "summary";
     summary.erase("seconds");
-    summary["epochs"] = o_.epochs;
+    summary["epochs"] = static_cast<std::int64_t>(trained.epochs.size());  // run by this process
     summary["first_step_loss"] = trained.first_step_loss;
     summary["train_seconds"] = train_seconds;
     summary["total_seconds"] = total_seconds;
@@ -330,12 +426,24 @@ class Run {
     const bool dropped = !trained.epochs.empty() &&
                          trained.epochs.back()["loss"].get<double>() < trained.first_step_loss;
     summary["loss_dropped"] = dropped;
+    summary["steps_done"] = step_count;
+    summary["stopped"] = stopped;
     if (o_.expect_loss_drop && !dropped) {
       code = kExitLossDidNotDrop;
     }
     print_summary(summary);
+    if (stopped && rank_ == 0) {
+      std::printf("fsdp-train: stopped after step %lld (%s)%s\n",
+                  static_cast<long long>(step_count),
+                  out_of_time ? "--time-budget" : "--stop-after",
+                  checkpoints ? "; continue with --resume" : "");
+      std::fflush(stdout);
+    }
+    if (out_of_time) {
+      code = kExitOutOfTime;
+    }
 
-    if (o_.check) {
+    if (o_.check && !stopped) {
       const int check_code = check(model);
       if (code == kExitOk) {
         code = check_code;
@@ -364,6 +472,64 @@ class Run {
     line["unsharded_model_state_bytes"] = unsharded_bytes_;
     line["model_state_ratio"] =
         state / static_cast<double>(std::max<std::int64_t>(1, unsharded_bytes_));
+  }
+
+  // Continues from the newest checkpoint in the directory, if there is one: parameters,
+  // optimizer state and step count, the sampler's position, the step and epoch counts.
+  void resume(fsdp::CheckpointDirectory& checkpoints, fsdp::ShardedModel<T>& model,
+              fsdp::Optimizer<T>& optimizer, fsdp::DistributedSampler& sampler,
+              std::int64_t& step_count, std::int64_t& epoch) {
+    const std::string file = checkpoints.latest();
+    if (file.empty()) {
+      if (rank_ == 0) {
+        std::printf("fsdp-train: no checkpoint in '%s' yet: starting from step 0\n",
+                    checkpoints.path().c_str());
+      }
+      return;
+    }
+    // Loading checks names, shapes and dtypes on every rank alike; the model is this process's
+    // own, so a refusal below leaves nothing behind.
+    const fsdp::CheckpointHeader loaded = fsdp::load_checkpoint(file, model, &optimizer);
+    const auto& metadata = loaded.state.metadata;
+    const auto batch = metadata.find("fsdp-train.batch_size");
+    fsdp::require(batch == metadata.end() || batch->second == std::to_string(o_.batch_size),
+                  "--resume: '" + file + "' was trained with --batch-size " +
+                      (batch == metadata.end() ? "?" : batch->second) +
+                      ", this run has --batch-size " + std::to_string(o_.batch_size) +
+                      ": resume with the same global batch size (on any number of ranks that "
+                      "divides it)",
+                  fsdp::ErrorKind::mismatch);
+    fsdp::require(loaded.state.sampler.has_value(),
+                  "--resume: '" + file +
+                      "' holds no sampler position: it was not written by "
+                      "fsdp-train",
+                  fsdp::ErrorKind::mismatch);
+    sampler.restore(*loaded.state.sampler);
+    step_count = loaded.state.step;
+    epoch = loaded.state.epoch;
+    if (rank_ == 0) {
+      std::printf(
+          "fsdp-train: resumed from '%s': step %lld, epoch %lld, written by %d ranks "
+          "(%s)\n",
+          file.c_str(), static_cast<long long>(step_count), static_cast<long long>(epoch + 1),
+          loaded.world_size, loaded.strategy.c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  void print_checkpoint(const std::string& file, const fsdp::CheckpointState& state) {
+    if (rank_ != 0) {
+      return;
+    }
+    if (o_.json) {
+      const nlohmann::json line = {
+          {"type", "checkpoint"}, {"file", file}, {"step", state.step}, {"epoch", state.epoch}};
+      std::printf("%s\n", line.dump().c_str());
+    } else {
+      std::printf("checkpoint: step %lld saved to %s\n", static_cast<long long>(state.step),
+                  file.c_str());
+    }
+    std::fflush(stdout);
   }
 
   // Accuracy on the held-out split: each rank takes a contiguous slice, counts are summed.
@@ -542,9 +708,11 @@ class Run {
       std::printf("%s\n", summary.dump().c_str());
     } else if (!o_.json && summary.contains("loss")) {
       std::printf(
-          "\nsummary: %d epochs in %.2f s (%.0f samples/s training), loss %.4f (first step "
+          "\nsummary: %lld epochs%s in %.2f s (%.0f samples/s training), loss %.4f (first step "
           "%.4f), train accuracy %.2f%%, eval accuracy %.2f%%\n",
-          o_.epochs, summary["total_seconds"].get<double>(), summary["samples_per_s"].get<double>(),
+          static_cast<long long>(summary["epochs"].get<std::int64_t>()),
+          summary["stopped"].get<bool>() ? " (the last one partly)" : "",
+          summary["total_seconds"].get<double>(), summary["samples_per_s"].get<double>(),
           summary["loss"].get<double>(), summary["first_step_loss"].get<double>(),
           100 * summary["train_accuracy"].get<double>(),
           100 * summary["eval_accuracy"].get<double>());
@@ -597,6 +765,15 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
   const fsdp::StrategyOptions strategy_options{o.full_shard_patterns, o.layer_wise_patterns};
   fsdp::make_strategy(o.strategy, strategy_options)
       ->make_plan(shape.parameters(fsdp::DType::f32), ranks);
+  const bool has_dir = !o.checkpoint_dir.empty();
+  fsdp::require(has_dir || (o.checkpoint_every == 0 && !o.resume && o.keep_last == 0),
+                "--checkpoint-every, --keep-last and --resume need --checkpoint-dir");
+  fsdp::require(
+      o.checkpoint_every >= 0 && o.keep_last >= 0 && o.stop_after >= 0 && o.time_budget >= 0,
+      "--checkpoint-every, --keep-last, --stop-after and --time-budget must be >= 0");
+  fsdp::require(!o.check || (o.stop_after == 0 && o.time_budget == 0),
+                "--check compares a finished run with unsharded training: it cannot be combined "
+                "with --stop-after or --time-budget");
   fsdp::require(o.batch_size >= ranks && o.batch_size % ranks == 0,
                 "--batch-size " + std::to_string(o.batch_size) + " cannot be split evenly over " +
                     std::to_string(ranks) + " ranks: give a multiple of " + std::to_string(ranks) +

@@ -2,11 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "dataset.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/comm/raise_on_every_rank.hpp"
+#include "fsdp/core/error.hpp"
 
 namespace fsdp_train {
 
@@ -30,13 +34,47 @@ struct TrainOptions {
   bool json = false;
   bool check = false;
   bool expect_loss_drop = false;
+  // Checkpoints (docs/train.md): where, how often, how many to keep, and whether to continue
+  // from the newest one there.
+  std::string checkpoint_dir;         // "": no checkpoints
+  std::int64_t checkpoint_every = 0;  // steps between checkpoints; 0: only when the run ends
+  int keep_last = 0;                  // 0: keep every checkpoint
+  bool resume = false;
+  std::int64_t stop_after = 0;  // stop once this many steps are done in all (0: run every epoch)
+  double time_budget = 0;       // seconds this process may run; 0: no limit
 };
+
+// An error every rank has, with the same message: rank 0 prints it and every rank exits 1.
+class AgreedError : public std::runtime_error {
+ public:
+  explicit AgreedError(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Runs work on every rank; when it throws on any rank, every rank throws AgreedError with the
+// message of the lowest failing rank (fsdp::raise_on_every_rank), so a file only one rank cannot
+// read never leaves the others waiting in a collective.
+template <class Work>
+void on_every_rank(fsdp::ProcessGroup& group, const std::string& task, Work&& work) {
+  std::exception_ptr failure;
+  try {
+    work();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  try {
+    fsdp::raise_on_every_rank(group, task, failure);
+  } catch (const fsdp::Error& error) {
+    throw AgreedError(fsdp::message_of(error));
+  }
+}
 
 // Exit codes of fsdp-train.
 constexpr int kExitOk = 0;
 constexpr int kExitError = 1;
 constexpr int kExitCheckFailed = 2;
 constexpr int kExitLossDidNotDrop = 3;
+// --time-budget ran out before the last epoch: a checkpoint was saved, resume with --resume.
+constexpr int kExitOutOfTime = 4;
 
 // --check tolerance on the largest relative parameter difference, by element type. fp32: the
 // sharded run averages N per-rank mean gradients where the unsharded one takes one mean over the

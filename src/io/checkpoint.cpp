@@ -12,10 +12,8 @@
 // A parameter name with '/' nests groups, as HDF5 paths do.
 #include "fsdp/io/checkpoint.hpp"
 
-#include <fcntl.h>
 #include <hdf5.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -36,6 +34,7 @@
 #include "fsdp/io/row_major_boxes.hpp"
 #include "fsdp/io/tensor_checksum.hpp"
 #include "hdf5_attributes.hpp"
+#include "publish_file.hpp"
 
 namespace fsdp {
 namespace {
@@ -112,33 +111,6 @@ bool has_link(const hdf5::Checker& file, hid_t parent, const std::string& name) 
   file.check_status(exists, "H5Lexists", name);
   return exists > 0;
 }
-
-// Renames a finished temporary into place and makes both durable: the file's bytes, then the
-// directory entry. Serial.
-void publish(const std::string& from, const std::string& to) {
-  auto sync_path = [](const std::string& path, int flags) {
-    const int fd = ::open(path.c_str(), flags);
-    if (fd < 0) {
-      return false;
-    }
-    const bool synced = ::fsync(fd) == 0;
-    return ::close(fd) == 0 && synced;
-  };
-  if (!sync_path(from, O_RDONLY)) {
-    throw Error(ErrorKind::io, "cannot sync '" + from + "' to disk before renaming it");
-  }
-  if (std::rename(from.c_str(), to.c_str()) != 0) {
-    throw Error(ErrorKind::io, "cannot rename '" + from + "' to '" + to + "'");
-  }
-  const std::size_t slash = to.find_last_of('/');
-  const std::string directory = slash == std::string::npos ? "." : to.substr(0, slash + 1);
-  if (!sync_path(directory, O_RDONLY | O_DIRECTORY)) {
-    throw Error(ErrorKind::io,
-                "cannot sync directory '" + directory + "' after renaming '" + to + "'");
-  }
-}
-
-// ---- tensors in a file: listing, dtype, shape ----
 
 std::string dtype_text(const hdf5::Checker& file, hid_t dataset, const std::string& what) {
   Handle type(file.check(H5Dget_type(dataset), "H5Dget_type", what), H5Tclose);
@@ -771,7 +743,7 @@ void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Opti
   }
   raise_on_every_rank(group, "write " + file_text(path), failure);
   on_root(group, "publish " + file_text(path), [&] {
-    publish(tmp, path);
+    publish_file(tmp, path);
     return std::string();
   });
 }
@@ -980,7 +952,7 @@ void export_parameters(const std::string& checkpoint, const std::string& output)
                     });
     out.check_status(handle.close(), "H5Fclose", "the file");
   }
-  publish(tmp, output);
+  publish_file(tmp, output);
 }
 
 template void save_checkpoint<float>(const std::string&, ShardedModel<float>&,

@@ -1,0 +1,61 @@
+// CheckpointDirectory: the checkpoints of one training run, a pointer to the newest complete one,
+// and the rules that keep the directory clean across crashes and restarts.
+//
+//   <directory>/checkpoint-00000120.h5   one file per saved step (save_checkpoint's layout)
+//   <directory>/latest                   one line: the file name of the newest complete one
+//
+// Every file, the pointer included, is written under a temporary name and renamed once complete
+// and synced, so a job killed at any moment leaves "latest" naming a complete checkpoint (or no
+// "latest" at all, before the first one). Leftover temporaries ("*.tmp") are removed when the
+// directory is opened.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fsdp/comm/process_group.hpp"
+#include "fsdp/io/checkpoint.hpp"
+
+namespace fsdp {
+
+class CheckpointDirectory {
+ public:
+  // Collective over group. Creates the directory when it does not exist and removes leftover
+  // temporaries of interrupted saves. keep_last > 0 keeps only that many newest checkpoints after
+  // each save; 0 keeps all. Error (kind io) on every rank when the directory cannot be made.
+  CheckpointDirectory(ProcessGroup group, std::string path, int keep_last = 0);
+
+  const std::string& path() const { return path_; }
+  int keep_last() const { return keep_last_; }
+
+  // The file a checkpoint of this step is saved to.
+  std::string file_for_step(std::int64_t step) const;
+
+  // Collective: the path of the newest complete checkpoint, or "" when none was saved yet. Error
+  // (kind io) on every rank when "latest" names a file that is missing.
+  std::string latest();
+
+  // Serial: every checkpoint file in the directory, oldest step first.
+  std::vector<std::string> checkpoints() const;
+
+  // Collective over model.group() (the directory's group): saves to file_for_step(state.step),
+  // then points "latest" at it, then removes the oldest beyond keep_last. Returns the file.
+  template <class T>
+  std::string save(ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                   const CheckpointState& state);
+
+ private:
+  ProcessGroup group_;
+  std::string path_;
+  int keep_last_;
+};
+
+extern template std::string CheckpointDirectory::save<float>(ShardedModel<float>&,
+                                                             const Optimizer<float>*,
+                                                             const CheckpointState&);
+extern template std::string CheckpointDirectory::save<double>(ShardedModel<double>&,
+                                                              const Optimizer<double>*,
+                                                              const CheckpointState&);
+
+}  // namespace fsdp
