@@ -16,6 +16,7 @@
 #include "fsdp/comm/device_selection.hpp"
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/comm/raise_on_every_rank.hpp"
 #include "fsdp/comm/reduce_op.hpp"
 #include "fsdp/comm/transport.hpp"
 #include "fsdp/comm/work.hpp"
@@ -30,8 +31,12 @@
 #include "fsdp/shard/sharding_plan.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 
-// io: plan files
+// io: plan files and checkpoints
+#include "fsdp/io/checkpoint.hpp"
+#include "fsdp/io/checkpoint_directory.hpp"
 #include "fsdp/io/plan_file.hpp"
+#include "fsdp/io/row_major_boxes.hpp"
+#include "fsdp/io/tensor_checksum.hpp"
 
 // unit: sharded units and models
 #include "fsdp/unit/buffer_pool.hpp"
