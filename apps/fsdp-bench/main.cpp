@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "../common/usage_exit.hpp"
 #include "benchmark.hpp"
 #include "fsdp/core/error.hpp"
 
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
       app.parse(argc, argv);  // runs the chosen subcommand's callback
     } catch (const CLI::ParseError& error) {
       // Every rank parsed the same arguments: rank 0 reports, all end normally.
-      code = rank == 0 ? app.exit(error) : error.get_exit_code();
+      code = fsdp_apps::usage_exit(app, error, "fsdp-bench", rank == 0);
     } catch (const std::exception& error) {
       std::fprintf(stderr, "fsdp-bench: rank %d: %s\n", rank, error.what());
       code = 1;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/usage_exit.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/plan_file.hpp"
@@ -321,7 +322,7 @@ int main(int argc, char** argv) {
     }
     return run(o);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    return fsdp_apps::usage_exit(app, error, "fsdp-plan");
   } catch (const std::exception& error) {
     std::fprintf(stderr, "fsdp-plan: %s\n", fsdp::message_of(error).c_str());
     return 1;

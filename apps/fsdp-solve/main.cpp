@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "../common/usage_exit.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/solver/broadcast_solution.hpp"
 #include "fsdp/solver/exact_solver.hpp"
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
     fsdp::ProcessGroup group(MPI_COMM_WORLD);
     code = run(o, group);
   } catch (const CLI::ParseError& error) {
-    code = rank == 0 ? app.exit(error) : (error.get_exit_code() != 0 ? 1 : 0);
+    code = fsdp_apps::usage_exit(app, error, "fsdp-solve", rank == 0);
   } catch (const std::exception& error) {
     if (rank == 0) {
       std::fprintf(stderr, "fsdp-solve: %s\n", error.what());

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/usage_exit.hpp"
 #include "dataset.hpp"
 #include "fsdp/comm/device_selection.hpp"
 #include "fsdp/comm/process_group.hpp"
@@ -226,7 +227,7 @@ int main(int argc, char** argv) {
       code = run(group, o, d);
     } catch (const CLI::ParseError& error) {
       // Every rank parsed the same arguments: rank 0 speaks, every rank exits.
-      code = rank == 0 ? app.exit(error) : (error.get_exit_code() != 0 ? 1 : 0);
+      code = fsdp_apps::usage_exit(app, error, "fsdp-train", rank == 0);
     } catch (const fsdp_train::AgreedError& error) {
       if (rank == 0) {
         std::fprintf(stderr, "fsdp-train: %s\n", error.what());

@@ -100,27 +100,33 @@ std::vector<std::string> CheckpointDirectory::checkpoints() const {
   return out;
 }
 
+std::string CheckpointDirectory::find_latest(const std::string& directory) {
+  const fs::path pointer = fs::path(directory) / kLatest;
+  std::ifstream in(pointer);
+  if (!in) {
+    if (!fs::is_directory(directory)) {
+      throw Error(ErrorKind::io, "'" + directory + "' is not a directory");
+    }
+    return std::string();  // nothing saved yet
+  }
+  std::string name;
+  std::getline(in, name);
+  if (step_of(name) < 0) {
+    throw Error(ErrorKind::io, "'" + pointer.string() + "' should name a checkpoint file (" +
+                                   kPrefix + "<step>" + kSuffix + "), but holds '" + name + "'");
+  }
+  const std::string file = (fs::path(directory) / name).string();
+  if (!fs::exists(file)) {
+    throw Error(ErrorKind::io, "'" + pointer.string() + "' names '" + name +
+                                   "', which is missing: restore it or remove '" +
+                                   pointer.string() + "' to start afresh");
+  }
+  return file;
+}
+
 std::string CheckpointDirectory::latest() {
-  return on_root(group_, "find the latest checkpoint in '" + path_ + "'", [&] {
-    const fs::path pointer = fs::path(path_) / kLatest;
-    std::ifstream in(pointer);
-    if (!in) {
-      return std::string();  // nothing saved yet
-    }
-    std::string name;
-    std::getline(in, name);
-    if (step_of(name) < 0) {
-      throw Error(ErrorKind::io, "'" + pointer.string() + "' should name a checkpoint file (" +
-                                     kPrefix + "<step>" + kSuffix + "), but holds '" + name + "'");
-    }
-    const std::string file = (fs::path(path_) / name).string();
-    if (!fs::exists(file)) {
-      throw Error(ErrorKind::io, "'" + pointer.string() + "' names '" + name +
-                                     "', which is missing: restore it or remove '" +
-                                     pointer.string() + "' to start afresh");
-    }
-    return file;
-  });
+  return on_root(group_, "find the latest checkpoint in '" + path_ + "'",
+                 [&] { return find_latest(path_); });
 }
 
 template <class T>

@@ -12,6 +12,11 @@
       checkpoint, which is unchanged, and a third run resumes from it and ends where an
       uninterrupted run ends.
 
+  checkpoint_runs.py tools --mpiexec M --train T --ckpt C --dir D -- <train args>
+      fsdp-ckpt inspect (text and --json, on a file and on a directory), verify (a sound file,
+      and a copy with one flipped byte, which must fail naming the tensor), export (compared
+      with the checkpoint through h5py), and its usage errors.
+
 Exits 0 when everything holds, 1 with a message otherwise.
 """
 import argparse
@@ -120,10 +125,74 @@ def crash(args):
     compare(latest(whole), latest(chain), exact=True)
 
 
+def tool(args, arguments, expect):
+    command = [args.ckpt] + arguments
+    print("$ " + " ".join(command), flush=True)
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            timeout=120)
+    print(result.stdout + result.stderr, flush=True)
+    if result.returncode != expect:
+        fail("exit code %d, expected %d, from: %s" % (result.returncode, expect, " ".join(command)))
+    return result
+
+
+def tools(args):
+    import json
+    shutil.rmtree(args.dir, ignore_errors=True)
+    directory = os.path.join(args.dir, "run")
+    run(args, 2, ["--checkpoint-dir", directory, "--stop-after", "4"])
+    file = latest(directory)
+    header = json.loads(tool(args, ["inspect", "--json", file], 0).stdout)
+    stored = tensors(file)
+    listed = {t["name"]: tuple(t["shape"]) for t in header["tensors"]}
+    if listed != {name: value.shape for name, value in stored.items()}:
+        fail("inspect --json lists %s; h5py finds %s" %
+             (listed, {name: value.shape for name, value in stored.items()}))
+    if header["step"] != 4 or header["world_size"] != 2 or header["optimizer"]["name"] != "adam":
+        fail("inspect --json: step %s, world size %s, optimizer %s; expected 4, 2, adam" %
+             (header["step"], header["world_size"], header["optimizer"]))
+    text = tool(args, ["inspect", directory], 0).stdout
+    for expected in ("step 4, epoch 0", "optimizer adam after 4 steps", "model/layer1.weight"):
+        if expected not in text:
+            fail("inspect does not print '%s'" % expected)
+    tool(args, ["verify", directory], 0)
+
+    damaged = os.path.join(args.dir, "damaged.h5")
+    shutil.copyfile(file, damaged)
+    with h5py.File(damaged, "r") as f:
+        offset = f["model/layer1.weight"].id.get_offset()
+    with open(damaged, "r+b") as f:
+        f.seek(offset + 100)
+        byte = f.read(1)
+        f.seek(offset + 100)
+        f.write(bytes([byte[0] ^ 0x01]))
+    result = tool(args, ["verify", damaged], 1)
+    if "model/layer1.weight" not in result.stderr or "damaged" not in result.stderr:
+        fail("verify of a damaged file does not name the damaged tensor")
+
+    plain = os.path.join(args.dir, "plain.h5")
+    tool(args, ["export", directory, plain], 0)
+    exported = tensors(plain)
+    model = {name[len("model/"):]: value for name, value in stored.items()
+             if name.startswith("model/")}
+    if sorted(exported) != sorted(model) or any(not np.array_equal(exported[n], model[n])
+                                                for n in model):
+        fail("the exported file does not hold the checkpoint's parameters")
+
+    tool(args, [], 2)
+    tool(args, ["inspect"], 2)
+    result = tool(args, ["verify", os.path.join(args.dir, "missing.h5")], 1)
+    if "fsdp-ckpt: " not in result.stderr or "missing.h5" not in result.stderr:
+        fail("a missing file is not named")
+    if "inspect" not in tool(args, ["--help"], 0).stdout:
+        fail("--help does not list the subcommands")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["resume", "crash"])
+    parser.add_argument("mode", choices=["resume", "crash", "tools"])
+    parser.add_argument("--ckpt")
     parser.add_argument("--mpiexec", required=True)
     parser.add_argument("--train", required=True)
     parser.add_argument("--dir", required=True)
@@ -135,7 +204,7 @@ def main():
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
     args.train_args = argv[split + 1:]
-    resume(args) if args.mode == "resume" else crash(args)
+    {"resume": resume, "crash": crash, "tools": tools}[args.mode](args)
     print("checkpoint_runs: all checks passed", flush=True)
 
 

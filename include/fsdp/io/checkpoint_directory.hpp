@@ -36,6 +36,10 @@ class CheckpointDirectory {
   // (kind io) on every rank when "latest" names a file that is missing.
   std::string latest();
 
+  // Serial, for tools: what latest() returns, read by this process alone; no directory is
+  // created and nothing is removed.
+  static std::string find_latest(const std::string& directory);
+
   // Serial: every checkpoint file in the directory, oldest step first.
   std::vector<std::string> checkpoints() const;
 
