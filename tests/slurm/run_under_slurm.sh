@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Starts a private one-node SLURM cluster, runs fsdp-bench through srun and through the sbatch
 # script, checks their output, and stops the cluster whatever happens.
-# Usage: run_under_slurm.sh <source-dir> <fsdp-bench> <fsdp-train>
+# Then a chain of training jobs (slurm/train-chain.sbatch) that must end where one unchained run
+# ends.
+# Usage: run_under_slurm.sh <source-dir> <fsdp-bench> <fsdp-train> <python with h5py>
 #        (exit 77 = skipped: no SLURM or not root)
 set -euo pipefail
 source_dir=$1
 bench=$2
 trainer=$3
+python=$4
 
 if [[ $(id -u) -ne 0 ]] || ! command -v slurmctld > /dev/null || ! command -v munged > /dev/null; then
   echo "SKIPPED: needs root and slurm-wlm + munge (scripts/install-deps --with-slurm)"
@@ -57,4 +60,27 @@ if ! grep -q '"type":"summary"' <<< "$train_out" || ! grep -q '"ranks":4' <<< "$
   echo "FAILED: the training batch job did not end with a 4-rank summary and a passing check"
   exit 1
 fi
-echo "PASSED: srun and sbatch ran fsdp-bench and fsdp-train on 4 ranks"
+echo "== a chain of jobs: slurm/train-chain.sbatch, links of one minute"
+# Training takes about 20 s here; each link may train for about 10 s (its minute less
+# FSDP_TIME_MARGIN_S), so the chain needs two links or more whatever the machine's speed.
+chain_args=(--dtype fp64 --hidden 256,256 --epochs 60 --json)
+timeout 300 srun --mpi=pmix -n 4 "$trainer" "${chain_args[@]}" \
+  --checkpoint-dir "$state/unchained" > "$state/unchained.out"
+timeout 60 sbatch --time=00:01:00 \
+  --export="ALL,FSDP_BIN=$(dirname "$trainer"),FSDP_CHECKPOINT_DIR=$state/chain,FSDP_TIME_MARGIN_S=50" \
+  "$source_dir/slurm/train-chain.sbatch" "${chain_args[@]}"
+for _ in $(seq 600); do
+  if grep -qv ' exit 4$' "$state/chain/chain.log" 2> /dev/null; then break; fi
+  sleep 1
+done
+echo "chain.log:"
+cat "$state/chain/chain.log"
+cat "$state"/fsdp-chain-*.out
+links=$(wc -l < "$state/chain/chain.log")
+if ! tail -n 1 "$state/chain/chain.log" | grep -q ' exit 0$' || ((links < 2)); then
+  echo "FAILED: the chain did not finish in two links or more (chain.log above)"
+  exit 1
+fi
+"$python" "$source_dir/tests/train/checkpoint_runs.py" compare --exact "$state/unchained" \
+  "$state/chain"
+echo "PASSED: srun and sbatch ran fsdp-bench and fsdp-train on 4 ranks; a $links-link chain of jobs ended where one run ends"

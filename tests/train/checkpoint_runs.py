@@ -17,6 +17,9 @@
       and a copy with one flipped byte, which must fail naming the tensor), export (compared
       with the checkpoint through h5py), and its usage errors.
 
+  checkpoint_runs.py compare EXPECTED ACTUAL [--exact]
+      The two checkpoints (files or directories) hold the same tensors (bit for bit with --exact).
+
 Exits 0 when everything holds, 1 with a message otherwise.
 """
 import argparse
@@ -189,6 +192,17 @@ def tools(args):
 
 
 def main():
+    if sys.argv[1:2] == ["compare"]:
+        parser = argparse.ArgumentParser(description="compare two checkpoints")
+        parser.add_argument("mode")
+        parser.add_argument("expected")
+        parser.add_argument("actual")
+        parser.add_argument("--exact", action="store_true")
+        args = parser.parse_args()
+        paths = [latest(p) if os.path.isdir(p) else p for p in (args.expected, args.actual)]
+        compare(paths[0], paths[1], exact=args.exact)
+        print("checkpoint_runs: all checks passed", flush=True)
+        return
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["resume", "crash", "tools"])
