@@ -25,6 +25,7 @@ void add_gather(CLI::App& app, const CommonOptions& common);
 void add_memory(CLI::App& app, const CommonOptions& common);
 void add_step(CLI::App& app, const CommonOptions& common);
 void add_optimizer(CLI::App& app, const CommonOptions& common);
+void add_checkpoint(CLI::App& app, const CommonOptions& common);
 
 // Median of the samples (they are copied and sorted).
 double median(std::vector<double> samples);

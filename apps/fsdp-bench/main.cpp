@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
     fsdp::bench::add_memory(app, common);
     fsdp::bench::add_step(app, common);
     fsdp::bench::add_optimizer(app, common);
+    fsdp::bench::add_checkpoint(app, common);
     try {
       app.parse(argc, argv);  // runs the chosen subcommand's callback
     } catch (const CLI::ParseError& error) {
