@@ -162,6 +162,10 @@ int main(int argc, char** argv) {
                  "(exit code 2 beyond the tolerance: 1e-4 relative in fp32, 1e-9 in fp64)");
     app.add_flag("--expect-loss-drop", o.expect_loss_drop,
                  "exit with code 3 unless the last epoch's mean loss is below the first step's");
+    app.add_option("--init-from", o.init_from,
+                   "start from the parameters in this HDF5 file instead of random ones: one "
+                   "dataset per parameter named as the parameter (layer0.weight, ...), e.g. from "
+                   "fsdp-ckpt export, or an fsdp checkpoint");
     auto* dir = app.add_option("--checkpoint-dir", o.checkpoint_dir,
                                "save checkpoints (parallel HDF5) in this directory: at the end, "
                                "when stopped, and every --checkpoint-every steps; "

@@ -304,6 +304,10 @@ class Run {
     fsdp::ShardedModel<T> model(group_, plan);
     fsdp::Runtime<T> runtime = make_runtime(model, shape_, o_);
     initialize(model, shape_, o_.seed);
+    if (!o_.init_from.empty()) {
+      on_every_rank(group_, "read --init-from",
+                    [&] { fsdp::load_parameters(o_.init_from, model); });
+    }
     fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
     fsdp::SamplerOptions sampler_options;
     sampler_options.seed = o_.seed;
@@ -560,6 +564,9 @@ class Run {
       fsdp::ShardedModel<T> reference(alone, plan);
       fsdp::Runtime<T> reference_runtime = make_runtime(reference, shape_, o_);
       initialize(reference, shape_, o_.seed);
+      if (!o_.init_from.empty()) {
+        fsdp::load_parameters(o_.init_from, reference);
+      }
       fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
       fsdp::SamplerOptions sampler_options;
       sampler_options.seed = seed_;

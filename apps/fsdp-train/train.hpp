@@ -36,7 +36,8 @@ struct TrainOptions {
   bool expect_loss_drop = false;
   // Checkpoints (docs/train.md): where, how often, how many to keep, and whether to continue
   // from the newest one there.
-  std::string checkpoint_dir;         // "": no checkpoints
+  std::string init_from;       // start from these parameters (plain HDF5 or a checkpoint) if set
+  std::string checkpoint_dir;  // "": no checkpoints
   std::int64_t checkpoint_every = 0;  // steps between checkpoints; 0: only when the run ends
   int keep_last = 0;                  // 0: keep every checkpoint
   bool resume = false;

@@ -15,7 +15,8 @@
   checkpoint_runs.py tools --mpiexec M --train T --ckpt C --dir D -- <train args>
       fsdp-ckpt inspect (text and --json, on a file and on a directory), verify (a sound file,
       and a copy with one flipped byte, which must fail naming the tensor), export (compared
-      with the checkpoint through h5py), and its usage errors.
+      with the checkpoint through h5py, then the start of a run with fsdp-train --init-from),
+      and its usage errors.
 
   checkpoint_runs.py compare EXPECTED ACTUAL [--exact]
       The two checkpoints (files or directories) hold the same tensors (bit for bit with --exact).
@@ -181,6 +182,14 @@ def tools(args):
     if sorted(exported) != sorted(model) or any(not np.array_equal(exported[n], model[n])
                                                 for n in model):
         fail("the exported file does not hold the checkpoint's parameters")
+
+    # A new run starts from the exported parameters (--init-from): with lr 0 its first
+    # checkpoint holds exactly them, on another number of ranks.
+    init = os.path.join(args.dir, "init")
+    run(args, 3, ["--init-from", plain, "--lr", "0", "--stop-after", "1", "--checkpoint-dir", init])
+    started = tensors(latest(init))
+    if any(not np.array_equal(started["model/" + n], exported[n]) for n in exported):
+        fail("a run with --init-from did not start from the exported parameters")
 
     tool(args, [], 2)
     tool(args, ["inspect"], 2)
