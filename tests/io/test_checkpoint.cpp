@@ -27,9 +27,17 @@ using namespace fsdp::test;
 
 namespace {
 
+// Every test case runs with a group over MPI_COMM_WORLD of its own (the World fixture), freed
+// before MPI_Finalize so that the sanitizer build sees every communicator freed.
+ProcessGroup* world_group = nullptr;
+struct World {
+  ProcessGroup group{MPI_COMM_WORLD};
+  World() { world_group = &group; }
+  ~World() { world_group = nullptr; }
+};
 ProcessGroup& world() {
-  static ProcessGroup group(MPI_COMM_WORLD);
-  return group;
+  BOOST_REQUIRE(world_group != nullptr);
+  return *world_group;
 }
 
 // A matrix, a vector, a 3-D tensor, a scalar, a parameter shorter than the ranks, and a
@@ -150,6 +158,8 @@ OptimizerSettings settings() {
 }
 
 }  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(checkpoint, World)
 
 BOOST_AUTO_TEST_CASE(any_world_size_and_strategy_loads_what_any_other_saved) {
   ScratchDirectory dir;
@@ -421,3 +431,5 @@ BOOST_AUTO_TEST_CASE(no_temporary_is_left_and_exported_parameters_start_another_
     BOOST_TEST(wrong_elements(from_checkpoint, false) == 0);
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()
