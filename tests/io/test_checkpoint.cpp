@@ -3,6 +3,7 @@
 // from a checkpoint ends where uninterrupted training ends; damaged, foreign, newer and
 // mismatched files are refused on every rank with the model left as it was.
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -18,6 +19,7 @@
 #include "error_message.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
 #include "fsdp/io/checkpoint.hpp"
+#include "fsdp/io/checkpoint_directory.hpp"
 #include "fsdp/io/plan_file.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
@@ -430,6 +432,55 @@ BOOST_AUTO_TEST_CASE(no_temporary_is_left_and_exported_parameters_start_another_
     load_parameters(path, from_checkpoint);
     BOOST_TEST(wrong_elements(from_checkpoint, false) == 0);
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_directory_keeps_the_last_k_and_points_at_the_newest) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("run");
+  if (world().rank() == 0) {
+    // Leftovers of a crashed save and of a crashed pointer update, and a file of the user's.
+    BOOST_REQUIRE(mkdir(path.c_str(), 0755) == 0);
+    for (const char* name : {"checkpoint-00000009.h5.tmp", "latest.tmp", "notes.txt"}) {
+      std::ofstream(path + "/" + name) << "x\n";
+    }
+  }
+  world().barrier();
+  CheckpointDirectory checkpoints(world(), path, 2);
+  BOOST_TEST(checkpoints.latest().empty());
+  if (world().rank() == 0) {
+    BOOST_TEST(access((path + "/checkpoint-00000009.h5.tmp").c_str(), F_OK) != 0);
+    BOOST_TEST(access((path + "/latest.tmp").c_str(), F_OK) != 0);
+    BOOST_TEST(access((path + "/notes.txt").c_str(), F_OK) == 0);
+  }
+  auto model = make_model<double>(world(), "full");
+  Optimizer<double> adam("adam", settings());
+  fill_model(model, adam);
+  for (std::int64_t step : {10, 20, 30}) {
+    CheckpointState state;
+    state.step = step;
+    BOOST_TEST(checkpoints.save(model, &adam, state) == checkpoints.file_for_step(step));
+  }
+  BOOST_TEST(checkpoints.latest() == checkpoints.file_for_step(30));
+  if (world().rank() == 0) {
+    const std::vector<std::string> expected = {checkpoints.file_for_step(20),
+                                               checkpoints.file_for_step(30)};
+    BOOST_TEST(checkpoints.checkpoints() == expected, boost::test_tools::per_element());
+    BOOST_TEST(CheckpointDirectory::find_latest(path) == checkpoints.file_for_step(30));
+  }
+  auto other = make_model<double>(world(), "layerwise");
+  Optimizer<double> other_adam("adam", settings());
+  BOOST_TEST(load_checkpoint(checkpoints.latest(), other, &other_adam).state.step == 30);
+  BOOST_TEST(wrong_elements(other, true) == 0);
+
+  // "latest" naming a file that is gone: every rank hears it, with what to do.
+  world().barrier();
+  if (world().rank() == 0) {
+    BOOST_REQUIRE(std::remove(checkpoints.file_for_step(30).c_str()) == 0);
+  }
+  world().barrier();
+  BOOST_CHECK_EXCEPTION(
+      checkpoints.latest(), Error,
+      error_of(ErrorKind::io, "names 'checkpoint-00000030.h5', which is missing"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
