@@ -45,7 +45,11 @@ enum fsdp_error {
    * end the job (MPI_Abort). */
   FSDP_ERROR_TIMEOUT = 10,
   /* MPI or NCCL reported a failure. */
-  FSDP_ERROR_COMMUNICATION = 11
+  FSDP_ERROR_COMMUNICATION = 11,
+  /* A file cannot be read or written, or is not what it must be: not an fsdp checkpoint, of a
+   * newer format version, damaged (a checksum does not match), in a directory that does not
+   * exist. The message names the file (and the tensor). */
+  FSDP_ERROR_IO = 12
 };
 
 /* Element types of a model's parameters (one per model). */
@@ -158,6 +162,26 @@ int fsdp_optimizer_create_adamw(fsdp_model_t model, double lr, double beta1, dou
 /* Updates every piece of the optimizer's model from its reduce-scattered gradient. */
 int fsdp_optimizer_step(fsdp_optimizer_t optimizer);
 void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer);
+
+/* ---- checkpoints: one HDF5 file, any world size and strategy (docs/checkpoints.md) -------- */
+/* Collective over the model's ranks: saves the model's parameters, and the optimizer's state,
+ * settings and step count unless optimizer is NULL, with step and epoch (>= 0), to path: a
+ * parallel HDF5 file written under path.tmp and renamed once complete and synced, so path is
+ * the previous file or the complete new one. The optimizer must be one made for this model
+ * (FSDP_ERROR_INVALID_ARGUMENT otherwise). FSDP_ERROR_IO when the file cannot be written. */
+int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
+                         int64_t step, int64_t epoch);
+/* Collective: loads a checkpoint written at any world size with any strategy into the model
+ * (and the optimizer's state and step count unless optimizer is NULL), and gives its step and
+ * epoch (either pointer may be NULL). Nothing changes unless everything matches on every rank:
+ * FSDP_ERROR_MISMATCH lists every tensor whose name, shape or dtype differs (or another
+ * optimizer); FSDP_ERROR_IO for a missing, damaged or foreign file, naming it. */
+int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
+                         int64_t* step, int64_t* epoch);
+/* Collective: the model's parameters from pretrained weights: a plain HDF5 file with one dataset
+ * per parameter, named as the parameter (fsdp-ckpt export writes one), or a checkpoint. The same
+ * all-or-nothing checks as fsdp_checkpoint_load. */
+int fsdp_load_parameters(fsdp_model_t model, const char* path);
 
 #ifdef __cplusplus
 }

@@ -11,12 +11,14 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
+#include "fsdp/io/checkpoint.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
@@ -55,7 +57,7 @@ int code_of(fsdp::ErrorKind kind) {
     case fsdp::ErrorKind::communication:
       return FSDP_ERROR_COMMUNICATION;
     case fsdp::ErrorKind::io:
-      return FSDP_ERROR_LIBRARY;  // no entry point reads or writes files
+      return FSDP_ERROR_IO;
   }
   return FSDP_ERROR_INTERNAL;
 }
@@ -245,6 +247,8 @@ const char* fsdp_error_name(int code) {
       return "FSDP_ERROR_TIMEOUT";
     case FSDP_ERROR_COMMUNICATION:
       return "FSDP_ERROR_COMMUNICATION";
+    case FSDP_ERROR_IO:
+      return "FSDP_ERROR_IO";
     default:
       return "unknown fsdp error code";
   }
@@ -718,4 +722,75 @@ void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer) {
     delete optimizer;
     --live_handles;
   }
+}
+
+// ---- checkpoints ------------------------------------------------------------------------------
+
+namespace {
+
+// The optimizer behind the handle, or nullptr for a NULL handle; it must have been made for this
+// model (its element type and its storage).
+template <class T>
+fsdp::Optimizer<T>* optimizer_of(const fsdp_model_s& model, fsdp_optimizer_t optimizer) {
+  if (optimizer == nullptr) {
+    return nullptr;
+  }
+  fsdp::Optimizer<T>* found = nullptr;
+  optimizer->typed.visit([&](auto& typed) {
+    if constexpr (std::is_same_v<element_t<decltype(typed)>, T>) {
+      if (typed.model == model.sharded.template shared<T>()) {
+        found = &typed.optimizer;
+      }
+    }
+  });
+  require_argument(found != nullptr,
+                   "the optimizer was made for another model: pass this model's optimizer, or "
+                   "NULL for the parameters alone");
+  return found;
+}
+
+}  // namespace
+
+int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
+                         int64_t step, int64_t epoch) {
+  return guarded("fsdp_checkpoint_save", [&] {
+    require_handle(model, "model");
+    const std::string file = require_name(path, "the checkpoint path");
+    require_argument(step >= 0 && epoch >= 0, "step " + std::to_string(step) + " and epoch " +
+                                                  std::to_string(epoch) + " must be >= 0");
+    model->visit([&](auto& sharded) {
+      using T = element_t<decltype(sharded)>;
+      fsdp::CheckpointState state;
+      state.step = step;
+      state.epoch = epoch;
+      fsdp::save_checkpoint<T>(file, sharded, optimizer_of<T>(*model, optimizer), state);
+    });
+  });
+}
+
+int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
+                         int64_t* step, int64_t* epoch) {
+  return guarded("fsdp_checkpoint_load", [&] {
+    require_handle(model, "model");
+    const std::string file = require_name(path, "the checkpoint path");
+    model->visit([&](auto& sharded) {
+      using T = element_t<decltype(sharded)>;
+      const fsdp::CheckpointHeader header =
+          fsdp::load_checkpoint<T>(file, sharded, optimizer_of<T>(*model, optimizer));
+      if (step != nullptr) {
+        *step = header.state.step;
+      }
+      if (epoch != nullptr) {
+        *epoch = header.state.epoch;
+      }
+    });
+  });
+}
+
+int fsdp_load_parameters(fsdp_model_t model, const char* path) {
+  return guarded("fsdp_load_parameters", [&] {
+    require_handle(model, "model");
+    const std::string file = require_name(path, "the file path");
+    model->visit([&](auto& sharded) { fsdp::load_parameters(file, sharded); });
+  });
 }

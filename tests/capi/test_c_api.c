@@ -381,7 +381,8 @@ static void test_init_with_and_sgd_rule(void) {
   CHECK(strcmp(fsdp_error_name(FSDP_ERROR_MISMATCH), "FSDP_ERROR_MISMATCH") == 0 &&
             strcmp(fsdp_error_name(FSDP_ERROR_TIMEOUT), "FSDP_ERROR_TIMEOUT") == 0 &&
             strcmp(fsdp_error_name(FSDP_ERROR_COMMUNICATION), "FSDP_ERROR_COMMUNICATION") == 0 &&
-            strcmp(fsdp_error_name(12), "unknown fsdp error code") == 0,
+            strcmp(fsdp_error_name(FSDP_ERROR_IO), "FSDP_ERROR_IO") == 0 &&
+            strcmp(fsdp_error_name(13), "unknown fsdp error code") == 0,
         "error names");
   fsdp_optimizer_t sgd = NULL;
   CHECK_OK(fsdp_optimizer_create_sgd(model, 0.25, 0.0, 0.0, 0, 0.0, &sgd));
@@ -509,6 +510,110 @@ static void test_errors(void) {
   }
 }
 
+/* ---- checkpoints ---- */
+
+/* Every parameter, whole, on every rank (fp64 models). */
+static void copy_all(fsdp_model_t model, Parameters* out) {
+  for (int i = 0; i < NPARAM; ++i) {
+    CHECK_OK(fsdp_model_copy_parameter(model, parameter_names[i], parameter_of(out, i)));
+  }
+}
+
+static void train_steps(fsdp_runtime_t runtime, fsdp_optimizer_t optimizer, fsdp_model_t model,
+                        int first, int last) {
+  for (int step = first; step < last; ++step) {
+    api_step(runtime, FSDP_FLOAT64, world_rank, step);
+    CHECK_OK(fsdp_optimizer_step(optimizer));
+    CHECK_OK(fsdp_model_zero_grad(model));
+  }
+}
+
+/* Saved after 2 AdamW steps by a full-sharded model, loaded by a layer-wise one with a fresh
+ * optimizer: 2 more steps on each end bit for bit alike. Then the error paths. */
+static void test_checkpoints(void) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  /* One file per rank count: the np1, np2 and np3 runs of this test may run side by side. */
+  char path[64], missing[64];
+  snprintf(path, sizeof path, "test_c_api_np%d.h5", world);
+  snprintf(missing, sizeof missing, "test_c_api_np%d_missing.h5", world);
+
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  init_model(model, FSDP_FLOAT64);
+  fsdp_runtime_t runtime = NULL;
+  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
+  fsdp_optimizer_t optimizer = NULL;
+  CHECK_OK(fsdp_optimizer_create_adamw(model, 0.01, 0.9, 0.999, 1e-8, 0.05, &optimizer));
+  train_steps(runtime, optimizer, model, 0, 2);
+  Parameters at_save, expected, got;
+  copy_all(model, &at_save);
+  CHECK_OK(fsdp_checkpoint_save(model, optimizer, path, 2, 7));
+  train_steps(runtime, optimizer, model, 2, 4);
+  copy_all(model, &expected);
+
+  fsdp_model_t other = make_model(FSDP_FLOAT64, "layerwise");
+  init_model(other, FSDP_FLOAT64);
+  fsdp_runtime_t other_runtime = NULL;
+  CHECK_OK(fsdp_runtime_create(other, 2, unit_order, 1, 2, &other_runtime));
+  fsdp_optimizer_t other_optimizer = NULL;
+  CHECK_OK(fsdp_optimizer_create_adamw(other, 0.01, 0.9, 0.999, 1e-8, 0.05, &other_optimizer));
+  int64_t step = -1, epoch = -1;
+  CHECK_OK(fsdp_checkpoint_load(other, other_optimizer, path, &step, &epoch));
+  CHECK(step == 2 && epoch == 7, "loaded step %lld epoch %lld, saved 2 and 7", (long long)step,
+        (long long)epoch);
+  copy_all(other, &got);
+  CHECK(memcmp(&got, &at_save, sizeof got) == 0, "the loaded parameters differ from the saved");
+  train_steps(other_runtime, other_optimizer, other, 2, 4);
+  copy_all(other, &got);
+  CHECK(memcmp(&got, &expected, sizeof got) == 0,
+        "2 steps after loading differ from 2 steps after saving (optimizer state not restored?)");
+
+  /* The parameters alone, as pretrained weights. */
+  CHECK_OK(fsdp_load_parameters(other, path));
+  copy_all(other, &got);
+  CHECK(memcmp(&got, &at_save, sizeof got) == 0, "fsdp_load_parameters gave other values");
+
+  /* Errors: every rank gets the same code, and nothing changes. */
+  CHECK_CODE(fsdp_checkpoint_save(model, other_optimizer, path, 2, 0), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "another model") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_checkpoint_save(model, NULL, path, -1, 0), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_load(other, other_optimizer, missing, NULL, NULL), FSDP_ERROR_IO);
+  CHECK(strstr(fsdp_last_error(), missing) != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_checkpoint_save(model, NULL, "/nonexistent-directory/c.h5", 0, 0), FSDP_ERROR_IO);
+  {
+    fsdp_model_t wider = NULL;
+    CHECK_OK(fsdp_model_create(FSDP_FLOAT64, &wider));
+    const int64_t shapes[NPARAM][2] = {{HIDDEN, IN + 1}, {HIDDEN, 0}, {OUT, HIDDEN}, {OUT, 0}};
+    const int ndims[NPARAM] = {2, 1, 2, 1};
+    for (int i = 0; i < NPARAM; ++i) {
+      CHECK_OK(fsdp_model_add_parameter(wider, parameter_names[i], ndims[i], shapes[i],
+                                        i < 2 ? "l0" : "l1", 0));
+    }
+    CHECK_OK(fsdp_model_shard(wider, MPI_Comm_c2f(MPI_COMM_WORLD), "full"));
+    double before[HIDDEN * (IN + 1)], after[HIDDEN * (IN + 1)];
+    CHECK_OK(fsdp_model_copy_parameter(wider, "l0.w", before));
+    CHECK_CODE(fsdp_checkpoint_load(wider, NULL, path, NULL, NULL), FSDP_ERROR_MISMATCH);
+    CHECK(strstr(fsdp_last_error(), "model/l0.w: shape [5, 3] in the file, [5, 4] in the model") !=
+              NULL,
+          "message: %s", fsdp_last_error());
+    CHECK_OK(fsdp_model_copy_parameter(wider, "l0.w", after));
+    CHECK(memcmp(before, after, sizeof before) == 0, "a refused load changed the model");
+    fsdp_model_destroy(wider);
+  }
+
+  fsdp_optimizer_destroy(other_optimizer);
+  fsdp_runtime_destroy(other_runtime);
+  fsdp_model_destroy(other);
+  fsdp_optimizer_destroy(optimizer);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank == 0) {
+    CHECK(remove(path) == 0, "cannot remove %s", path);
+    printf("test_c_api: checkpoints: ok\n");
+  }
+}
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -524,6 +629,7 @@ int main(int argc, char** argv) {
   train_and_compare(FSDP_FLOAT32, "full", sgd, 3, 1, 2, 1e-5, "fp32 full SGD+momentum");
   test_init_with_and_sgd_rule();
   test_errors();
+  test_checkpoints();
 
   CHECK_OK(fsdp_finalize());
   MPI_Finalize();
