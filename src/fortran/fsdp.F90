@@ -25,6 +25,7 @@ module fsdp
   integer, parameter, public :: FSDP_ERROR_MISMATCH = 9
   integer, parameter, public :: FSDP_ERROR_TIMEOUT = 10
   integer, parameter, public :: FSDP_ERROR_COMMUNICATION = 11
+  integer, parameter, public :: FSDP_ERROR_IO = 12
   ! Element types (enum fsdp_dtype) and hybrid pattern kinds (enum fsdp_pattern_kind).
   integer, parameter, public :: FSDP_FLOAT32 = 1
   integer, parameter, public :: FSDP_FLOAT64 = 2
@@ -69,6 +70,7 @@ module fsdp
   public :: fsdp_runtime_destroy
   public :: fsdp_optimizer_create_sgd, fsdp_optimizer_create_adam, fsdp_optimizer_create_adamw
   public :: fsdp_optimizer_step, fsdp_optimizer_destroy
+  public :: fsdp_checkpoint_save, fsdp_checkpoint_load, fsdp_load_parameters
 
   ! A communicator as `integer` or as `type(MPI_Comm)` (mpi_f08).
   interface fsdp_model_shard
@@ -285,6 +287,25 @@ module fsdp
       import :: c_ptr
       type(c_ptr), value :: optimizer
     end subroutine c_optimizer_destroy
+    integer(c_int) function c_checkpoint_save(model, optimizer, path, step, epoch) &
+        bind(c, name='fsdp_checkpoint_save')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: model, optimizer
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int64_t), value :: step, epoch
+    end function c_checkpoint_save
+    integer(c_int) function c_checkpoint_load(model, optimizer, path, step, epoch) &
+        bind(c, name='fsdp_checkpoint_load')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: model, optimizer
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int64_t), intent(out) :: step, epoch
+    end function c_checkpoint_load
+    integer(c_int) function c_load_parameters(model, path) bind(c, name='fsdp_load_parameters')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: path(*)
+    end function c_load_parameters
 
     integer(c_size_t) function c_strlen(text) bind(c, name='strlen')
       import :: c_size_t, c_ptr
@@ -808,6 +829,59 @@ contains
     integer, intent(out) :: ierr
     ierr = int(c_optimizer_step(optimizer%handle))
   end subroutine fsdp_optimizer_step
+
+  ! ---- checkpoints (docs/checkpoints.md) ----
+
+  ! Collective: the model's parameters, and the optimizer's state when it is given, saved to path
+  ! (one HDF5 file, written under path.tmp and renamed when complete), with step and epoch (0
+  ! when absent). ierr = FSDP_ERROR_IO when the file cannot be written.
+  subroutine fsdp_checkpoint_save(model, path, ierr, optimizer, step, epoch)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: path
+    integer, intent(out) :: ierr
+    type(fsdp_optimizer), intent(in), optional :: optimizer
+    integer(c_int64_t), intent(in), optional :: step, epoch
+    type(c_ptr) :: optimizer_handle
+    integer(c_int64_t) :: at_step, at_epoch
+    optimizer_handle = c_null_ptr
+    if (present(optimizer)) optimizer_handle = optimizer%handle
+    at_step = 0
+    if (present(step)) at_step = step
+    at_epoch = 0
+    if (present(epoch)) at_epoch = epoch
+    ierr = int(c_checkpoint_save(model%handle, optimizer_handle, c_string(path), at_step, &
+                                 at_epoch))
+  end subroutine fsdp_checkpoint_save
+
+  ! Collective: a checkpoint written at any number of ranks with any strategy into the model (and
+  ! the optimizer's state when it is given); its step and epoch when asked for. Nothing changes
+  ! unless everything matches: FSDP_ERROR_MISMATCH lists the differences, FSDP_ERROR_IO names a
+  ! missing, damaged or foreign file.
+  subroutine fsdp_checkpoint_load(model, path, ierr, optimizer, step, epoch)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: path
+    integer, intent(out) :: ierr
+    type(fsdp_optimizer), intent(in), optional :: optimizer
+    integer(c_int64_t), intent(out), optional :: step, epoch
+    type(c_ptr) :: optimizer_handle
+    integer(c_int64_t) :: at_step, at_epoch
+    optimizer_handle = c_null_ptr
+    if (present(optimizer)) optimizer_handle = optimizer%handle
+    ierr = int(c_checkpoint_load(model%handle, optimizer_handle, c_string(path), at_step, &
+                                 at_epoch))
+    if (ierr /= FSDP_SUCCESS) return
+    if (present(step)) step = at_step
+    if (present(epoch)) epoch = at_epoch
+  end subroutine fsdp_checkpoint_load
+
+  ! Collective: the parameters from pretrained weights (a plain HDF5 file with one dataset per
+  ! parameter, named as the parameter, or a checkpoint), with fsdp_checkpoint_load's checks.
+  subroutine fsdp_load_parameters(model, path, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: path
+    integer, intent(out) :: ierr
+    ierr = int(c_load_parameters(model%handle, c_string(path)))
+  end subroutine fsdp_load_parameters
 
   subroutine fsdp_optimizer_destroy(optimizer)
     type(fsdp_optimizer), intent(inout) :: optimizer

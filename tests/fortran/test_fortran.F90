@@ -130,6 +130,7 @@ program test_fortran
   call train_and_compare()
   call sgd_rule_single_precision()
   call error_paths()
+  call checkpoints()
 
   call fsdp_finalize(ierr)
   call check_ok(ierr, 'fsdp_finalize')
@@ -442,6 +443,99 @@ contains
     call fsdp_model_destroy(model)  ! a destroyed handle is null: no effect
     if (world_rank == 0) print '(a)', 'test_fortran: error paths: ok'
   end subroutine error_paths
+
+  ! Saved by a fully sharded model with its SGD optimizer, loaded by a layer-wise one with its
+  ! own: the same parameters bit for bit, the step and epoch; then the error codes.
+  subroutine checkpoints()
+    type(fsdp_model) :: model, other, wider
+    type(fsdp_optimizer) :: sgd, other_sgd
+    real(c_double) :: w0(n_in, n_hidden), b0(n_hidden), w1(n_hidden, n_out), b1(n_out)
+    real(c_double) :: got_w0(n_in, n_hidden), got_b0(n_hidden), got_w1(n_hidden, n_out)
+    real(c_double) :: got_b1(n_out), wide(n_in + 1, n_hidden), wide_after(n_in + 1, n_hidden)
+    integer(c_int64_t) :: step, epoch
+    character(len=64) :: path, missing
+    integer :: unit
+
+    write (path, '(a,i0,a)') 'test_fortran_np', world_size, '.h5'
+    write (missing, '(a,i0,a)') 'test_fortran_np', world_size, '_missing.h5'
+    call make_model(model, FSDP_FLOAT64, 'full', .false.)
+    call initial(w0, b0, w1, b1)
+    call fsdp_model_init_from_full(model, 'l0.w', w0, ierr)
+    call check_ok(ierr, 'init l0.w')
+    call fsdp_model_init_from_full(model, 'l0.b', b0, ierr)
+    call check_ok(ierr, 'init l0.b')
+    call fsdp_model_init_from_full(model, 'l1.w', w1, ierr)
+    call check_ok(ierr, 'init l1.w')
+    call fsdp_model_init_from_full(model, 'l1.b', b1, ierr)
+    call check_ok(ierr, 'init l1.b')
+    call fsdp_optimizer_create_sgd(sgd, model, 0.1d0, ierr, momentum=0.9d0)
+    call check_ok(ierr, 'fsdp_optimizer_create_sgd')
+    call fsdp_checkpoint_save(model, trim(path), ierr, optimizer=sgd, step=12_c_int64_t, &
+                              epoch=3_c_int64_t)
+    call check_ok(ierr, 'fsdp_checkpoint_save')
+
+    call make_model(other, FSDP_FLOAT64, 'layerwise', .true.)
+    call fsdp_optimizer_create_sgd(other_sgd, other, 0.1d0, ierr, momentum=0.9d0)
+    call check_ok(ierr, 'fsdp_optimizer_create_sgd (other)')
+    call fsdp_checkpoint_load(other, trim(path), ierr, optimizer=other_sgd, step=step, &
+                              epoch=epoch)
+    call check_ok(ierr, 'fsdp_checkpoint_load')
+    call check(step == 12 .and. epoch == 3, 'the loaded step and epoch are the saved ones')
+    call fsdp_model_copy_parameter(other, 'l0.w', got_w0, ierr)
+    call check_ok(ierr, 'copy l0.w')
+    call fsdp_model_copy_parameter(other, 'l0.b', got_b0, ierr)
+    call check_ok(ierr, 'copy l0.b')
+    call fsdp_model_copy_parameter(other, 'l1.w', got_w1, ierr)
+    call check_ok(ierr, 'copy l1.w')
+    call fsdp_model_copy_parameter(other, 'l1.b', got_b1, ierr)
+    call check_ok(ierr, 'copy l1.b')
+    call check(max(maxval(abs(got_w0 - w0)), maxval(abs(got_b0 - b0)), maxval(abs(got_w1 - w1)), &
+                   maxval(abs(got_b1 - b1))) <= 0, &  ! exact
+               'the loaded parameters are the saved ones, bit for bit')
+    call fsdp_load_parameters(other, trim(path), ierr)
+    call check_ok(ierr, 'fsdp_load_parameters')
+
+    call fsdp_checkpoint_load(other, trim(missing), ierr)
+    call check_code(ierr, FSDP_ERROR_IO, 'fsdp_checkpoint_load of a missing file')
+    call check(index(fsdp_last_error(), trim(missing)) > 0, 'the message names the missing file')
+    call fsdp_checkpoint_save(model, trim(path), ierr, optimizer=other_sgd)
+    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'save with another model''s optimizer')
+
+    ! Another shape: refused with the difference named, and nothing changes.
+    call fsdp_model_create(wider, FSDP_FLOAT64, ierr)
+    call check_ok(ierr, 'fsdp_model_create (wider)')
+    call fsdp_model_add_parameter(wider, 'l0.w', [n_in + 1, n_hidden], 'l0', ierr)
+    call check_ok(ierr, 'add l0.w (wider)')
+    call fsdp_model_add_parameter(wider, 'l0.b', [n_hidden], 'l0', ierr)
+    call check_ok(ierr, 'add l0.b (wider)')
+    call fsdp_model_add_parameter(wider, 'l1.w', [n_hidden, n_out], 'l1', ierr)
+    call check_ok(ierr, 'add l1.w (wider)')
+    call fsdp_model_add_parameter(wider, 'l1.b', [n_out], 'l1', ierr)
+    call check_ok(ierr, 'add l1.b (wider)')
+    call fsdp_model_shard(wider, MPI_COMM_WORLD, 'full', ierr)
+    call check_ok(ierr, 'fsdp_model_shard (wider)')
+    call fsdp_model_copy_parameter(wider, 'l0.w', wide, ierr)
+    call check_ok(ierr, 'copy l0.w (wider)')
+    call fsdp_checkpoint_load(wider, trim(path), ierr)
+    call check_code(ierr, FSDP_ERROR_MISMATCH, 'fsdp_checkpoint_load into another shape')
+    call check(index(fsdp_last_error(), 'model/l0.w: shape [5, 3] in the file, [5, 4] in the model') &
+               > 0, 'the mismatch names the parameter and both shapes')
+    call fsdp_model_copy_parameter(wider, 'l0.w', wide_after, ierr)
+    call check_ok(ierr, 'copy l0.w (wider, after)')
+    call check(maxval(abs(wide_after - wide)) <= 0, 'a refused load changes nothing')  ! exact
+
+    call fsdp_model_destroy(wider)
+    call fsdp_optimizer_destroy(other_sgd)
+    call fsdp_model_destroy(other)
+    call fsdp_optimizer_destroy(sgd)
+    call fsdp_model_destroy(model)
+    call MPI_Barrier(MPI_COMM_WORLD)
+    if (world_rank == 0) then
+      open (newunit=unit, file=trim(path), status='old')
+      close (unit, status='delete')
+      print '(a)', 'test_fortran: checkpoints: ok'
+    end if
+  end subroutine checkpoints
 
 end program test_fortran
 
