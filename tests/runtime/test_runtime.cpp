@@ -21,7 +21,7 @@ const std::vector<std::string> kOrder = {"l0", "l1", "l2"};
 template <class T>
 void init_from_reference(ShardedModel<T>& model) {
   for (const ParameterInfo& p : model.plan().parameters()) {
-    model.init_from_full(p.name, initial_values<T>(p).data());
+    model.init_from_full(p.name, to_device(initial_values<T>(p)).data());
   }
 }
 
@@ -44,8 +44,11 @@ int scoped_step(Runtime<double>& runtime, ShardedModel<double>& model) {
     auto scope = runtime.forward(kOrder[k]);
     most = std::max(most, units_not_sharded(model));
     const std::string l = kOrder[k];
-    mlp.forward(static_cast<int>(k), scope.full(l + ".w").data(), scope.full(l + ".b").data(),
-                k == 2 ? scope.full("l2.gain").data() : nullptr);
+    // The layers run on the host, on host copies of the gathered parameters.
+    const auto w = on_host(scope.full(l + ".w"));
+    const auto b = on_host(scope.full(l + ".b"));
+    const auto gain = k == 2 ? on_host(scope.full("l2.gain")) : decltype(w)();
+    mlp.forward(static_cast<int>(k), w.data(), b.data(), k == 2 ? gain.data() : nullptr);
     runtime.progress();
   }
   for (std::size_t k = kOrder.size(); k-- > 0;) {
@@ -53,9 +56,18 @@ int scoped_step(Runtime<double>& runtime, ShardedModel<double>& model) {
     most = std::max(most, units_not_sharded(model));
     const std::string l = kOrder[k];
     const bool last = k == 2;
-    mlp.backward(static_cast<int>(k), scope.full(l + ".w").data(),
-                 last ? scope.full("l2.gain").data() : nullptr, scope.grad(l + ".w").data(),
-                 scope.grad(l + ".b").data(), last ? scope.grad("l2.gain").data() : nullptr);
+    const auto w = on_host(scope.full(l + ".w"));
+    const auto gain = last ? on_host(scope.full("l2.gain")) : decltype(w)();
+    const auto grad_w = on_host(scope.grad(l + ".w"));
+    const auto grad_b = on_host(scope.grad(l + ".b"));
+    const auto grad_gain = last ? on_host(scope.grad("l2.gain")) : decltype(grad_w)();
+    mlp.backward(static_cast<int>(k), w.data(), last ? gain.data() : nullptr, grad_w.data(),
+                 grad_b.data(), last ? grad_gain.data() : nullptr);
+    to_view(scope.grad(l + ".w"), grad_w);
+    to_view(scope.grad(l + ".b"), grad_b);
+    if (last) {
+      to_view(scope.grad("l2.gain"), grad_gain);
+    }
   }
   runtime.finish_step();
   return most;
@@ -164,7 +176,7 @@ void check_gather_and_release_multiple(Runtime<double>& runtime, ShardedModel<do
     }
     for (const ParameterInfo& p : model.plan().parameters()) {
       if (p.unit() == name) {
-        const auto full = unit.parameter(p.name).full();
+        const auto full = on_host(unit.parameter(p.name).full());
         const std::vector<double> expected = initial_values<double>(p);
         BOOST_TEST(std::vector<double>(full.data(), full.data() + full.size()) == expected,
                    boost::test_tools::per_element());

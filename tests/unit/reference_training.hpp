@@ -9,6 +9,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "../device_access.hpp"
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/sgd.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
@@ -104,7 +105,7 @@ double largest_relative_difference(ShardedModel<T>& model, const Reference<T>& r
     ShardedUnit<T>& unit = model.unit(u);
     unit.gather();
     for (auto& p : unit.parameters()) {
-      const auto full = p.full();
+      const auto full = on_host(p.full());
       const std::vector<T>& expected = reference.params.at(p.name());
       for (std::size_t i = 0; i < expected.size(); ++i) {
         const double scale = std::max(1.0, std::abs(static_cast<double>(expected[i])));
@@ -118,7 +119,8 @@ double largest_relative_difference(ShardedModel<T>& model, const Reference<T>& r
           counts.push_back(static_cast<std::size_t>(a.size));
         }
         std::vector<T> pieces(expected.size());
-        model.group().all_gather_v(p.shard().data(), static_cast<std::size_t>(p.shard_size()),
+        const auto shard = on_host(p.shard());
+        model.group().all_gather_v(shard.data(), static_cast<std::size_t>(p.shard_size()),
                                    pieces.data(), counts);
         for (std::size_t i = 0; i < pieces.size(); ++i) {
           BOOST_TEST(pieces[i] == full(i), p.name() << "[" << i << "] gathered inexactly");
