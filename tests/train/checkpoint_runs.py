@@ -14,7 +14,8 @@
 
   checkpoint_runs.py tools --mpiexec M --train T --ckpt C --dir D -- <train args>
       fsdp-ckpt inspect (text and --json, on a file and on a directory), verify (a sound file,
-      and a copy with one flipped byte, which must fail naming the tensor), export (compared
+      and a copy with one flipped byte, which must fail naming the tensor), h5dump -H on the
+      file, export (compared
       with the checkpoint through h5py, then the start of a run with fsdp-train --init-from),
       and its usage errors.
 
@@ -160,6 +161,11 @@ def tools(args):
         if expected not in text:
             fail("inspect does not print '%s'" % expected)
     tool(args, ["verify", directory], 0)
+    # HDF5's own tools read it too, as they would any file.
+    dump = subprocess.run(["h5dump", "-H", file], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=60)
+    if dump.returncode != 0 or 'DATASET "layer1.weight"' not in dump.stdout:
+        fail("h5dump -H cannot read %s:\n%s" % (file, dump.stdout[-2000:]))
 
     damaged = os.path.join(args.dir, "damaged.h5")
     shutil.copyfile(file, damaged)
