@@ -715,9 +715,10 @@ class Run {
       std::printf("%s\n", summary.dump().c_str());
     } else if (!o_.json && summary.contains("loss")) {
       std::printf(
-          "\nsummary: %lld epochs%s in %.2f s (%.0f samples/s training), loss %.4f (first step "
+          "\nsummary: %lld epoch%s%s in %.2f s (%.0f samples/s training), loss %.4f (first step "
           "%.4f), train accuracy %.2f%%, eval accuracy %.2f%%\n",
           static_cast<long long>(summary["epochs"].get<std::int64_t>()),
+          summary["epochs"].get<std::int64_t>() == 1 ? "" : "s",
           summary["stopped"].get<bool>() ? " (the last one partly)" : "",
           summary["total_seconds"].get<double>(), summary["samples_per_s"].get<double>(),
           summary["loss"].get<double>(), summary["first_step_loss"].get<double>(),
