@@ -813,6 +813,13 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
     }
   }
   if (optimizer != nullptr) {
+    // A file saved before the first step holds no state: moments from this optimizer's own
+    // earlier steps must not survive beside a step count of 0.
+    if (state_names.empty()) {
+      for (const ParameterInfo& info : model.plan().parameters()) {
+        model.parameter(info.name).optimizer_state().clear();
+      }
+    }
     optimizer->set_step_count(header.optimizer_steps);
   }
   return header;

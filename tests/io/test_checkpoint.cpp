@@ -159,6 +159,37 @@ OptimizerSettings settings() {
   return s;
 }
 
+// Optimizer steps from..to-1 with gradients that depend on the step, the same at any world size.
+void train(ShardedModel<double>& model, Optimizer<double>& optimizer, int from, int to) {
+  for (int step = from; step < to; ++step) {
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      ShardedUnit<double>& unit = model.unit(u);
+      unit.gather();
+      for (ShardedParameter<double>& p : unit.parameters()) {
+        fill(p.grad(), 5 + step, p.name(), 0);
+      }
+      unit.reduce_scatter_grads();
+      unit.release();
+    }
+    optimizer.step(model);
+    model.zero_grad();
+  }
+}
+
+// Every bit of this rank's parameter pieces equal in two models of the same plan.
+void expect_equal_parameters(ShardedModel<double>& a, ShardedModel<double>& b,
+                             const std::string& context) {
+  for (const ParameterInfo& info : a.plan().parameters()) {
+    const auto x =
+        Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.parameter(info.name).shard());
+    const auto y =
+        Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.parameter(info.name).shard());
+    BOOST_TEST_CONTEXT(context << " " << info.name) {
+      BOOST_TEST(std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(checkpoint, World)
@@ -231,21 +262,6 @@ BOOST_AUTO_TEST_CASE(fp32_round_trip_and_sampler_state) {
 BOOST_AUTO_TEST_CASE(resumed_training_equals_uninterrupted_training) {
   ScratchDirectory dir;
   const std::string path = dir.file("resume.h5");
-  auto train = [](ShardedModel<double>& model, Optimizer<double>& optimizer, int from, int to) {
-    for (int step = from; step < to; ++step) {
-      for (std::size_t u = 0; u < model.unit_count(); ++u) {
-        ShardedUnit<double>& unit = model.unit(u);
-        unit.gather();
-        for (ShardedParameter<double>& p : unit.parameters()) {
-          fill(p.grad(), 5 + step, p.name(), 0);
-        }
-        unit.reduce_scatter_grads();
-        unit.release();
-      }
-      optimizer.step(model);
-      model.zero_grad();
-    }
-  };
   for (const std::string name : {"sgd", "adam"}) {
     OptimizerSettings s = settings();
     s.momentum = 0.9;
@@ -265,15 +281,39 @@ BOOST_AUTO_TEST_CASE(resumed_training_equals_uninterrupted_training) {
     load_checkpoint(path, resumed, &resumed_optimizer);
     BOOST_TEST(resumed_optimizer.step_count() == 3);
     train(resumed, resumed_optimizer, 3, 5);
-    for (const ParameterInfo& info : straight.plan().parameters()) {
-      const auto a = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
-                                                         straight.parameter(info.name).shard());
-      const auto b = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
-                                                         resumed.parameter(info.name).shard());
-      BOOST_TEST_CONTEXT(name << " " << info.name) {
-        BOOST_TEST(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
-      }
+    expect_equal_parameters(straight, resumed, name);
+  }
+}
+
+// A checkpoint saved before the first step holds no optimizer state. Loading it into an
+// optimizer that has stepped must also drop that optimizer's moments: step count 0 with old
+// moments would be a state no uninterrupted run reaches.
+BOOST_AUTO_TEST_CASE(a_checkpoint_from_before_the_first_step_clears_the_optimizer_state) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("step0.h5");
+  for (const std::string name : {"sgd", "adam", "adamw"}) {
+    OptimizerSettings s = settings();
+    s.momentum = 0.9;
+    auto fresh = make_model<double>(world(), "full");
+    Optimizer<double> fresh_optimizer(name, s);
+    fill_model(fresh, fresh_optimizer);
+    for (const ParameterInfo& info : fresh.plan().parameters()) {
+      fresh.parameter(info.name).optimizer_state().clear();
     }
+    fresh_optimizer.set_step_count(0);
+    save_checkpoint(path, fresh, &fresh_optimizer, CheckpointState{});
+
+    auto stepped = make_model<double>(world(), "full");
+    Optimizer<double> stepped_optimizer(name, s);
+    train(stepped, stepped_optimizer, 0, 2);
+    load_checkpoint(path, stepped, &stepped_optimizer);
+    BOOST_TEST(stepped_optimizer.step_count() == 0);
+    for (const ParameterInfo& info : stepped.plan().parameters()) {
+      BOOST_TEST(stepped.parameter(info.name).optimizer_state().empty());
+    }
+    train(fresh, fresh_optimizer, 0, 2);
+    train(stepped, stepped_optimizer, 0, 2);
+    expect_equal_parameters(fresh, stepped, name);
   }
 }
 

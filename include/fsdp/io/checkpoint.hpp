@@ -67,7 +67,8 @@ void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Opti
 
 // Collective over model.group(). Loads a checkpoint written at any world size with any strategy:
 // each rank reads only the elements of its pieces. With an optimizer, its state and step count
-// are loaded too (the file must hold the same rule); with none, the parameters only. Checks, on
+// are loaded too (the file must hold the same rule; a file saved before the first step leaves the
+// optimizer with no state and step count 0); with none, the parameters only. Checks, on
 // every rank alike, before anything changes:
 //   - the file is an fsdp checkpoint of a format version this fsdp reads (else Error, kind io);
 //   - its tensors' names, shapes and dtypes are the model's (and the optimizer's): else Error
