@@ -2,11 +2,14 @@
  * against the same training done unsharded by hand on every rank, and the error paths. Run under
  * mpiexec at 1, 2 and 3 ranks; any failed check prints and aborts the whole job (exit code 1),
  * so that no rank is left waiting in a collective. */
+#define _POSIX_C_SOURCE 200809L /* getpid */
+
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fsdp/fsdp.h"
 
@@ -528,15 +531,34 @@ static void train_steps(fsdp_runtime_t runtime, fsdp_optimizer_t optimizer, fsdp
   }
 }
 
+/* A file name in the working directory unique to this run: rank 0's process id, broadcast (the
+ * np1, np2 and np3 runs of this test may run side by side), and what it holds. */
+static void scratch_path(char* path, size_t size, const char* what) {
+  long pid = (long)getpid();
+  CHECK(MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Bcast of the pid");
+  const int length = snprintf(path, size, "test_c_api_%ld_%s.h5", pid, what);
+  CHECK(length > 0 && (size_t)length < size, "the scratch path is too long");
+}
+
+/* Rank 0 removes a file the test wrote, and checks that its temporary is gone too. */
+static void remove_scratch(const char* path) {
+  if (world_rank == 0) {
+    char tmp[96];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE* left = fopen(tmp, "rb");
+    CHECK(left == NULL, "%s was left behind", tmp);
+    CHECK(remove(path) == 0, "cannot remove %s", path);
+  }
+}
+
 /* Saved after 2 AdamW steps by a full-sharded model, loaded by a layer-wise one with a fresh
- * optimizer: 2 more steps on each end bit for bit alike. Then the error paths. */
+ * optimizer: 2 more steps on each end bit for bit alike. Then fp32, and the error paths. */
 static void test_checkpoints(void) {
-  int world = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  /* One file per rank count: the np1, np2 and np3 runs of this test may run side by side. */
-  char path[64], missing[64];
-  snprintf(path, sizeof path, "test_c_api_np%d.h5", world);
-  snprintf(missing, sizeof missing, "test_c_api_np%d_missing.h5", world);
+  char path[80], bare[80], single_path[80], missing[80];
+  scratch_path(path, sizeof path, "adamw");
+  scratch_path(bare, sizeof bare, "parameters");
+  scratch_path(single_path, sizeof single_path, "fp32");
+  scratch_path(missing, sizeof missing, "missing");
 
   fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
   init_model(model, FSDP_FLOAT64);
@@ -573,13 +595,72 @@ static void test_checkpoints(void) {
   copy_all(other, &got);
   CHECK(memcmp(&got, &at_save, sizeof got) == 0, "fsdp_load_parameters gave other values");
 
+  /* fp32, the other branch of the dispatch: saved without an optimizer by a full-sharded
+   * model, loaded bit for bit by a layer-wise one; the fp64 checkpoint is refused by dtype. */
+  {
+    fsdp_model_t single = make_model(FSDP_FLOAT32, "full");
+    init_model(single, FSDP_FLOAT32);
+    CHECK_OK(fsdp_checkpoint_save(single, NULL, single_path, 5, 1));
+    fsdp_model_t single_other = make_model(FSDP_FLOAT32, "layerwise"); /* all zero */
+    CHECK_CODE(fsdp_checkpoint_load(single_other, NULL, path, NULL, NULL), FSDP_ERROR_MISMATCH);
+    CHECK(
+        strstr(fsdp_last_error(), "model/l0.w: dtype fp64 in the file, fp32 in the model") != NULL,
+        "message: %s", fsdp_last_error());
+    int64_t single_step = -1;
+    CHECK_OK(fsdp_checkpoint_load(single_other, NULL, single_path, &single_step, NULL));
+    CHECK(single_step == 5, "loaded step %lld, saved 5", (long long)single_step);
+    for (int i = 0; i < NPARAM; ++i) {
+      float saved[HIDDEN * IN], loaded[HIDDEN * IN];
+      CHECK_OK(fsdp_model_copy_parameter(single, parameter_names[i], saved));
+      CHECK_OK(fsdp_model_copy_parameter(single_other, parameter_names[i], loaded));
+      CHECK(memcmp(saved, loaded, (size_t)parameter_numel[i] * sizeof(float)) == 0,
+            "fp32 parameter %s differs after loading", parameter_names[i]);
+    }
+    fsdp_model_destroy(single_other);
+    fsdp_model_destroy(single);
+  }
+
   /* Errors: every rank gets the same code, and nothing changes. */
   CHECK_CODE(fsdp_checkpoint_save(model, other_optimizer, path, 2, 0), FSDP_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(fsdp_last_error(), "another model") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_checkpoint_load(other, optimizer, path, NULL, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "another model") != NULL, "message: %s", fsdp_last_error());
   CHECK_CODE(fsdp_checkpoint_save(model, NULL, path, -1, 0), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_save(model, NULL, NULL, 0, 0), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "the checkpoint path is NULL or empty") != NULL, "message: %s",
+        fsdp_last_error());
+  CHECK_CODE(fsdp_checkpoint_load(other, NULL, "", NULL, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_load_parameters(other, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_load(NULL, NULL, path, NULL, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "the model handle is NULL") != NULL, "message: %s",
+        fsdp_last_error());
+  {
+    fsdp_model_t unsharded = NULL;
+    const int64_t shape[1] = {HIDDEN};
+    CHECK_OK(fsdp_model_create(FSDP_FLOAT64, &unsharded));
+    CHECK_OK(fsdp_model_add_parameter(unsharded, "l0.b", 1, shape, "l0", 0));
+    CHECK_CODE(fsdp_checkpoint_save(unsharded, NULL, path, 0, 0), FSDP_ERROR_STATE);
+    CHECK(strstr(fsdp_last_error(), "not sharded") != NULL, "message: %s", fsdp_last_error());
+    CHECK_CODE(fsdp_checkpoint_load(unsharded, NULL, path, NULL, NULL), FSDP_ERROR_STATE);
+    CHECK_CODE(fsdp_load_parameters(unsharded, path), FSDP_ERROR_STATE);
+    fsdp_model_destroy(unsharded);
+  }
   CHECK_CODE(fsdp_checkpoint_load(other, other_optimizer, missing, NULL, NULL), FSDP_ERROR_IO);
   CHECK(strstr(fsdp_last_error(), missing) != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_load_parameters(other, missing), FSDP_ERROR_IO);
+  CHECK(strstr(fsdp_last_error(), missing) != NULL, "message: %s", fsdp_last_error());
   CHECK_CODE(fsdp_checkpoint_save(model, NULL, "/nonexistent-directory/c.h5", 0, 0), FSDP_ERROR_IO);
+  CHECK(strstr(fsdp_last_error(), "/nonexistent-directory/c.h5") != NULL, "message: %s",
+        fsdp_last_error());
+  /* A checkpoint without optimizer state, loaded with an optimizer: refused, nothing changes. */
+  CHECK_OK(fsdp_checkpoint_save(model, NULL, bare, 4, 0));
+  copy_all(other, &expected);
+  CHECK_CODE(fsdp_checkpoint_load(other, other_optimizer, bare, NULL, NULL), FSDP_ERROR_MISMATCH);
+  CHECK(strstr(fsdp_last_error(), bare) != NULL &&
+            strstr(fsdp_last_error(), "holds no optimizer state") != NULL,
+        "message: %s", fsdp_last_error());
+  copy_all(other, &got);
+  CHECK(memcmp(&got, &expected, sizeof got) == 0, "a refused load changed the model");
   {
     fsdp_model_t wider = NULL;
     CHECK_OK(fsdp_model_create(FSDP_FLOAT64, &wider));
@@ -594,7 +675,8 @@ static void test_checkpoints(void) {
     CHECK_OK(fsdp_model_copy_parameter(wider, "l0.w", before));
     CHECK_CODE(fsdp_checkpoint_load(wider, NULL, path, NULL, NULL), FSDP_ERROR_MISMATCH);
     CHECK(strstr(fsdp_last_error(), "model/l0.w: shape [5, 3] in the file, [5, 4] in the model") !=
-              NULL,
+                  NULL &&
+              strstr(fsdp_last_error(), path) != NULL,
           "message: %s", fsdp_last_error());
     CHECK_OK(fsdp_model_copy_parameter(wider, "l0.w", after));
     CHECK(memcmp(before, after, sizeof before) == 0, "a refused load changed the model");
@@ -607,9 +689,11 @@ static void test_checkpoints(void) {
   fsdp_optimizer_destroy(optimizer);
   fsdp_runtime_destroy(runtime);
   fsdp_model_destroy(model);
-  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Barrier");
+  remove_scratch(path);
+  remove_scratch(bare);
+  remove_scratch(single_path);
   if (world_rank == 0) {
-    CHECK(remove(path) == 0, "cannot remove %s", path);
     printf("test_c_api: checkpoints: ok\n");
   }
 }
