@@ -8,7 +8,16 @@ module test_support
   use fsdp
   implicit none
   integer, parameter :: n_in = 3, n_hidden = 5, n_out = 2, batch = 2
+  ! Every parameter of the model, one after the other: l0.w, l0.b, l1.w, l1.b.
+  integer, parameter :: n_all = n_in * n_hidden + n_hidden + n_hidden * n_out + n_out
   integer :: world_rank = 0, world_size = 1
+
+  interface
+    ! POSIX getpid (pid_t is an int on the systems fsdp runs on).
+    integer(c_int) function c_getpid() bind(c, name='getpid')
+      import :: c_int
+    end function c_getpid
+  end interface
 
 contains
 
@@ -38,6 +47,50 @@ contains
     write (codes, '(i0,a,i0)') ierr, ', expected ', expected
     call check(ierr == expected, what // ' returned ' // trim(codes))
   end subroutine check_code
+
+  ! A file name in the working directory unique to this run: rank 0's process id, broadcast (the
+  ! np1, np2 and np3 runs of this test may run side by side), and what it holds.
+  function scratch_path(what) result(path)
+    character(len=*), intent(in) :: what
+    character(len=:), allocatable :: path
+    integer(c_int) :: pid
+    integer :: ierror
+    character(len=16) :: digits
+    pid = c_getpid()
+    call MPI_Bcast(pid, 1, MPI_INTEGER, 0, MPI_COMM_WORLD, ierror)
+    call check(ierror == MPI_SUCCESS, 'MPI_Bcast of the pid')
+    write (digits, '(i0)') pid
+    path = 'test_fortran_' // trim(digits) // '_' // what // '.h5'
+  end function scratch_path
+
+  ! Rank 0 deletes a file the test wrote, and checks that its temporary is gone too.
+  subroutine remove_scratch(path)
+    character(len=*), intent(in) :: path
+    logical :: exists
+    integer :: unit, status
+    if (world_rank /= 0) return
+    inquire (file=path // '.tmp', exist=exists)
+    call check(.not. exists, path // '.tmp was left behind')
+    open (newunit=unit, file=path, status='old', iostat=status)
+    call check(status == 0, 'cannot open ' // path // ' to delete it')
+    close (unit, status='delete')
+  end subroutine remove_scratch
+
+  ! Every parameter, whole, on every rank (fp64 models), into one array.
+  subroutine copy_all(model, values)
+    type(fsdp_model), intent(in) :: model
+    real(c_double), intent(out), target :: values(n_all)
+    integer, parameter :: b0 = n_in * n_hidden, w1 = b0 + n_hidden, b1 = w1 + n_hidden * n_out
+    integer :: ierr
+    call fsdp_model_copy_parameter(model, 'l0.w', values(1:b0), ierr)
+    call check_ok(ierr, 'copy l0.w')
+    call fsdp_model_copy_parameter(model, 'l0.b', values(b0 + 1:w1), ierr)
+    call check_ok(ierr, 'copy l0.b')
+    call fsdp_model_copy_parameter(model, 'l1.w', values(w1 + 1:b1), ierr)
+    call check_ok(ierr, 'copy l1.w')
+    call fsdp_model_copy_parameter(model, 'l1.b', values(b1 + 1:n_all), ierr)
+    call check_ok(ierr, 'copy l1.b')
+  end subroutine copy_all
 
   ! Rank r's sample k at a step: deterministic, different on every rank.
   subroutine sample(rank, step, k, x, t)
@@ -162,6 +215,99 @@ contains
     call check_ok(ierr, 'fsdp_model_shard')
   end subroutine make_model
 
+  ! One step of rank world_rank's batch through the scopes, the gradients written by hand: the
+  ! forward and backward of every unit and finish_step (the optimizer step is the caller's).
+  subroutine api_step(runtime, step)
+    type(fsdp_runtime), intent(in) :: runtime
+    integer, intent(in) :: step
+    real(c_double), pointer :: p(:), pw0(:, :), pw1(:, :), g(:), gw(:, :)
+    real(c_double) :: x(n_in, 0:batch - 1), t(n_out, 0:batch - 1), h(n_hidden, 0:batch - 1)
+    real(c_double) :: y(n_out, 0:batch - 1), dh(n_hidden, 0:batch - 1), dy(n_out)
+    integer :: k, j
+    do k = 0, batch - 1
+      call sample(world_rank, step, k, x(:, k), t(:, k))
+    end do
+    call fsdp_begin_forward(runtime, 'l0', ierr)
+    call check_ok(ierr, 'begin_forward l0')
+    call fsdp_full(runtime, 'l0.w', p, ierr)
+    call check_ok(ierr, 'full l0.w')
+    call check(size(p) == n_in * n_hidden, 'l0.w has n_in * n_hidden elements')
+    pw0(1:n_in, 1:n_hidden) => p
+    call fsdp_full(runtime, 'l0.b', p, ierr)
+    call check_ok(ierr, 'full l0.b')
+    do k = 0, batch - 1
+      h(:, k) = matmul(x(:, k), pw0) + p
+    end do
+    call fsdp_end_forward(runtime, 'l0', ierr)
+    call check_ok(ierr, 'end_forward l0')
+    call fsdp_begin_forward(runtime, 'l1', ierr)
+    call check_ok(ierr, 'begin_forward l1')
+    call fsdp_full(runtime, 'l1.w', p, ierr)
+    call check_ok(ierr, 'full l1.w')
+    pw1(1:n_hidden, 1:n_out) => p
+    call fsdp_full(runtime, 'l1.b', p, ierr)
+    call check_ok(ierr, 'full l1.b')
+    do k = 0, batch - 1
+      y(:, k) = matmul(h(:, k), pw1) + p
+    end do
+    call fsdp_end_forward(runtime, 'l1', ierr)
+    call check_ok(ierr, 'end_forward l1')
+
+    call fsdp_begin_backward(runtime, 'l1', ierr)
+    call check_ok(ierr, 'begin_backward l1')
+    call fsdp_full(runtime, 'l1.w', p, ierr)
+    call check_ok(ierr, 'full l1.w in backward')
+    pw1(1:n_hidden, 1:n_out) => p
+    call fsdp_grad(runtime, 'l1.w', g, ierr)
+    call check_ok(ierr, 'grad l1.w')
+    gw(1:n_hidden, 1:n_out) => g
+    call fsdp_grad(runtime, 'l1.b', g, ierr)
+    call check_ok(ierr, 'grad l1.b')
+    do k = 0, batch - 1
+      dy = (y(:, k) - t(:, k)) / batch
+      g = g + dy
+      do j = 1, n_out
+        gw(:, j) = gw(:, j) + dy(j) * h(:, k)
+      end do
+      dh(:, k) = matmul(pw1, dy)
+    end do
+    call fsdp_end_backward(runtime, 'l1', ierr)
+    call check_ok(ierr, 'end_backward l1')
+    call fsdp_begin_backward(runtime, 'l0', ierr)
+    call check_ok(ierr, 'begin_backward l0')
+    call fsdp_grad(runtime, 'l0.w', g, ierr)
+    call check_ok(ierr, 'grad l0.w')
+    gw(1:n_in, 1:n_hidden) => g
+    call fsdp_grad(runtime, 'l0.b', g, ierr)
+    call check_ok(ierr, 'grad l0.b')
+    do k = 0, batch - 1
+      g = g + dh(:, k)
+      do j = 1, n_hidden
+        gw(:, j) = gw(:, j) + dh(j, k) * x(:, k)
+      end do
+    end do
+    call fsdp_end_backward(runtime, 'l0', ierr)
+    call check_ok(ierr, 'end_backward l0')
+    call fsdp_finish_step(runtime, ierr)
+    call check_ok(ierr, 'finish_step')
+  end subroutine api_step
+
+  ! Steps first .. last - 1: the scopes, the optimizer step, zero_grad.
+  subroutine train_steps(runtime, optimizer, model, first, last)
+    type(fsdp_runtime), intent(in) :: runtime
+    type(fsdp_optimizer), intent(in) :: optimizer
+    type(fsdp_model), intent(in) :: model
+    integer, intent(in) :: first, last
+    integer :: step
+    do step = first, last - 1
+      call api_step(runtime, step)
+      call fsdp_optimizer_step(optimizer, ierr)
+      call check_ok(ierr, 'optimizer step')
+      call fsdp_model_zero_grad(model, ierr)
+      call check_ok(ierr, 'zero_grad')
+    end do
+  end subroutine train_steps
+
   ! fp64, SGD with momentum and weight decay, 3 steps, full sharding, integer communicator.
   subroutine train_and_compare()
     type(fsdp_model) :: model
@@ -172,12 +318,9 @@ contains
     real(c_double) :: mw0(n_in, n_hidden), mb0(n_hidden), mw1(n_hidden, n_out), mb1(n_out)
     real(c_double) :: got_w0(n_in, n_hidden), got_b0(n_hidden), got_w1(n_hidden, n_out)
     real(c_double) :: got_b1(n_out), largest
-    real(c_double), pointer :: p(:), pw0(:, :), pw1(:, :), g(:), gw(:, :)
-    real(c_double) :: x(n_in, 0:batch - 1), t(n_out, 0:batch - 1), h(n_hidden, 0:batch - 1)
-    real(c_double) :: y(n_out, 0:batch - 1), dh(n_hidden, 0:batch - 1), dy(n_out)
     real(c_double), parameter :: lr = 0.1d0, momentum = 0.9d0, decay = 0.01d0
     integer, parameter :: steps = 3
-    integer :: step, k, j, r
+    integer :: step, r
 
     call make_model(model, FSDP_FLOAT64, 'full', .true.)
     call initial(w0, b0, w1, b1)
@@ -194,78 +337,7 @@ contains
     call fsdp_optimizer_create_sgd(sgd, model, lr, ierr, momentum=momentum, weight_decay=decay)
     call check_ok(ierr, 'fsdp_optimizer_create_sgd')
 
-    do step = 0, steps - 1
-      do k = 0, batch - 1
-        call sample(world_rank, step, k, x(:, k), t(:, k))
-      end do
-      call fsdp_begin_forward(runtime, 'l0', ierr)
-      call check_ok(ierr, 'begin_forward l0')
-      call fsdp_full(runtime, 'l0.w', p, ierr)
-      call check_ok(ierr, 'full l0.w')
-      call check(size(p) == n_in * n_hidden, 'l0.w has n_in * n_hidden elements')
-      pw0(1:n_in, 1:n_hidden) => p
-      call fsdp_full(runtime, 'l0.b', p, ierr)
-      call check_ok(ierr, 'full l0.b')
-      do k = 0, batch - 1
-        h(:, k) = matmul(x(:, k), pw0) + p
-      end do
-      call fsdp_end_forward(runtime, 'l0', ierr)
-      call check_ok(ierr, 'end_forward l0')
-      call fsdp_begin_forward(runtime, 'l1', ierr)
-      call check_ok(ierr, 'begin_forward l1')
-      call fsdp_full(runtime, 'l1.w', p, ierr)
-      call check_ok(ierr, 'full l1.w')
-      pw1(1:n_hidden, 1:n_out) => p
-      call fsdp_full(runtime, 'l1.b', p, ierr)
-      call check_ok(ierr, 'full l1.b')
-      do k = 0, batch - 1
-        y(:, k) = matmul(h(:, k), pw1) + p
-      end do
-      call fsdp_end_forward(runtime, 'l1', ierr)
-      call check_ok(ierr, 'end_forward l1')
-
-      call fsdp_begin_backward(runtime, 'l1', ierr)
-      call check_ok(ierr, 'begin_backward l1')
-      call fsdp_full(runtime, 'l1.w', p, ierr)
-      call check_ok(ierr, 'full l1.w in backward')
-      pw1(1:n_hidden, 1:n_out) => p
-      call fsdp_grad(runtime, 'l1.w', g, ierr)
-      call check_ok(ierr, 'grad l1.w')
-      gw(1:n_hidden, 1:n_out) => g
-      call fsdp_grad(runtime, 'l1.b', g, ierr)
-      call check_ok(ierr, 'grad l1.b')
-      do k = 0, batch - 1
-        dy = (y(:, k) - t(:, k)) / batch
-        g = g + dy
-        do j = 1, n_out
-          gw(:, j) = gw(:, j) + dy(j) * h(:, k)
-        end do
-        dh(:, k) = matmul(pw1, dy)
-      end do
-      call fsdp_end_backward(runtime, 'l1', ierr)
-      call check_ok(ierr, 'end_backward l1')
-      call fsdp_begin_backward(runtime, 'l0', ierr)
-      call check_ok(ierr, 'begin_backward l0')
-      call fsdp_grad(runtime, 'l0.w', g, ierr)
-      call check_ok(ierr, 'grad l0.w')
-      gw(1:n_in, 1:n_hidden) => g
-      call fsdp_grad(runtime, 'l0.b', g, ierr)
-      call check_ok(ierr, 'grad l0.b')
-      do k = 0, batch - 1
-        g = g + dh(:, k)
-        do j = 1, n_hidden
-          gw(:, j) = gw(:, j) + dh(j, k) * x(:, k)
-        end do
-      end do
-      call fsdp_end_backward(runtime, 'l0', ierr)
-      call check_ok(ierr, 'end_backward l0')
-      call fsdp_finish_step(runtime, ierr)
-      call check_ok(ierr, 'finish_step')
-      call fsdp_optimizer_step(sgd, ierr)
-      call check_ok(ierr, 'optimizer step')
-      call fsdp_model_zero_grad(model, ierr)
-      call check_ok(ierr, 'zero_grad')
-    end do
+    call train_steps(runtime, sgd, model, 0, steps)
 
     ! The same unsharded, by hand: gradients averaged over every rank's batch, SGD's rule.
     call initial(w0, b0, w1, b1)
@@ -444,20 +516,22 @@ contains
     if (world_rank == 0) print '(a)', 'test_fortran: error paths: ok'
   end subroutine error_paths
 
-  ! Saved by a fully sharded model with its SGD optimizer, loaded by a layer-wise one with its
-  ! own: the same parameters bit for bit, the step and epoch; then the error codes.
+  ! Saved after 2 SGD steps (momentum, weight decay) by a fully sharded model, loaded by a
+  ! layer-wise one with a fresh optimizer: 2 more steps on each end bit for bit alike (so the
+  ! momentum and the step count came back), the step and epoch; then the error codes.
   subroutine checkpoints()
     type(fsdp_model) :: model, other, wider
+    type(fsdp_runtime) :: runtime, other_runtime
     type(fsdp_optimizer) :: sgd, other_sgd
     real(c_double) :: w0(n_in, n_hidden), b0(n_hidden), w1(n_hidden, n_out), b1(n_out)
-    real(c_double) :: got_w0(n_in, n_hidden), got_b0(n_hidden), got_w1(n_hidden, n_out)
-    real(c_double) :: got_b1(n_out), wide(n_in + 1, n_hidden), wide_after(n_in + 1, n_hidden)
+    real(c_double) :: at_save(n_all), expected(n_all), got(n_all)
+    real(c_double) :: wide(n_in + 1, n_hidden), wide_after(n_in + 1, n_hidden)
+    real(c_double), parameter :: lr = 0.1d0, momentum = 0.9d0, decay = 0.01d0
     integer(c_int64_t) :: step, epoch
-    character(len=64) :: path, missing
-    integer :: unit
+    character(len=:), allocatable :: path, missing
 
-    write (path, '(a,i0,a)') 'test_fortran_np', world_size, '.h5'
-    write (missing, '(a,i0,a)') 'test_fortran_np', world_size, '_missing.h5'
+    path = scratch_path('sgd')
+    missing = scratch_path('missing')
     call make_model(model, FSDP_FLOAT64, 'full', .false.)
     call initial(w0, b0, w1, b1)
     call fsdp_model_init_from_full(model, 'l0.w', w0, ierr)
@@ -468,40 +542,60 @@ contains
     call check_ok(ierr, 'init l1.w')
     call fsdp_model_init_from_full(model, 'l1.b', b1, ierr)
     call check_ok(ierr, 'init l1.b')
-    call fsdp_optimizer_create_sgd(sgd, model, 0.1d0, ierr, momentum=0.9d0)
+    call fsdp_runtime_create(runtime, model, ['l0', 'l1'], ierr)
+    call check_ok(ierr, 'fsdp_runtime_create')
+    call fsdp_optimizer_create_sgd(sgd, model, lr, ierr, momentum=momentum, weight_decay=decay)
     call check_ok(ierr, 'fsdp_optimizer_create_sgd')
-    call fsdp_checkpoint_save(model, trim(path), ierr, optimizer=sgd, step=12_c_int64_t, &
+    call train_steps(runtime, sgd, model, 0, 2)
+    call copy_all(model, at_save)
+    call fsdp_checkpoint_save(model, path, ierr, optimizer=sgd, step=2_c_int64_t, &
                               epoch=3_c_int64_t)
     call check_ok(ierr, 'fsdp_checkpoint_save')
+    call train_steps(runtime, sgd, model, 2, 4)
+    call copy_all(model, expected)
 
-    call make_model(other, FSDP_FLOAT64, 'layerwise', .true.)
-    call fsdp_optimizer_create_sgd(other_sgd, other, 0.1d0, ierr, momentum=0.9d0)
+    call make_model(other, FSDP_FLOAT64, 'layerwise', .true.)  ! all zero
+    call fsdp_runtime_create(other_runtime, other, ['l0', 'l1'], ierr)
+    call check_ok(ierr, 'fsdp_runtime_create (other)')
+    call fsdp_optimizer_create_sgd(other_sgd, other, lr, ierr, momentum=momentum, &
+                                   weight_decay=decay)
     call check_ok(ierr, 'fsdp_optimizer_create_sgd (other)')
-    call fsdp_checkpoint_load(other, trim(path), ierr, optimizer=other_sgd, step=step, &
-                              epoch=epoch)
+    call fsdp_checkpoint_load(other, path, ierr, optimizer=other_sgd, step=step, epoch=epoch)
     call check_ok(ierr, 'fsdp_checkpoint_load')
-    call check(step == 12 .and. epoch == 3, 'the loaded step and epoch are the saved ones')
-    call fsdp_model_copy_parameter(other, 'l0.w', got_w0, ierr)
-    call check_ok(ierr, 'copy l0.w')
-    call fsdp_model_copy_parameter(other, 'l0.b', got_b0, ierr)
-    call check_ok(ierr, 'copy l0.b')
-    call fsdp_model_copy_parameter(other, 'l1.w', got_w1, ierr)
-    call check_ok(ierr, 'copy l1.w')
-    call fsdp_model_copy_parameter(other, 'l1.b', got_b1, ierr)
-    call check_ok(ierr, 'copy l1.b')
-    call check(max(maxval(abs(got_w0 - w0)), maxval(abs(got_b0 - b0)), maxval(abs(got_w1 - w1)), &
-                   maxval(abs(got_b1 - b1))) <= 0, &  ! exact
+    call check(step == 2 .and. epoch == 3, 'the loaded step and epoch are the saved ones')
+    call copy_all(other, got)
+    call check(maxval(abs(got - at_save)) <= 0, &  ! exact
                'the loaded parameters are the saved ones, bit for bit')
-    call fsdp_load_parameters(other, trim(path), ierr)
+    call train_steps(other_runtime, other_sgd, other, 2, 4)
+    call copy_all(other, got)
+    call check(maxval(abs(got - expected)) <= 0, &  ! exact
+               '2 steps after loading are 2 steps after saving, bit for bit (optimizer state ' // &
+               'not restored?)')
+    call check(maxval(abs(got - at_save)) > 1d-3, 'the 2 steps moved the parameters')
+
+    ! The parameters alone, as pretrained weights.
+    call fsdp_load_parameters(other, path, ierr)
     call check_ok(ierr, 'fsdp_load_parameters')
+    call copy_all(other, got)
+    call check(maxval(abs(got - at_save)) <= 0, 'fsdp_load_parameters gives the saved parameters')
 
-    call fsdp_checkpoint_load(other, trim(missing), ierr)
+    ! Errors: every rank gets the same code, and nothing changes.
+    call fsdp_checkpoint_load(other, missing, ierr, step=step)
     call check_code(ierr, FSDP_ERROR_IO, 'fsdp_checkpoint_load of a missing file')
-    call check(index(fsdp_last_error(), trim(missing)) > 0, 'the message names the missing file')
-    call fsdp_checkpoint_save(model, trim(path), ierr, optimizer=other_sgd)
+    call check(index(fsdp_last_error(), missing) > 0, 'the message names the missing file')
+    call check(step == 2, 'a failed load leaves step alone')
+    call fsdp_load_parameters(other, missing, ierr)
+    call check_code(ierr, FSDP_ERROR_IO, 'fsdp_load_parameters of a missing file')
+    call check(index(fsdp_last_error(), missing) > 0, 'the message names the missing file')
+    call fsdp_checkpoint_save(model, path, ierr, optimizer=other_sgd)
     call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'save with another model''s optimizer')
+    call check(index(fsdp_last_error(), 'another model') > 0, 'the message says another model')
+    call fsdp_checkpoint_load(other, path, ierr, optimizer=sgd)
+    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'load with another model''s optimizer')
+    call fsdp_checkpoint_load(other, '', ierr)
+    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'fsdp_checkpoint_load of an empty path')
 
-    ! Another shape: refused with the difference named, and nothing changes.
+    ! Another shape: refused with the file and the difference named, and nothing changes.
     call fsdp_model_create(wider, FSDP_FLOAT64, ierr)
     call check_ok(ierr, 'fsdp_model_create (wider)')
     call fsdp_model_add_parameter(wider, 'l0.w', [n_in + 1, n_hidden], 'l0', ierr)
@@ -514,27 +608,29 @@ contains
     call check_ok(ierr, 'add l1.b (wider)')
     call fsdp_model_shard(wider, MPI_COMM_WORLD, 'full', ierr)
     call check_ok(ierr, 'fsdp_model_shard (wider)')
-    call fsdp_model_copy_parameter(wider, 'l0.w', wide, ierr)
-    call check_ok(ierr, 'copy l0.w (wider)')
-    call fsdp_checkpoint_load(wider, trim(path), ierr)
+    wide = 0.25d0
+    call fsdp_model_init_from_full(wider, 'l0.w', wide, ierr)
+    call check_ok(ierr, 'init l0.w (wider)')
+    call fsdp_checkpoint_load(wider, path, ierr)
     call check_code(ierr, FSDP_ERROR_MISMATCH, 'fsdp_checkpoint_load into another shape')
     call check(index(fsdp_last_error(), 'model/l0.w: shape [5, 3] in the file, [5, 4] in the model') &
                > 0, 'the mismatch names the parameter and both shapes')
+    call check(index(fsdp_last_error(), path) > 0, 'the mismatch names the file')
     call fsdp_model_copy_parameter(wider, 'l0.w', wide_after, ierr)
     call check_ok(ierr, 'copy l0.w (wider, after)')
     call check(maxval(abs(wide_after - wide)) <= 0, 'a refused load changes nothing')  ! exact
 
     call fsdp_model_destroy(wider)
     call fsdp_optimizer_destroy(other_sgd)
+    call fsdp_runtime_destroy(other_runtime)
     call fsdp_model_destroy(other)
     call fsdp_optimizer_destroy(sgd)
+    call fsdp_runtime_destroy(runtime)
     call fsdp_model_destroy(model)
-    call MPI_Barrier(MPI_COMM_WORLD)
-    if (world_rank == 0) then
-      open (newunit=unit, file=trim(path), status='old')
-      close (unit, status='delete')
-      print '(a)', 'test_fortran: checkpoints: ok'
-    end if
+    call MPI_Barrier(MPI_COMM_WORLD, ierr)
+    call check(ierr == MPI_SUCCESS, 'MPI_Barrier')
+    call remove_scratch(path)
+    if (world_rank == 0) print '(a)', 'test_fortran: checkpoints: ok'
   end subroutine checkpoints
 
 end program test_fortran
