@@ -172,15 +172,17 @@ void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer);
 int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
                          int64_t step, int64_t epoch);
 /* Collective: loads a checkpoint written at any world size with any strategy into the model
- * (and the optimizer's state and step count unless optimizer is NULL), and gives its step and
- * epoch (either pointer may be NULL). Nothing changes unless everything matches on every rank:
+ * (and the optimizer's state and step count unless optimizer is NULL; it must be one made for
+ * this model, as for fsdp_checkpoint_save), and gives its step and epoch (either pointer may be
+ * NULL; neither is written on failure). Nothing changes unless everything matches on every rank:
  * FSDP_ERROR_MISMATCH lists every tensor whose name, shape or dtype differs (or another
- * optimizer); FSDP_ERROR_IO for a missing, damaged or foreign file, naming it. */
+ * optimizer, or none in the file); FSDP_ERROR_IO for a missing, damaged or foreign file, naming
+ * it. */
 int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
                          int64_t* step, int64_t* epoch);
 /* Collective: the model's parameters from pretrained weights: a plain HDF5 file with one dataset
  * per parameter, named as the parameter (fsdp-ckpt export writes one), or a checkpoint. The same
- * all-or-nothing checks as fsdp_checkpoint_load. */
+ * all-or-nothing checks and codes as fsdp_checkpoint_load (FSDP_ERROR_MISMATCH, FSDP_ERROR_IO). */
 int fsdp_load_parameters(fsdp_model_t model, const char* path);
 
 #ifdef __cplusplus
