@@ -136,8 +136,11 @@ void Runtime<T>::prefetch() {
       upcoming.push_back(n - 1 - k);
     }
   }
+  // Units that keep their parameters resident cost no memory when gathered: only their
+  // transfers in flight count against the limit.
   auto busy = static_cast<int>(std::count_if(units_.begin(), units_.end(), [](ShardedUnit<T>* u) {
-    return u->state() != UnitState::sharded;
+    return u->state() == UnitState::gathering ||
+           (u->state() == UnitState::gathered && !u->keeps_parameters());
   }));
   for (std::size_t i : upcoming) {
     if (busy >= options_.max_gathered_units) {
@@ -201,7 +204,9 @@ void Runtime<T>::end_forward(const std::string& unit) {
   const std::size_t index = index_of_open(unit, Phase::forward, "end_forward");
   losing_the_step_on_failure("end_forward", unit, [&] {
     const bool last = index + 1 == order_.size();
-    if (!last && options_.keep_gathered_until_backward.count(unit) == 0) {
+    // Resident parameters stay gathered until the backward: one gather per step.
+    if (!last && options_.keep_gathered_until_backward.count(unit) == 0 &&
+        !units_[index]->keeps_parameters()) {
       units_[index]->release();
     }
     open_ = -1;

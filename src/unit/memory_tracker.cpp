@@ -20,13 +20,19 @@ const char* name_of(MemoryCategory category) {
       return "communication";
     case MemoryCategory::pool_idle:
       return "pool_idle";
+    case MemoryCategory::resident_parameters:
+      return "resident_parameters";
+    case MemoryCategory::resident_gradients:
+      return "resident_gradients";
   }
   return "unknown";
 }
 
 std::int64_t MemoryReport::model_state() const {
   return current_of(MemoryCategory::parameter_shards) +
-         current_of(MemoryCategory::gradient_shards) + current_of(MemoryCategory::optimizer_state);
+         current_of(MemoryCategory::gradient_shards) + current_of(MemoryCategory::optimizer_state) +
+         current_of(MemoryCategory::resident_parameters) +
+         current_of(MemoryCategory::resident_gradients);
 }
 
 void MemoryTracker::allocated(MemoryCategory category, std::int64_t bytes) {

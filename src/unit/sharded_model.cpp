@@ -13,6 +13,14 @@ Kokkos::View<const T*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> unm
       data, static_cast<std::size_t>(count));
 }
 
+// The plan a no_shard model's units are made from: every parameter whole on every rank, so
+// gathers move nothing and gradients are all-reduced (replicated data parallel).
+ShardingPlan replicated_plan(const ShardingPlan& plan) {
+  return ShardingPlan(plan.strategy(), plan.world_size(), plan.parameters(),
+                      std::vector<ParameterPlacement>(
+                          plan.parameters().size(), ParameterPlacement{Placement::replicated, -1}));
+}
+
 }  // namespace
 
 template <class T>
@@ -20,6 +28,7 @@ ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan,
                               const ShardedModelOptions& options)
     : group_(std::move(group)),
       plan_(std::move(plan)),
+      mode_(options.unit.mode),
       tracker_(std::make_shared<MemoryTracker>()),
       pool_(std::make_shared<BufferPool<T>>(tracker_, 0)) {
   // Buffers in a space the group cannot move (host memory on an NCCL group) fail here, with what
@@ -39,13 +48,14 @@ ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan,
     members[unit].push_back(i);
     unit_of_parameter_[parameters[i].name] = 0;  // filled below
   }
+  const ShardingPlan unit_plan = mode_ == ShardingMode::no_shard ? replicated_plan(plan_) : plan_;
   for (const std::string& unit : unit_names_) {
     unit_index_[unit] = units_.size();
     for (std::size_t i : members[unit]) {
       unit_of_parameter_[parameters[i].name] = units_.size();
     }
-    units_.push_back(std::make_unique<ShardedUnit<T>>(unit, group_, plan_, members[unit], tracker_,
-                                                      pool_, options.unit));
+    units_.push_back(std::make_unique<ShardedUnit<T>>(unit, group_, unit_plan, members[unit],
+                                                      tracker_, pool_, options.unit));
   }
   std::int64_t largest = 0;
   for (const auto& unit : units_) {

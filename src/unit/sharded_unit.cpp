@@ -84,6 +84,7 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
                             std::shared_ptr<BufferPool<T>> pool, const UnitOptions& options)
     : name_(std::move(name)),
       group_(std::move(group)),
+      mode_(options.mode),
       tracker_(std::move(tracker)),
       pool_(std::move(pool)) {
   require(!indices.empty(), "unit '" + name_ + "' has no parameters");
@@ -105,16 +106,26 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     parameters_.push_back(ShardedParameter<T>(this, info, p));
   }
 
-  // Sharded: every piece a view of the flat buffers (the empty trailing ones too).
-  flat_shard_ = TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".shards",
-                               layout_.flat_numel);
-  flat_grad_shard_ = TrackedView<T>(tracker_, MemoryCategory::gradient_shards,
-                                    name_ + ".grad_shards", layout_.flat_numel);
+  // Sharded: every piece a view of the flat buffers (the empty trailing ones too), unless the
+  // mode keeps whole parameters (gradients) resident: then pieces are views into those.
+  const bool resident_grads = mode_ == ShardingMode::shard_optimizer;
+  if (!keeps_parameters()) {
+    flat_shard_ = TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".shards",
+                                 layout_.flat_numel);
+  }
+  if (!resident_grads) {
+    flat_grad_shard_ = TrackedView<T>(tracker_, MemoryCategory::gradient_shards,
+                                      name_ + ".grad_shards", layout_.flat_numel);
+  }
   for (const auto* kind : {&layout_.packed, &layout_.direct}) {
     for (std::size_t i : *kind) {
       ShardedParameter<T>& p = parameters_[i];
-      p.shard_ = slice(flat_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
-      p.grad_shard_ = slice(flat_grad_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
+      if (!keeps_parameters()) {
+        p.shard_ = slice(flat_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
+      }
+      if (!resident_grads) {
+        p.grad_shard_ = slice(flat_grad_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
+      }
     }
   }
 
@@ -128,12 +139,16 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     OwnerBuffers& buffers = owners_[k];
     buffers.storage =
         TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".whole", g.numel);
-    buffers.grad_storage =
-        TrackedView<T>(tracker_, MemoryCategory::gradient_shards, name_ + ".whole_grads", g.numel);
+    if (!resident_grads) {
+      buffers.grad_storage = TrackedView<T>(tracker_, MemoryCategory::gradient_shards,
+                                            name_ + ".whole_grads", g.numel);
+    }
     for (std::size_t i : g.members) {
       ShardedParameter<T>& p = parameters_[i];
       p.shard_ = slice(buffers.storage.view(), p.layout_.flat_offset, p.numel());
-      p.grad_shard_ = slice(buffers.grad_storage.view(), p.layout_.flat_offset, p.numel());
+      if (!resident_grads) {
+        p.grad_shard_ = slice(buffers.grad_storage.view(), p.layout_.flat_offset, p.numel());
+      }
     }
   }
 
@@ -142,12 +157,68 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     ShardedParameter<T>& p = parameters_[i];
     replicated_storage_.emplace_back(tracker_, MemoryCategory::parameter_shards, p.name(),
                                      p.numel());
-    replicated_grads_.emplace_back(tracker_, MemoryCategory::gradient_shards, p.name() + ".grad",
-                                   p.numel());
     p.shard_ = replicated_storage_.back().view();
-    p.grad_shard_ = replicated_grads_.back().view();
+    if (!resident_grads) {
+      replicated_grads_.emplace_back(tracker_, MemoryCategory::gradient_shards, p.name() + ".grad",
+                                     p.numel());
+      p.grad_shard_ = replicated_grads_.back().view();
+    }
   }
   direct_full_.resize(layout_.direct.size());
+  if (keeps_parameters()) {
+    make_resident_buffers();
+  }
+}
+
+template <class T>
+bool ShardedUnit<T>::keeps_parameters() const {
+  return mode_ == ShardingMode::shard_grad_op || mode_ == ShardingMode::shard_optimizer;
+}
+
+// The whole parameters (and, for shard_optimizer, gradients) allocated once; each rank's pieces
+// are views into them, so a piece is never stored twice: the memory per rank is the ZeRO
+// paper's (parameters whole, optimizer state in pieces).
+template <class T>
+void ShardedUnit<T>::make_resident_buffers() {
+  const int n = group_.size();
+  if (!layout_.packed.empty()) {
+    packed_full_ = TrackedView<T>(tracker_, MemoryCategory::resident_parameters,
+                                  name_ + ".packed_full", layout_.packed_full_numel);
+    for (std::size_t i : layout_.packed) {
+      ShardedParameter<T>& p = parameters_[i];
+      const ShardRange& piece = p.layout_.piece;
+      p.shard_ = slice(packed_full_.view(), p.layout_.full_offset + piece.offset, piece.size);
+    }
+  }
+  for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
+    ShardedParameter<T>& p = parameters_[layout_.direct[k]];
+    const ShardRange& piece = p.layout_.piece;
+    direct_full_[k] =
+        TrackedView<T>(tracker_, MemoryCategory::resident_parameters, p.name(), piece.padded * n);
+    p.shard_ = slice(direct_full_[k].view(), piece.offset, piece.size);
+  }
+  for (std::size_t k = 0; k < owners_.size(); ++k) {
+    const OwnerGroupLayout& g = layout_.owners[k];
+    if (g.owner != group_.rank()) {
+      owners_[k].gathered =
+          TrackedView<T>(tracker_, MemoryCategory::resident_parameters, name_ + ".whole", g.numel);
+    }
+  }
+  if (mode_ != ShardingMode::shard_optimizer) {
+    return;
+  }
+  // Every rank's gradient piece sits where its reduce-scatter chunk lands in the whole gradient:
+  // a packed or direct parameter's piece at its element offset, an owner's whole parameter and a
+  // replicated one where their gradient starts.
+  full_grads_ = TrackedView<T>(tracker_, MemoryCategory::resident_gradients, name_ + ".grads",
+                               layout_.full_grad_numel);
+  for (ShardedParameter<T>& p : parameters_) {
+    const ShardRange& piece = p.layout_.piece;
+    p.grad_shard_ =
+        p.placement() == Placement::sharded
+            ? slice(full_grads_.view(), p.layout_.grad_offset + piece.offset, piece.size)
+            : slice(full_grads_.view(), p.layout_.grad_offset, piece.size);
+  }
 }
 
 template <class T>
@@ -210,6 +281,10 @@ void ShardedUnit<T>::gather_async() {
 
 template <class T>
 void ShardedUnit<T>::start_gather() {
+  if (keeps_parameters()) {
+    start_resident_gather();
+    return;
+  }
   const int n = group_.size();
   // Every buffer a collective fills completely: no zero fill.
   if (!layout_.packed.empty()) {
@@ -240,6 +315,41 @@ void ShardedUnit<T>::start_gather() {
   }
 }
 
+// Refreshes the resident whole parameters from every rank's piece (which the optimizer may have
+// changed): the pieces are copied out to send buffers, since a collective may not read and write
+// one buffer, and gathered straight into the resident buffers.
+template <class T>
+void ShardedUnit<T>::start_resident_gather() {
+  const int n = group_.size();
+  if (!layout_.packed.empty()) {
+    gather_sends_.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".packed_send",
+                                           layout_.packed_numel, false));
+    const View send = gather_sends_.back().view();
+    for (std::size_t i : layout_.packed) {
+      const ShardedParameter<T>& p = parameters_[i];
+      Kokkos::deep_copy(space_, slice(send, p.layout_.flat_offset, p.shard_size()), p.shard_);
+    }
+    packed_gather_ = pool_->acquire(MemoryCategory::communication, name_ + ".packed_gather",
+                                    layout_.packed_numel * n, false);
+    in_flight_.push_back(group_.all_gather_async(send, packed_gather_.view(), space_));
+  }
+  for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
+    const ShardedParameter<T>& p = parameters_[layout_.direct[k]];
+    gather_sends_.push_back(pool_->acquire(MemoryCategory::communication, p.name() + ".send",
+                                           p.layout_.piece.padded, false));
+    const View send = gather_sends_.back().view();
+    Kokkos::deep_copy(space_, slice(send, 0, p.shard_size()), p.shard_);
+    in_flight_.push_back(group_.all_gather_async(send, direct_full_[k].view(), space_));
+  }
+  for (std::size_t k = 0; k < owners_.size(); ++k) {
+    const OwnerGroupLayout& g = layout_.owners[k];
+    OwnerBuffers& buffers = owners_[k];
+    in_flight_.push_back(group_.broadcast_async(
+        g.owner == group_.rank() ? buffers.storage.view() : buffers.gathered.view(), g.owner,
+        space_));
+  }
+}
+
 // A collective refused while a gather was being started (ranks that disagree, a bad argument)
 // fails on every rank at the same collective, so the ones issued before it complete everywhere:
 // wait for them, return the buffers, and leave the unit sharded and usable.
@@ -254,6 +364,20 @@ void ShardedUnit<T>::abandon_gather() {
   }
   in_flight_.clear();
   pool_->give_back(packed_gather_);
+  for (TrackedView<T>& send : gather_sends_) {
+    pool_->give_back(send);
+  }
+  gather_sends_.clear();
+  give_back_whole_parameters();
+}
+
+// The whole parameters go back to the pool, unless the mode keeps them resident.
+template <class T>
+void ShardedUnit<T>::give_back_whole_parameters() {
+  if (keeps_parameters()) {
+    return;
+  }
+  pool_->give_back(packed_full_);
   for (TrackedView<T>& full : direct_full_) {
     pool_->give_back(full);
   }
@@ -295,8 +419,10 @@ void ShardedUnit<T>::finish_gather() {
   in_flight_.clear();
   if (!layout_.packed.empty()) {
     // Copy out of the rank-major gather buffer into whole parameters.
-    packed_full_ = pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".packed_full",
-                                  layout_.packed_full_numel, false);
+    if (!keeps_parameters()) {
+      packed_full_ = pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".packed_full",
+                                    layout_.packed_full_numel, false);
+    }
     copy_segments(space_, layout_.unpack, packed_gather_.view(), packed_full_.view());
     space_.fence();  // the pool may hand packed_gather_ to a collective next
     for (std::size_t i : layout_.packed) {
@@ -305,6 +431,10 @@ void ShardedUnit<T>::finish_gather() {
     }
     pool_->give_back(packed_gather_);
   }
+  for (TrackedView<T>& send : gather_sends_) {
+    pool_->give_back(send);  // the all_gathers that read them are complete
+  }
+  gather_sends_.clear();
   for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
     ShardedParameter<T>& p = parameters_[layout_.direct[k]];
     p.full_ = slice(direct_full_[k].view(), 0, p.numel());  // the padding stays out of sight
@@ -334,15 +464,9 @@ void ShardedUnit<T>::release() {
   for (ShardedParameter<T>& p : parameters_) {
     p.full_ = View();
   }
-  pool_->give_back(packed_full_);
-  for (TrackedView<T>& full : direct_full_) {
-    pool_->give_back(full);
-  }
-  for (OwnerBuffers& buffers : owners_) {
-    pool_->give_back(buffers.gathered);
-  }
   state_ = UnitState::sharded;
   ++release_count_;
+  give_back_whole_parameters();  // resident ones stay, refreshed by the next gather
 }
 
 template <class T>
@@ -359,6 +483,13 @@ void ShardedUnit<T>::reduce_scatter_grads() {
   require(state_ != UnitState::gathering,
           "reduce_scatter_grads of unit '" + name_ +
               "' while its gather is in flight; wait for the gather first");
+  // shard_optimizer's gradient pieces live inside the whole gradients that the next backward
+  // adds into, so a second reduction would mix averaged and local values.
+  require(!(mode_ == ShardingMode::shard_optimizer && has_grads_),
+          "reduce_scatter_grads of unit '" + name_ +
+              "' twice before zero_grad in mode shard_optimizer; accumulate micro-batches in the "
+              "whole gradients and reduce once per optimizer step",
+          ErrorKind::state);
   const int n = group_.size();
   const View grads = full_gradients();  // zeros if this rank wrote none
   std::vector<Work> works;
@@ -396,38 +527,69 @@ void ShardedUnit<T>::reduce_scatter_grads() {
   }
   wait_all(works);
 
-  std::size_t next = 0;
-  if (!layout_.packed.empty()) {
-    add_into(space_, slice(flat_grad_shard_.view(), 0, layout_.packed_numel),
-             staging[next++].view());
-  }
-  for (std::size_t i : layout_.direct) {
-    const ShardedParameter<T>& p = parameters_[i];
-    add_into(space_, slice(flat_grad_shard_.view(), p.layout_.flat_offset, p.layout_.piece.padded),
-             staging[next++].view());
-  }
-  for (std::size_t k = 0; k < owners_.size(); ++k) {
-    const OwnerGroupLayout& g = layout_.owners[k];
-    if (g.owner == group_.rank()) {
-      add_into(space_, owners_[k].grad_storage.view(), slice(grads, g.grad_offset, g.numel));
+  if (mode_ == ShardingMode::shard_optimizer) {
+    reduce_into_resident_gradients(staging);
+  } else {
+    std::size_t next = 0;
+    if (!layout_.packed.empty()) {
+      add_into(space_, slice(flat_grad_shard_.view(), 0, layout_.packed_numel),
+               staging[next++].view());
     }
-  }
-  for (std::size_t k = 0; k < layout_.replicated.size(); ++k) {
-    const ShardedParameter<T>& p = parameters_[layout_.replicated[k]];
-    add_into(space_, replicated_grads_[k].view(), slice(grads, p.layout_.grad_offset, p.numel()));
+    for (std::size_t i : layout_.direct) {
+      const ShardedParameter<T>& p = parameters_[i];
+      add_into(space_,
+               slice(flat_grad_shard_.view(), p.layout_.flat_offset, p.layout_.piece.padded),
+               staging[next++].view());
+    }
+    for (std::size_t k = 0; k < owners_.size(); ++k) {
+      const OwnerGroupLayout& g = layout_.owners[k];
+      if (g.owner == group_.rank()) {
+        add_into(space_, owners_[k].grad_storage.view(), slice(grads, g.grad_offset, g.numel));
+      }
+    }
+    for (std::size_t k = 0; k < layout_.replicated.size(); ++k) {
+      const ShardedParameter<T>& p = parameters_[layout_.replicated[k]];
+      add_into(space_, replicated_grads_[k].view(), slice(grads, p.layout_.grad_offset, p.numel()));
+    }
   }
   space_.fence();  // the additions read staging and grads, which go back to the pool now
   for (TrackedView<T>& buffer : staging) {
     pool_->give_back(buffer);
   }
   pool_->give_back(packed_send);
-  pool_->give_back(full_grads_);
+  if (mode_ != ShardingMode::shard_optimizer) {
+    pool_->give_back(full_grads_);
+  }
   has_grads_ = true;
+}
+
+// shard_optimizer: the averaged chunks (staging, in the order reduce_scatter_grads issued them)
+// are copied over this rank's pieces inside the whole gradients; the owners' and replicated
+// gradients were reduced in place.
+template <class T>
+void ShardedUnit<T>::reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging) {
+  std::size_t next = 0;
+  if (!layout_.packed.empty()) {
+    const View chunk = staging[next++].view();
+    for (std::size_t i : layout_.packed) {
+      const ShardedParameter<T>& p = parameters_[i];
+      Kokkos::deep_copy(space_, p.grad_shard_, slice(chunk, p.layout_.flat_offset, p.shard_size()));
+    }
+  }
+  for (std::size_t i : layout_.direct) {
+    const ShardedParameter<T>& p = parameters_[i];
+    Kokkos::deep_copy(space_, p.grad_shard_, slice(staging[next++].view(), 0, p.shard_size()));
+  }
 }
 
 template <class T>
 void ShardedUnit<T>::zero_grad() {
-  Kokkos::deep_copy(space_, flat_grad_shard_.view(), T(0));
+  if (mode_ == ShardingMode::shard_optimizer && full_grads_.allocated()) {
+    Kokkos::deep_copy(space_, full_grads_.view(), T(0));
+  }
+  if (flat_grad_shard_.allocated()) {
+    Kokkos::deep_copy(space_, flat_grad_shard_.view(), T(0));
+  }
   for (OwnerBuffers& buffers : owners_) {
     if (buffers.grad_storage.allocated()) {
       Kokkos::deep_copy(space_, buffers.grad_storage.view(), T(0));

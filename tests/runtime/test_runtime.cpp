@@ -74,9 +74,13 @@ int scoped_step(Runtime<double>& runtime, ShardedModel<double>& model) {
 }
 
 ShardedModel<double> make_model(const Strategy& strategy,
-                                ProcessGroup group = ProcessGroup(MPI_COMM_WORLD)) {
+                                ProcessGroup group = ProcessGroup(MPI_COMM_WORLD),
+                                ShardingMode mode = ShardingMode::full_shard) {
   auto maker = make_strategy(strategy.name, strategy.options);
-  ShardedModel<double> model(group, agree_on_plan(*maker, tiny_mlp_parameters<double>(), group));
+  ShardedModelOptions options;
+  options.unit.mode = mode;
+  ShardedModel<double> model(group, agree_on_plan(*maker, tiny_mlp_parameters<double>(), group),
+                             options);
   init_from_reference(model);
   return model;
 }
@@ -129,6 +133,57 @@ BOOST_AUTO_TEST_CASE(scopes_with_prefetch_match_unsharded_training) {
       }
     }
   }
+}
+
+// Every sharding mode trains through the same scopes. Modes that keep whole parameters resident
+// gather each unit once per step (after the optimizer changed the pieces), the others twice but
+// for the last unit, which stays gathered into its backward.
+BOOST_AUTO_TEST_CASE(every_sharding_mode_trains_through_the_scopes) {
+  OptimizerSetup setup;
+  setup.kind = "adam";
+  setup.adam.lr = 0.05;
+  const int steps = 4;
+  for (const Strategy& strategy : strategies()) {
+    for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
+                                    ShardingMode::shard_optimizer, ShardingMode::no_shard}) {
+      ShardedModel<double> model = make_model(strategy, ProcessGroup(MPI_COMM_WORLD), mode);
+      Runtime<double> runtime(model, kOrder);
+      Adam<double> adam(setup.adam);
+      Reference<double> reference;
+      for (int step = 0; step < steps; ++step) {
+        scoped_step(runtime, model);
+        adam.step(model);
+        model.zero_grad();
+        reference.train_step(setup);
+      }
+      const double difference = largest_relative_difference(model, reference);
+      BOOST_TEST(difference <= 1e-12, name_of(mode) << " " << strategy.name << ": " << difference);
+      const bool resident =
+          mode == ShardingMode::shard_grad_op || mode == ShardingMode::shard_optimizer;
+      const std::int64_t per_step = resident ? 3 : 5;
+      BOOST_TEST(runtime.stats().gathers == steps * per_step,
+                 name_of(mode) << " " << strategy.name << ": " << runtime.stats().gathers
+                               << " gathers in " << steps << " steps");
+    }
+  }
+}
+
+// shard_optimizer keeps each rank's averaged gradient piece inside the whole gradients: a second
+// reduction before zero_grad would mix averaged and local values, so it is refused.
+BOOST_AUTO_TEST_CASE(shard_optimizer_reduces_once_per_step) {
+  ShardedModel<double> model =
+      make_model(strategies().front(), ProcessGroup(MPI_COMM_WORLD), ShardingMode::shard_optimizer);
+  ShardedUnit<double>& unit = model.unit(0);
+  unit.gather();
+  unit.reduce_scatter_grads();
+  BOOST_CHECK_EXCEPTION(unit.reduce_scatter_grads(), Error, [](const Error& e) {
+    return e.kind() == ErrorKind::state &&
+           std::string(e.what()).find("twice before zero_grad in mode shard_optimizer") !=
+               std::string::npos;
+  });
+  model.zero_grad();
+  unit.reduce_scatter_grads();  // allowed again
+  unit.release();
 }
 
 BOOST_AUTO_TEST_CASE(evaluation_steps_run_forward_only) {

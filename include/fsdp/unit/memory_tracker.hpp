@@ -19,8 +19,12 @@ enum class MemoryCategory : int {
   full_gradients,       // full-shape gradients users write, until reduce-scattered
   communication,        // staging buffers of collectives
   pool_idle,            // released buffers kept for reuse by the next gather (BufferPool)
+  // Modes that keep whole tensors on every rank (sharding_mode.hpp); this rank's pieces are views
+  // into them, so they are not counted twice.
+  resident_parameters,  // shard_grad_op, shard_optimizer: the whole parameters
+  resident_gradients,   // shard_optimizer: the whole gradients
 };
-constexpr int kMemoryCategories = 7;
+constexpr int kMemoryCategories = 9;
 const char* name_of(MemoryCategory category);
 
 struct MemoryReport {
@@ -31,7 +35,8 @@ struct MemoryReport {
 
   std::int64_t current_of(MemoryCategory c) const { return current[static_cast<int>(c)]; }
   std::int64_t peak_of(MemoryCategory c) const { return peak[static_cast<int>(c)]; }
-  // Bytes that live for the whole run: parameter and gradient shards and optimizer state.
+  // Bytes that live for the whole run: parameter and gradient shards, optimizer state, and the
+  // resident whole parameters and gradients (the model states of the ZeRO paper).
   std::int64_t model_state() const;
 };
 

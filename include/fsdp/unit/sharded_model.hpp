@@ -16,6 +16,7 @@
 namespace fsdp {
 
 struct ShardedModelOptions {
+  // unit.mode is what stays in pieces (sharding_mode.hpp; docs/modes.md): full_shard by default.
   UnitOptions unit;
   // Bytes of released buffers kept for the next gathers (BufferPool). Negative: twice the
   // largest unit's full size, enough for a gathered unit and the one prefetched next.
@@ -30,7 +31,9 @@ class ShardedModel {
   // parameter's dtype is not T.
   ShardedModel(ProcessGroup group, ShardingPlan plan, const ShardedModelOptions& options = {});
 
+  // The plan the model was made with; under no_shard its units hold every parameter whole.
   const ShardingPlan& plan() const { return plan_; }
+  ShardingMode mode() const { return mode_; }
   ProcessGroup& group() { return group_; }
   std::size_t unit_count() const { return units_.size(); }
   ShardedUnit<T>& unit(std::size_t index) { return *units_.at(index); }
@@ -67,6 +70,7 @@ class ShardedModel {
  private:
   ProcessGroup group_;
   ShardingPlan plan_;
+  ShardingMode mode_;
   std::shared_ptr<MemoryTracker> tracker_;
   std::shared_ptr<BufferPool<T>> pool_;
   std::vector<std::unique_ptr<ShardedUnit<T>>> units_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/shard/sharding_mode.hpp"
 #include "fsdp/shard/sharding_plan.hpp"
 #include "fsdp/unit/buffer_pool.hpp"
 #include "fsdp/unit/memory_tracker.hpp"
@@ -26,6 +27,13 @@ struct UnitOptions {
   // all_gather of its own, straight into its full buffer; smaller ones are packed together into
   // one all_gather and copied out. Copying out a large parameter costs as much as moving it.
   std::int64_t direct_gather_bytes = std::int64_t{256} << 10;
+  // What stays in pieces (sharding_mode.hpp). full_shard and no_shard units work alike: a
+  // no_shard model hands its units a plan in which every parameter is replicated.
+  // shard_grad_op and shard_optimizer units keep their whole parameters resident: each rank's
+  // piece is a View into them, gather() refreshes them from the pieces and release() only marks
+  // them stale. shard_optimizer units also keep their whole gradients resident, and each rank's
+  // gradient piece is a View into them.
+  ShardingMode mode = ShardingMode::full_shard;
 };
 
 // Communication is batched per unit, never one collective per small parameter: one all_gather for
@@ -76,6 +84,10 @@ class ShardedUnit {
   void zero_grad();
 
   // ---- observation ----
+  ShardingMode mode() const { return mode_; }
+  // Whole parameters stay allocated between gathers (shard_grad_op, shard_optimizer): gathering
+  // costs no memory, and a runtime keeps the unit gathered from its forward to its backward.
+  bool keeps_parameters() const;
   std::int64_t gather_count() const { return gather_count_; }
   std::int64_t release_count() const { return release_count_; }
   // Bytes of the unit's full parameters (a gather holds these, plus the padding of the
@@ -102,8 +114,14 @@ class ShardedUnit {
   void abandon_gather();
   void finish_gather();
 
+  void make_resident_buffers();
+  void start_resident_gather();
+  void give_back_whole_parameters();
+  void reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging);
+
   std::string name_;
   ProcessGroup group_;
+  ShardingMode mode_ = ShardingMode::full_shard;
   std::shared_ptr<MemoryTracker> tracker_;
   std::vector<ShardedParameter<T>> parameters_;
   std::map<std::string, std::size_t> index_;
@@ -121,9 +139,10 @@ class ShardedUnit {
 
   UnitState state_ = UnitState::sharded;
   std::vector<Work> in_flight_;
-  TrackedView<T> packed_gather_;             // all_gather output of the packed pieces
-  TrackedView<T> packed_full_;               // the packed parameters whole, after copy-out
-  std::vector<TrackedView<T>> direct_full_;  // per direct parameter: N padded pieces
+  TrackedView<T> packed_gather_;              // all_gather output of the packed pieces
+  std::vector<TrackedView<T>> gather_sends_;  // resident modes: copies of the pieces being sent
+  TrackedView<T> packed_full_;                // the packed parameters whole, after copy-out
+  std::vector<TrackedView<T>> direct_full_;   // per direct parameter: N padded pieces
   TrackedView<T> full_grads_;
   bool has_grads_ = false;
   std::int64_t gather_count_ = 0;

@@ -1,0 +1,104 @@
+// The memory per rank of each sharding mode is the ZeRO paper's formula for its stage
+// (Rajbhandari et al. 2019, Figure 1), measured by the memory tracker after a training step:
+// with P bytes per parameter element, K bytes of optimizer state per element, Psi elements and
+// N ranks,
+//   full_shard (ZeRO-3)      (P + P + K) Psi / N
+//   shard_grad_op (ZeRO-2)   P Psi + (P + K) Psi / N
+//   shard_optimizer (ZeRO-1) P Psi + P Psi + K Psi / N
+//   no_shard                 (P + P + K) Psi
+// The only difference allowed is the padding of the last pieces (ceil(numel / N) per rank), so the
+// test asks for 5% and prints what it measured.
+#include <boost/test/unit_test.hpp>
+
+#include "device_access.hpp"
+#include "fsdp/optim/adam.hpp"
+#include "fsdp/shard/sharding_strategy.hpp"
+#include "fsdp/unit/sharded_model.hpp"
+
+using namespace fsdp;
+using namespace fsdp::test;
+
+namespace {
+
+// 16 layers of a 48 x 50 weight and a 50 bias: Psi = 16 * 2450 = 39200 elements, uneven at 3
+// ranks (the biases pad by one element).
+template <class T>
+std::vector<ParameterInfo> layers() {
+  std::vector<ParameterInfo> list;
+  for (int l = 0; l < 16; ++l) {
+    const std::string layer = "layer" + std::to_string(l);
+    list.push_back({layer + ".w", {48, 50}, dtype_of<T>(), layer, false});
+    list.push_back({layer + ".b", {50}, dtype_of<T>(), layer, false});
+  }
+  return list;
+}
+
+double formula(ShardingMode mode, double p, double k, double psi, double n) {
+  switch (mode) {
+    case ShardingMode::full_shard:
+      return (p + p + k) * psi / n;
+    case ShardingMode::shard_grad_op:
+      return p * psi + (p + k) * psi / n;
+    case ShardingMode::shard_optimizer:
+      return 2 * p * psi + k * psi / n;
+    case ShardingMode::no_shard:
+      return (p + p + k) * psi;
+  }
+  return 0;
+}
+
+template <class T>
+void check_memory_matches_the_formula() {
+  ProcessGroup group(MPI_COMM_WORLD);
+  const double n = group.size();
+  const double psi = 16 * 2450;
+  const double p = sizeof(T);
+  const double k = 2 * sizeof(T);  // Adam: m and v in the parameter's dtype
+  for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
+                                  ShardingMode::shard_optimizer, ShardingMode::no_shard}) {
+    ShardedModelOptions options;
+    options.unit.mode = mode;
+    ShardedModel<T> model(group, make_strategy("full")->make_plan(layers<T>(), group.size()),
+                          options);
+    Adam<T> adam(AdamOptions{});
+    for (int step = 0; step < 2; ++step) {
+      for (std::size_t u = 0; u < model.unit_count(); ++u) {
+        ShardedUnit<T>& unit = model.unit(u);
+        unit.gather();
+        for (ShardedParameter<T>& parameter : unit.parameters()) {
+          Kokkos::deep_copy(parameter.grad(), T(1));
+        }
+        unit.release();
+        unit.reduce_scatter_grads();
+      }
+      adam.step(model);
+      model.zero_grad();
+    }
+    const double expected = formula(mode, p, k, psi, n);
+    const double measured = static_cast<double>(model.memory().model_state());
+    BOOST_TEST_MESSAGE(name_of(mode)
+                       << " " << name_of(dtype_of<T>()) << " on " << n << " ranks: model state "
+                       << measured << " B, formula " << expected << " B, peak of everything "
+                       << model.memory().total_peak << " B");
+    BOOST_TEST(
+        std::abs(measured - expected) <= 0.05 * expected,
+        name_of(mode) << ": " << measured << " B measured, " << expected << " B by the formula");
+    // Whole tensors are resident exactly where the mode keeps them.
+    const bool whole_parameters =
+        mode == ShardingMode::shard_grad_op || mode == ShardingMode::shard_optimizer;
+    BOOST_TEST((model.memory().current_of(MemoryCategory::resident_parameters) > 0) ==
+               whole_parameters);
+    BOOST_TEST((model.memory().current_of(MemoryCategory::resident_gradients) > 0) ==
+               (mode == ShardingMode::shard_optimizer));
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(memory_per_rank_is_the_zero_formula_fp64) {
+  check_memory_matches_the_formula<double>();
+}
+
+BOOST_AUTO_TEST_CASE(memory_per_rank_is_the_zero_formula_fp32) {
+  check_memory_matches_the_formula<float>();
+}
