@@ -14,6 +14,7 @@
 #include "fsdp/comm/broadcast_string.hpp"
 #include "fsdp/comm/collective_options.hpp"
 #include "fsdp/comm/device_selection.hpp"
+#include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/comm/raise_on_every_rank.hpp"

@@ -650,8 +650,33 @@ CheckpointTensor expected_tensor(const std::string& name, const ParameterInfo& i
 // ---- save ----
 
 template <class T>
+void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
+                         const Optimizer<T>* optimizer, const CheckpointState& state);
+
+// Hybrid sharding: every replica holds the same pieces, so the first shard group writes the file
+// and the others learn its outcome from it (each replica group holds one writer).
+template <class T>
 void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Optimizer<T>* optimizer,
                      const CheckpointState& state) {
+  ProcessGroup* replicas = model.replicas();
+  if (replicas == nullptr || replicas->size() == 1) {
+    save_in_shard_group(path, model, optimizer, state);
+    return;
+  }
+  std::exception_ptr failure;
+  if (replicas->rank() == 0) {
+    try {
+      save_in_shard_group(path, model, optimizer, state);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  raise_on_every_rank(*replicas, "save " + file_text(path), failure);
+}
+
+template <class T>
+void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
+                         const Optimizer<T>* optimizer, const CheckpointState& state) {
   ProcessGroup& group = model.group();
   const std::string tmp = path + ".tmp";
   // The root checks the directory first, so the common failures (no directory, no permission)

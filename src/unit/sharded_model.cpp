@@ -29,6 +29,7 @@ ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan,
     : group_(std::move(group)),
       plan_(std::move(plan)),
       mode_(options.unit.mode),
+      replicas_(options.unit.replicas),
       tracker_(std::make_shared<MemoryTracker>()),
       pool_(std::make_shared<BufferPool<T>>(tracker_, 0)) {
   // Buffers in a space the group cannot move (host memory on an NCCL group) fail here, with what

@@ -85,6 +85,7 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     : name_(std::move(name)),
       group_(std::move(group)),
       mode_(options.mode),
+      replicas_(options.replicas),
       tracker_(std::move(tracker)),
       pool_(std::move(pool)) {
   require(!indices.empty(), "unit '" + name_ + "' has no parameters");
@@ -526,6 +527,9 @@ void ShardedUnit<T>::reduce_scatter_grads() {
                                 ReduceOp::avg, space_));
   }
   wait_all(works);
+  if (replicas_ && replicas_->size() > 1) {
+    average_over_replicas(staging, grads);
+  }
 
   if (mode_ == ShardingMode::shard_optimizer) {
     reduce_into_resident_gradients(staging);
@@ -561,6 +565,31 @@ void ShardedUnit<T>::reduce_scatter_grads() {
     pool_->give_back(full_grads_);
   }
   has_grads_ = true;
+}
+
+// Hybrid sharding: every piece this rank reduced (the chunks in staging, the whole parameters it
+// owns, the replicated ones) is averaged over the replicas; they hold the same pieces, so they
+// issue the same collectives in the same order.
+template <class T>
+void ShardedUnit<T>::average_over_replicas(const std::vector<TrackedView<T>>& staging,
+                                           const View& grads) {
+  std::vector<Work> works;
+  for (const TrackedView<T>& chunk : staging) {
+    works.push_back(replicas_->all_reduce_async(chunk.view(), ReduceOp::avg, space_));
+  }
+  for (const OwnerGroupLayout& g : layout_.owners) {
+    if (g.owner == group_.rank()) {
+      works.push_back(
+          replicas_->all_reduce_async(slice(grads, g.grad_offset, g.numel), ReduceOp::avg, space_));
+    }
+  }
+  if (!layout_.replicated.empty()) {
+    works.push_back(
+        replicas_->all_reduce_async(slice(grads, layout_.replicated_grad_offset,
+                                          layout_.full_grad_numel - layout_.replicated_grad_offset),
+                                    ReduceOp::avg, space_));
+  }
+  wait_all(works);
 }
 
 // shard_optimizer: the averaged chunks (staging, in the order reduce_scatter_grads issued them)

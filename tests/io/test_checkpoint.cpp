@@ -18,6 +18,7 @@
 
 #include "error_message.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/io/checkpoint.hpp"
 #include "fsdp/io/checkpoint_directory.hpp"
 #include "fsdp/io/plan_file.hpp"
@@ -315,6 +316,43 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_from_before_the_first_step_clears_the_optimize
     train(stepped, stepped_optimizer, 0, 2);
     expect_equal_parameters(fresh, stepped, name);
   }
+}
+
+// Hybrid sharding: the replicas hold the same pieces; the first shard group writes them once, and
+// any arrangement, mode or world size loads the file.
+BOOST_AUTO_TEST_CASE(a_hybrid_sharded_model_saves_once_and_loads_anywhere) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("hybrid.h5");
+  const int n = world().size();
+  const int shards = n % 2 == 0 ? n / 2 : 1;
+  HybridGroups groups = make_hybrid_groups(world(), shards);
+  ShardedModelOptions options;
+  options.unit.mode = ShardingMode::shard_grad_op;
+  options.unit.replicas = groups.replicate;
+  ShardedModel<double> hybrid(
+      groups.shard, agree_on_plan(*strategy("hybrid"), parameters(), groups.shard), options);
+  Optimizer<double> adam("adam", settings());
+  fill_model(hybrid, adam);
+  CheckpointState state;
+  state.step = 9;
+  save_checkpoint(path, hybrid, &adam, state);
+  BOOST_TEST(read_checkpoint_header(path).world_size == shards);
+
+  auto plain = make_model<double>(world(), "full");
+  Optimizer<double> plain_adam("adam", settings());
+  BOOST_TEST(load_checkpoint(path, plain, &plain_adam).state.step == 9);
+  BOOST_TEST(wrong_elements(plain, true) == 0);
+  BOOST_TEST(plain_adam.step_count() == 3);
+
+  ShardedModel<double> again(
+      groups.shard, agree_on_plan(*strategy("layerwise"), parameters(), groups.shard), options);
+  Optimizer<double> again_adam("adam", settings());
+  load_checkpoint(path, again, &again_adam);
+  BOOST_TEST(wrong_elements(again, true) == 0);
+
+  // A failure on the writing shard group reaches the replicas that did not write.
+  BOOST_CHECK_EXCEPTION(save_checkpoint("/nonexistent-directory/hybrid.h5", hybrid, &adam, state),
+                        Error, [](const Error& e) { return e.kind() == ErrorKind::io; });
 }
 
 BOOST_AUTO_TEST_CASE(a_mismatched_model_hears_every_difference_and_keeps_its_values) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 
+#include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/grad_norm.hpp"
 #include "fsdp/optim/sgd.hpp"
@@ -48,12 +49,14 @@ void init_parameters(ShardedModel<T>& model) {
   }
 }
 
+// data: the ranks that split the global batch (all of them; the model's group is only its shard
+// group under hybrid sharding).
 template <class T>
-void sharded_train_step(ShardedModel<T>& model, const OptimizerSetup& setup,
-                        const std::function<void()>& step) {
-  const int n = model.group().size();
+void sharded_train_step(ShardedModel<T>& model, const ProcessGroup& data,
+                        const OptimizerSetup& setup, const std::function<void()>& step) {
+  const int n = data.size();
   const int local = kBatch / n;
-  const int first = model.group().rank() * local;
+  const int first = data.rank() * local;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     model.unit(u).gather();
   }
@@ -94,45 +97,58 @@ void sharded_train_step(ShardedModel<T>& model, const OptimizerSetup& setup,
 
 template <class T>
 void check_equivalence(const OptimizerSetup& setup, int steps, double tolerance) {
-  ProcessGroup group(MPI_COMM_WORLD);
-  // Both ways of moving sharded parameters: packed together (the default for small ones) and
-  // each gathered in place (forced by a zero threshold).
-  // Every sharding mode, with every strategy.
-  for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
-                                  ShardingMode::shard_optimizer, ShardingMode::no_shard})
-    for (const std::int64_t direct_bytes : {std::int64_t{1} << 20, std::int64_t{0}})
-      for (const Strategy& strategy : strategies()) {
-        auto maker = make_strategy(strategy.name, strategy.options);
-        ShardedModelOptions options;
-        options.unit.direct_gather_bytes = direct_bytes;
-        options.unit.mode = mode;
-        ShardedModel<T> model(group, agree_on_plan(*maker, tiny_mlp_parameters<T>(), group),
-                              options);
-        init_parameters(model);
-        Reference<T> reference;
-        Sgd<T> sgd(setup.sgd);
-        Adam<T> adam(setup.kind == "adamw"
-                         ? AdamOptions::adamw(setup.adam.lr, setup.adam.weight_decay)
-                         : setup.adam);
-        for (int s = 0; s < steps; ++s) {
-          sharded_train_step<T>(model, setup, [&] {
-            if (setup.kind == "sgd") {
-              sgd.step(model);
-            } else {
-              adam.step(model);
-            }
-          });
-          reference.train_step(setup);
+  ProcessGroup world(MPI_COMM_WORLD);
+  // Every arrangement of the ranks as replicas x shards (hybrid sharding; one replica of N shards
+  // is plain sharding), every sharding mode, every strategy, and both ways of moving sharded
+  // parameters: packed together (the default for small ones) and each gathered in place (forced
+  // by a zero threshold).
+  for (int shards = 1; shards <= world.size(); ++shards) {
+    if (world.size() % shards != 0) {
+      continue;
+    }
+    HybridGroups groups = make_hybrid_groups(world, shards);
+    ProcessGroup& group = groups.shard;
+    for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
+                                    ShardingMode::shard_optimizer, ShardingMode::no_shard})
+      for (const std::int64_t direct_bytes : {std::int64_t{1} << 20, std::int64_t{0}})
+        for (const Strategy& strategy : strategies()) {
+          auto maker = make_strategy(strategy.name, strategy.options);
+          ShardedModelOptions options;
+          options.unit.direct_gather_bytes = direct_bytes;
+          options.unit.mode = mode;
+          if (shards < world.size()) {
+            options.unit.replicas = groups.replicate;
+          }
+          ShardedModel<T> model(group, agree_on_plan(*maker, tiny_mlp_parameters<T>(), group),
+                                options);
+          init_parameters(model);
+          Reference<T> reference;
+          Sgd<T> sgd(setup.sgd);
+          Adam<T> adam(setup.kind == "adamw"
+                           ? AdamOptions::adamw(setup.adam.lr, setup.adam.weight_decay)
+                           : setup.adam);
+          for (int s = 0; s < steps; ++s) {
+            sharded_train_step<T>(model, world, setup, [&] {
+              if (setup.kind == "sgd") {
+                sgd.step(model);
+              } else {
+                adam.step(model);
+              }
+            });
+            reference.train_step(setup);
+          }
+          const double difference = largest_relative_difference(model, reference);
+          const std::string arrangement =
+              std::to_string(world.size() / shards) + "x" + std::to_string(shards);
+          BOOST_TEST_MESSAGE(name_of(mode)
+                             << " " << strategy.name << " " << setup.kind << " (direct from "
+                             << direct_bytes << " B), " << arrangement << " (replicas x shards)"
+                             << ": largest relative difference " << difference);
+          BOOST_TEST(difference <= tolerance,
+                     name_of(mode) << " " << strategy.name << " " << setup.kind << " "
+                                   << arrangement << ": " << difference << " > " << tolerance);
         }
-        const double difference = largest_relative_difference(model, reference);
-        BOOST_TEST_MESSAGE(name_of(mode)
-                           << " " << strategy.name << " " << setup.kind << " (direct from "
-                           << direct_bytes << " B) on " << group.size()
-                           << " ranks: largest relative difference " << difference);
-        BOOST_TEST(difference <= tolerance, name_of(mode)
-                                                << " " << strategy.name << " " << setup.kind << ": "
-                                                << difference << " > " << tolerance);
-      }
+  }
 }
 
 }  // namespace

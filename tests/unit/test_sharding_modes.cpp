@@ -11,6 +11,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "device_access.hpp"
+#include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "fsdp/unit/sharded_model.hpp"
@@ -101,4 +102,36 @@ BOOST_AUTO_TEST_CASE(memory_per_rank_is_the_zero_formula_fp64) {
 
 BOOST_AUTO_TEST_CASE(memory_per_rank_is_the_zero_formula_fp32) {
   check_memory_matches_the_formula<float>();
+}
+
+// Hybrid sharding's arrangement: G consecutive ranks shard, the ranks at the same position in
+// each shard group replicate; sizes that do not fit are refused on every rank alike.
+BOOST_AUTO_TEST_CASE(hybrid_groups_arrange_replicas_by_shards_and_refuse_bad_sizes) {
+  ProcessGroup world(MPI_COMM_WORLD);
+  const int n = world.size();
+  for (int g = 1; g <= n; ++g) {
+    if (n % g != 0) {
+      continue;
+    }
+    const HybridGroups groups = make_hybrid_groups(world, g);
+    BOOST_TEST(groups.shard.size() == g);
+    BOOST_TEST(groups.replicate.size() == n / g);
+    BOOST_TEST(groups.shard.rank() == world.rank() % g);
+    BOOST_TEST(groups.replicate.rank() == world.rank() / g);
+  }
+  BOOST_TEST(make_hybrid_groups(world, 0).shard.size() == n);  // one node here
+  if (n > 1) {
+    BOOST_CHECK_EXCEPTION(make_hybrid_groups(world, n + 1), Error, [&](const Error& e) {
+      return e.kind() == ErrorKind::usage &&
+             std::string(e.message()).find("does not divide the " + std::to_string(n) + " ranks") !=
+                 std::string::npos;
+    });
+    BOOST_CHECK_EXCEPTION(
+        make_hybrid_groups(world, world.rank() == 0 ? 1 : n), Error, [](const Error& e) {
+          return std::string(e.message()).find("different shard group sizes") != std::string::npos;
+        });
+  }
+  BOOST_CHECK_EXCEPTION(make_hybrid_groups(world, -2), Error, [](const Error& e) {
+    return std::string(e.message()).find("negative") != std::string::npos;
+  });
 }

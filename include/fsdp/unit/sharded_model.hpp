@@ -34,6 +34,9 @@ class ShardedModel {
   // The plan the model was made with; under no_shard its units hold every parameter whole.
   const ShardingPlan& plan() const { return plan_; }
   ShardingMode mode() const { return mode_; }
+  // Hybrid sharding: the ranks holding the same pieces in the other shard groups
+  // (UnitOptions::replicas); nullptr without replicas. group() is the shard group.
+  ProcessGroup* replicas() { return replicas_ ? &*replicas_ : nullptr; }
   ProcessGroup& group() { return group_; }
   std::size_t unit_count() const { return units_.size(); }
   ShardedUnit<T>& unit(std::size_t index) { return *units_.at(index); }
@@ -71,6 +74,7 @@ class ShardedModel {
   ProcessGroup group_;
   ShardingPlan plan_;
   ShardingMode mode_;
+  std::optional<ProcessGroup> replicas_;
   std::shared_ptr<MemoryTracker> tracker_;
   std::shared_ptr<BufferPool<T>> pool_;
   std::vector<std::unique_ptr<ShardedUnit<T>>> units_;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct UnitOptions {
   // them stale. shard_optimizer units also keep their whole gradients resident, and each rank's
   // gradient piece is a View into them.
   ShardingMode mode = ShardingMode::full_shard;
+  // Hybrid-sharded data parallel (comm/hybrid_groups.hpp): the ranks that hold the same pieces in
+  // the other shard groups. Gradients are reduce-scattered in the unit's group, then each piece is
+  // averaged over these ranks, so every replica holds the same pieces and steps alike.
+  std::optional<ProcessGroup> replicas;
 };
 
 // Communication is batched per unit, never one collective per small parameter: one all_gather for
@@ -85,6 +90,8 @@ class ShardedUnit {
 
   // ---- observation ----
   ShardingMode mode() const { return mode_; }
+  // Hybrid sharding: the replica group (UnitOptions::replicas); nullptr without one.
+  ProcessGroup* replicas() { return replicas_ ? &*replicas_ : nullptr; }
   // Whole parameters stay allocated between gathers (shard_grad_op, shard_optimizer): gathering
   // costs no memory, and a runtime keeps the unit gathered from its forward to its backward.
   bool keeps_parameters() const;
@@ -117,11 +124,13 @@ class ShardedUnit {
   void make_resident_buffers();
   void start_resident_gather();
   void give_back_whole_parameters();
+  void average_over_replicas(const std::vector<TrackedView<T>>& staging, const View& grads);
   void reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging);
 
   std::string name_;
   ProcessGroup group_;
   ShardingMode mode_ = ShardingMode::full_shard;
+  std::optional<ProcessGroup> replicas_;
   std::shared_ptr<MemoryTracker> tracker_;
   std::vector<ShardedParameter<T>> parameters_;
   std::map<std::string, std::size_t> index_;
