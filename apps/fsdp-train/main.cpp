@@ -17,6 +17,7 @@
 #include "fsdp/comm/device_selection.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/shard/sharding_mode.hpp"
 #include "train.hpp"
 
 namespace {
@@ -128,6 +129,28 @@ int main(int argc, char** argv) {
                    "layerwise (each layer whole on one rank) or hybrid")
         ->check(CLI::IsMember({"full", "layerwise", "hybrid"}))
         ->capture_default_str();
+    app.add_option("--mode", o.mode,
+                   "what stays sharded: full_shard (ZeRO-3), shard_grad_op (ZeRO-2), "
+                   "shard_optimizer (ZeRO-1) or no_shard (replicated data parallel)")
+        ->check([](const std::string& value) {
+          try {
+            fsdp::parse_sharding_mode(value);
+            return std::string();
+          } catch (const fsdp::Error& error) {
+            return std::string(error.message());
+          }
+        })
+        ->capture_default_str();
+    auto* shard_group = app.add_option(
+        "--shard-group-size", o.shard_group_size,
+        "hybrid sharding: shard within groups of this many consecutive ranks and replicate "
+        "across the groups (0: the ranks of each node)");
+    shard_group->check(CLI::NonNegativeNumber);
+    app.add_option("--replicate-groups", o.replicate_groups,
+                   "hybrid sharding: this many replica groups, each sharding over ranks / "
+                   "groups ranks")
+        ->check(CLI::PositiveNumber)
+        ->excludes(shard_group);
     app.add_option("--full-shard", o.full_shard_patterns,
                    "hybrid: layer-name globs to split across all ranks (layers are layer0, "
                    "layer1, ...)");

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "../common/barrier_without_spinning.hpp"
+#include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/data/distributed_sampler.hpp"
 #include "fsdp/io/checkpoint.hpp"
@@ -23,6 +24,7 @@
 #include "fsdp/shard/plan_agreement.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
 #include "fsdp/shard/shard_range.hpp"
+#include "fsdp/shard/sharding_mode.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 #include "mlp.hpp"
@@ -300,8 +302,19 @@ class Run {
     const double start = MPI_Wtime();
     const fsdp::StrategyOptions strategy_options{o_.full_shard_patterns, o_.layer_wise_patterns};
     const auto strategy = fsdp::make_strategy(o_.strategy, strategy_options);
-    const fsdp::ShardingPlan plan = fsdp::agree_on_plan(*strategy, parameters_, group_);
-    fsdp::ShardedModel<T> model(group_, plan);
+    // Hybrid sharding: the model shards over its shard group and averages over the replicas;
+    // the data is split over every rank either way.
+    std::optional<fsdp::HybridGroups> hybrid;
+    fsdp::ShardedModelOptions model_options;
+    model_options.unit.mode = fsdp::parse_sharding_mode(o_.mode);
+    const int shards = hybrid_shard_group_size(o_, ranks_);
+    if (shards >= 0) {
+      hybrid = fsdp::make_hybrid_groups(group_, shards);
+      model_options.unit.replicas = hybrid->replicate;
+    }
+    fsdp::ProcessGroup& shard_group = hybrid ? hybrid->shard : group_;
+    const fsdp::ShardingPlan plan = fsdp::agree_on_plan(*strategy, parameters_, shard_group);
+    fsdp::ShardedModel<T> model(shard_group, plan, model_options);
     fsdp::Runtime<T> runtime = make_runtime(model, shape_, o_);
     initialize(model, shape_, o_.seed);
     if (!o_.init_from.empty()) {
@@ -424,6 +437,8 @@ class Run {
     summary["samples_per_s"] = train_seconds > 0 ? trained_samples / train_seconds : 0.0;
     summary["ranks"] = ranks_;
     summary["strategy"] = plan.strategy();
+    summary["mode"] = fsdp::name_of(model.mode());
+    summary["shard_group_size"] = plan.world_size();
     summary["dtype"] = o_.dtype;
     summary["parameters"] = shape_.parameter_count();
     summary["peak_bytes_per_rank_max"] = max_over_ranks(model.memory().total_peak);
@@ -654,6 +669,8 @@ class Run {
       const nlohmann::json line = {{"type", "config"},
                                    {"ranks", ranks_},
                                    {"strategy", plan.strategy()},
+                                   {"mode", o_.mode},
+                                   {"shard_group_size", plan.world_size()},
                                    {"transport", group_.transport_name()},
                                    {"mlp", widths},
                                    {"parameters", shape_.parameter_count()},
@@ -669,10 +686,17 @@ class Run {
                                    {"seed", seed_}};
       std::printf("%s\n", line.dump().c_str());
     } else {
-      std::printf("fsdp-train: %d ranks, strategy %s, MLP %s (%lld parameters, %s), %s lr %g\n",
-                  ranks_, plan.strategy().c_str(), widths.c_str(),
-                  static_cast<long long>(shape_.parameter_count()), o_.dtype.c_str(),
-                  o_.optimizer.c_str(), o_.lr);
+      const std::string arrangement = plan.world_size() == ranks_
+                                          ? std::string()
+                                          : " (" + std::to_string(ranks_ / plan.world_size()) +
+                                                " replicas of " +
+                                                std::to_string(plan.world_size()) + ")";
+      std::printf(
+          "fsdp-train: %d %s%s, strategy %s, mode %s, MLP %s (%lld parameters, %s), %s lr %g\n",
+          ranks_, ranks_ == 1 ? "rank" : "ranks", arrangement.c_str(), plan.strategy().c_str(),
+          fsdp::name_of(fsdp::parse_sharding_mode(o_.mode)), widths.c_str(),
+          static_cast<long long>(shape_.parameter_count()), o_.dtype.c_str(), o_.optimizer.c_str(),
+          o_.lr);
       std::printf("transport: %s\n", group_.transport_name());
       std::printf("data: %s\n", data_.train.description.c_str());
       std::printf(
@@ -751,6 +775,17 @@ class Run {
 
 }  // namespace
 
+int hybrid_shard_group_size(const TrainOptions& o, int ranks) {
+  if (o.replicate_groups > 0) {
+    fsdp::require(ranks % o.replicate_groups == 0,
+                  "--replicate-groups " + std::to_string(o.replicate_groups) +
+                      " does not divide the " + std::to_string(ranks) +
+                      " ranks; give a divisor of " + std::to_string(ranks));
+    return ranks / o.replicate_groups;
+  }
+  return o.shard_group_size;
+}
+
 double check_tolerance(const std::string& dtype) {
   return dtype == "fp64" ? 1e-9 : 1e-4;
 }
@@ -764,6 +799,11 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
     fsdp::require(width >= 1, "--hidden widths must be >= 1, got " + std::to_string(width));
   }
   fsdp::require(o.clip >= 0, "--clip must be >= 0 (0: no clipping)");
+  fsdp::parse_sharding_mode(o.mode);
+  const int shards = hybrid_shard_group_size(o, ranks);
+  fsdp::require(shards <= 0 || ranks % shards == 0,
+                "--shard-group-size " + std::to_string(shards) + " does not divide the " +
+                    std::to_string(ranks) + " ranks; give a divisor of " + std::to_string(ranks));
   fsdp::Optimizer<double>(o.optimizer, optimizer_settings(o));  // checks lr, weight decay, momentum
   fsdp::require(data.train.classes >= 2, "the data needs at least 2 classes");
   MlpShape shape;

@@ -22,6 +22,11 @@ struct TrainOptions {
   double weight_decay = 0.0;
   double momentum = 0.0;  // sgd only
   std::string strategy = "full";
+  std::string mode = "full_shard";  // what stays in pieces (fsdp::parse_sharding_mode)
+  // Hybrid sharding: ranks per shard group (0: the ranks of each node; -1: one group of all
+  // ranks, no replicas), or the number of replica groups (0: not given).
+  int shard_group_size = -1;
+  int replicate_groups = 0;
   std::vector<std::string> full_shard_patterns;
   std::vector<std::string> layer_wise_patterns;
   int epochs = 10;
@@ -82,6 +87,9 @@ constexpr int kExitOutOfTime = 4;
 // global batch, so the sums round differently (~1e-7 relative per step) and Adam carries the
 // differences on; fp64 rounds 2^29 times finer.
 double check_tolerance(const std::string& dtype);
+// The ranks per shard group the options ask for (--shard-group-size, or the ranks divided by
+// --replicate-groups): -1 for no hybrid sharding, 0 for the ranks of each node.
+int hybrid_shard_group_size(const TrainOptions& options, int ranks);
 
 // Throws fsdp::Error naming the option that is wrong and what would be right. No communication:
 // every rank reaches the same verdict from the same options and data.
