@@ -28,8 +28,8 @@
 #include "fsdp/shard/plan_estimate.hpp"
 #include "fsdp/shard/shard_assignment.hpp"
 #include "fsdp/shard/shard_range.hpp"
-#include "fsdp/shard/sharding_plan.hpp"
 #include "fsdp/shard/sharding_mode.hpp"
+#include "fsdp/shard/sharding_plan.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 
 // io: plan files and checkpoints
