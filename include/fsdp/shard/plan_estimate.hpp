@@ -56,7 +56,9 @@ ElementBytes element_bytes(DType dtype, const EstimateOptions& options);
 
 struct RankEstimate {
   int rank = 0;
-  std::int64_t elements = 0;         // elements held (own pieces, owned and replicated parameters)
+  // Parameter elements held: own pieces, owned and replicated parameters under full_shard;
+  // every parameter whole under the other modes.
+  std::int64_t elements = 0;
   std::int64_t parameter_bytes = 0;  // persistent, per rank
   std::int64_t gradient_bytes = 0;
   std::int64_t optimizer_bytes = 0;
