@@ -1,14 +1,21 @@
-# cmake -DPROGRAM=<path> -DNAME=<tool name> -P usage_error.cmake
-# A command line the tool cannot parse ends with exit code 2 and a message after the tool's name;
-# --help exits 0.
-execute_process(COMMAND ${PROGRAM} --no-such-option RESULT_VARIABLE result OUTPUT_VARIABLE out
+# cmake -DPROGRAM=<path> -DNAME=<tool name> [-DARGS=<bad command line, ;-list>]
+#       [-DEXPECT=<regex the message matches>] -P usage_error.cmake
+# A command line the tool cannot parse (ARGS, by default an unknown option) ends with exit code 2
+# and a message after the tool's name; --help exits 0.
+if(NOT DEFINED ARGS)
+  set(ARGS --no-such-option)
+endif()
+execute_process(COMMAND ${PROGRAM} ${ARGS} RESULT_VARIABLE result OUTPUT_VARIABLE out
                 ERROR_VARIABLE err TIMEOUT 60)
 message("${out}${err}")
 if(NOT result EQUAL 2)
-  message(FATAL_ERROR "${NAME} --no-such-option exited with ${result}, expected 2")
+  message(FATAL_ERROR "${NAME} ${ARGS} exited with ${result}, expected 2")
 endif()
 if(NOT err MATCHES "^${NAME}: ")
   message(FATAL_ERROR "the usage error does not start with '${NAME}: '")
+endif()
+if(DEFINED EXPECT AND NOT err MATCHES "${EXPECT}")
+  message(FATAL_ERROR "the usage error does not match '${EXPECT}'")
 endif()
 execute_process(COMMAND ${PROGRAM} --help RESULT_VARIABLE result OUTPUT_VARIABLE out TIMEOUT 60)
 if(NOT result EQUAL 0 OR NOT out MATCHES "Usage:")

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "fsdp/io/plan_file.hpp"
 #include "fsdp/shard/model_description.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
+#include "fsdp/shard/sharding_mode.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 
 namespace {
@@ -34,6 +36,8 @@ struct Options {
   int world_size = 0;
   std::string optimizer = "adam";
   std::string precision = "fp32";
+  std::string mode = "full_shard";
+  int shard_group_size = 0;
   bool json = false;
   bool all_ranks = false;
   std::string output;
@@ -117,11 +121,91 @@ nlohmann::json rank_json(const fsdp::RankEstimate& r) {
           {"forward_gather_send_bytes", r.forward_gather_send_bytes},
           {"backward_gather_send_bytes", r.backward_gather_send_bytes},
           {"gradient_send_bytes", r.gradient_send_bytes},
+          {"replica_gradient_send_bytes", r.replica_gradient_send_bytes},
           {"send_bytes", r.send_bytes()}};
 }
 
+// One row of the comparison of every mode (estimate_every_mode): the fullest rank's bytes and the
+// most one rank sends, and both over no_shard's (none when no_shard's is 0: one rank sends
+// nothing).
+struct ModeRow {
+  const fsdp::PlanEstimate* estimate = nullptr;
+  fsdp::RankEstimate fullest;
+  std::int64_t send_bytes = 0;
+  std::optional<double> memory_ratio, traffic_ratio;
+};
+
+std::vector<ModeRow> mode_rows(const std::vector<fsdp::PlanEstimate>& modes) {
+  const auto ratio = [](std::int64_t part, std::int64_t whole) -> std::optional<double> {
+    if (whole == 0) {
+      return std::nullopt;
+    }
+    return static_cast<double>(part) / static_cast<double>(whole);
+  };
+  const fsdp::PlanEstimate& baseline = modes.front();  // no_shard
+  std::vector<ModeRow> rows;
+  for (const auto& e : modes) {
+    ModeRow row{&e, e.fullest_rank(), e.max_send_bytes(), std::nullopt, std::nullopt};
+    row.memory_ratio =
+        ratio(row.fullest.persistent_bytes(), baseline.fullest_rank().persistent_bytes());
+    row.traffic_ratio = ratio(row.send_bytes, baseline.max_send_bytes());
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+nlohmann::json modes_json(const std::vector<fsdp::PlanEstimate>& modes) {
+  const auto ratio = [](const std::optional<double>& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (const ModeRow& row : mode_rows(modes)) {
+    const fsdp::PlanEstimate& e = *row.estimate;
+    out.push_back({{"mode", fsdp::name_of(e.options.mode)},
+                   {"zero_stage", fsdp::zero_stage(e.options.mode)},
+                   {"parameter_bytes", row.fullest.parameter_bytes},
+                   {"gradient_bytes", row.fullest.gradient_bytes},
+                   {"optimizer_bytes", row.fullest.optimizer_bytes},
+                   {"persistent_bytes", row.fullest.persistent_bytes()},
+                   {"gathered_working_set_bytes", e.gathered_working_set_bytes},
+                   {"peak_bytes", e.peak_bytes()},
+                   {"send_bytes", row.send_bytes},
+                   {"persistent_ratio_to_no_shard", ratio(row.memory_ratio)},
+                   {"send_ratio_to_no_shard", ratio(row.traffic_ratio)}});
+  }
+  return out;
+}
+
+void print_modes_table(const std::vector<fsdp::PlanEstimate>& modes, fsdp::ShardingMode chosen) {
+  const auto ratio = [](const std::optional<double>& value) {
+    char text[32] = "-";
+    if (value) {
+      std::snprintf(text, sizeof text, "%.3f", *value);
+    }
+    return std::string(text);
+  };
+  std::printf("every mode (bytes of the fullest rank; send: the most one rank sends per step):\n");
+  std::printf("%-16s %5s %11s %11s %11s %11s %11s %11s %11s %9s %9s\n", "mode", "ZeRO", "params",
+              "grads", "optimizer", "persistent", "working set", "peak", "send/step", "memory",
+              "traffic");
+  for (const ModeRow& row : mode_rows(modes)) {
+    const fsdp::PlanEstimate& e = *row.estimate;
+    const std::string name =
+        std::string(e.options.mode == chosen ? "*" : " ") + fsdp::name_of(e.options.mode);
+    std::printf(
+        "%-16s %5d %11s %11s %11s %11s %11s %11s %11s %9s %9s\n", name.c_str(),
+        fsdp::zero_stage(e.options.mode), human(row.fullest.parameter_bytes).c_str(),
+        human(row.fullest.gradient_bytes).c_str(), human(row.fullest.optimizer_bytes).c_str(),
+        human(row.fullest.persistent_bytes()).c_str(), human(e.gathered_working_set_bytes).c_str(),
+        human(e.peak_bytes()).c_str(), human(row.send_bytes).c_str(),
+        ratio(row.memory_ratio).c_str(), ratio(row.traffic_ratio).c_str());
+  }
+  std::printf(
+      "(* the chosen mode; memory, traffic: persistent bytes, send/step over no_shard's)\n");
+}
+
 void print_json(const std::string& model, const fsdp::ShardingPlan& plan,
-                const fsdp::PlanEstimate& e) {
+                const fsdp::PlanEstimate& e, const std::vector<fsdp::PlanEstimate>& modes) {
   nlohmann::json ranks = nlohmann::json::array();
   std::int64_t persistent_total = 0, send_total = 0;
   for (const auto& r : e.ranks) {
@@ -135,6 +219,10 @@ void print_json(const std::string& model, const fsdp::ShardingPlan& plan,
       {"total_elements", e.total_elements},
       {"strategy", plan.strategy()},
       {"world_size", plan.world_size()},
+      {"mode", fsdp::name_of(e.options.mode)},
+      {"zero_stage", fsdp::zero_stage(e.options.mode)},
+      {"shard_group_size", e.options.shard_group_size},
+      {"replicas", e.replicas()},
       {"optimizer", fsdp::name_of(e.options.optimizer)},
       {"precision", fsdp::name_of(e.options.precision)},
       {"imbalance", plan.imbalance()},
@@ -142,22 +230,35 @@ void print_json(const std::string& model, const fsdp::ShardingPlan& plan,
       {"largest_unit",
        {{"name", e.largest_unit},
         {"elements", e.largest_unit_elements},
-        {"gathered_working_set_bytes", e.gathered_working_set_bytes}}},
+        {"gathered_working_set_bytes", e.gathered_working_set_bytes},
+        {"working_set_holds", e.working_set_holds}}},
       {"peak_bytes", e.peak_bytes()},
       {"unsharded_persistent_bytes", e.unsharded_persistent_bytes},
       {"totals", {{"persistent_bytes", persistent_total}, {"send_bytes", send_total}}},
-      {"ranks", std::move(ranks)}};
+      {"ranks", std::move(ranks)},
+      {"modes", modes_json(modes)}};
   std::printf("%s\n", out.dump(2).c_str());
 }
 
 void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
-                 const fsdp::PlanEstimate& e, bool all_ranks) {
+                 const fsdp::PlanEstimate& e, const std::vector<fsdp::PlanEstimate>& modes,
+                 bool all_ranks) {
+  const int replicas = e.replicas();
   std::printf("fsdp-plan: %s\n", model.c_str());
   std::printf(
-      "  %s elements in %zu tensors; strategy %s; world size %d; optimizer %s; "
-      "precision %s\n\n",
+      "  %s elements in %zu tensors; strategy %s; world size %d; mode %s (ZeRO-%d); "
+      "optimizer %s; precision %s\n",
       grouped(e.total_elements).c_str(), plan.parameters().size(), plan.strategy().c_str(),
-      plan.world_size(), fsdp::name_of(e.options.optimizer), fsdp::name_of(e.options.precision));
+      plan.world_size(), fsdp::name_of(e.options.mode), fsdp::zero_stage(e.options.mode),
+      fsdp::name_of(e.options.optimizer), fsdp::name_of(e.options.precision));
+  if (replicas > 1) {
+    std::printf(
+        "  shard groups (HSDP) of %d ranks, %d copies (rank r is position r %% %d of "
+        "group r / %d)\n",
+        e.options.shard_group_size, replicas, e.options.shard_group_size,
+        e.options.shard_group_size);
+  }
+  std::printf("\n");
   // Which ranks to show: all of a small world, else the first and last few and the fullest.
   std::set<int> shown;
   const int n = plan.world_size();
@@ -169,23 +270,35 @@ void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
       shown.insert(r);
     for (int r = n - 4; r < n; ++r)
       shown.insert(r);
-    const auto fullest = std::max_element(e.ranks.begin(), e.ranks.end(), [](auto& a, auto& b) {
-      return a.persistent_bytes() < b.persistent_bytes();
-    });
-    shown.insert(fullest->rank);
+    shown.insert(e.fullest_rank().rank);
   }
-  std::printf("%6s %16s %11s %11s %11s %11s %11s %11s %11s\n", "rank", "elements", "params",
-              "grads", "optimizer", "persistent", "fwd gather", "bwd gather", "grad reduce");
+  // The replica column only when there are copies to all-reduce with.
+  const auto row = [replicas](const std::string& rank, std::int64_t elements,
+                              const fsdp::RankEstimate& r) {
+    std::printf("%6s %16s %11s %11s %11s %11s %11s %11s %11s", rank.c_str(),
+                grouped(elements).c_str(), human(r.parameter_bytes).c_str(),
+                human(r.gradient_bytes).c_str(), human(r.optimizer_bytes).c_str(),
+                human(r.persistent_bytes()).c_str(), human(r.forward_gather_send_bytes).c_str(),
+                human(r.backward_gather_send_bytes).c_str(), human(r.gradient_send_bytes).c_str());
+    if (replicas > 1) {
+      std::printf(" %11s", human(r.replica_gradient_send_bytes).c_str());
+    }
+    std::printf("\n");
+  };
+  std::printf("%6s %16s %11s %11s %11s %11s %11s %11s %11s", "rank", "elements", "params", "grads",
+              "optimizer", "persistent", "fwd gather", "bwd gather", "grad reduce");
+  std::printf(replicas > 1 ? " %11s\n" : "\n", "replica ar");
   int previous = -1;
-  std::int64_t elements = 0, p = 0, g = 0, o = 0, fwd = 0, bwd = 0, rs = 0;
+  fsdp::RankEstimate all;
   for (const auto& r : e.ranks) {
-    elements += r.elements;
-    p += r.parameter_bytes;
-    g += r.gradient_bytes;
-    o += r.optimizer_bytes;
-    fwd += r.forward_gather_send_bytes;
-    bwd += r.backward_gather_send_bytes;
-    rs += r.gradient_send_bytes;
+    all.elements += r.elements;
+    all.parameter_bytes += r.parameter_bytes;
+    all.gradient_bytes += r.gradient_bytes;
+    all.optimizer_bytes += r.optimizer_bytes;
+    all.forward_gather_send_bytes += r.forward_gather_send_bytes;
+    all.backward_gather_send_bytes += r.backward_gather_send_bytes;
+    all.gradient_send_bytes += r.gradient_send_bytes;
+    all.replica_gradient_send_bytes += r.replica_gradient_send_bytes;
     if (!shown.count(r.rank)) {
       continue;
     }
@@ -194,27 +307,28 @@ void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
                   r.rank - previous - 1);
     }
     previous = r.rank;
-    std::printf("%6d %16s %11s %11s %11s %11s %11s %11s %11s\n", r.rank,
-                grouped(r.elements).c_str(), human(r.parameter_bytes).c_str(),
-                human(r.gradient_bytes).c_str(), human(r.optimizer_bytes).c_str(),
-                human(r.persistent_bytes()).c_str(), human(r.forward_gather_send_bytes).c_str(),
-                human(r.backward_gather_send_bytes).c_str(), human(r.gradient_send_bytes).c_str());
+    row(std::to_string(r.rank), r.elements, r);
   }
   if (previous != n - 1) {
     std::printf("%6s (%d ranks not shown; --all-ranks shows them)\n", "...", n - 1 - previous);
   }
-  std::printf("%6s %16s %11s %11s %11s %11s %11s %11s %11s\n\n", "all", grouped(elements).c_str(),
-              human(p).c_str(), human(g).c_str(), human(o).c_str(), human(p + g + o).c_str(),
-              human(fwd).c_str(), human(bwd).c_str(), human(rs).c_str());
+  row("all", all.elements, all);
+  std::printf("\n");
   std::printf("imbalance (max owned bytes / mean): %.4f\n", plan.imbalance());
   std::printf("always gathered (replicated): %zu tensors\n", plan.always_gathered().size());
-  std::printf("largest unit: '%s', %s elements; gathered working set (params + grads): %s\n",
-              e.largest_unit.c_str(), grouped(e.largest_unit_elements).c_str(),
-              human(e.gathered_working_set_bytes).c_str());
+  if (e.largest_unit.empty()) {
+    std::printf("working set: none (%s keeps parameters and gradients whole and resident)\n",
+                fsdp::name_of(e.options.mode));
+  } else {
+    std::printf("largest unit: '%s', %s elements; working set (full-size %s): %s\n",
+                e.largest_unit.c_str(), grouped(e.largest_unit_elements).c_str(),
+                e.working_set_holds.c_str(), human(e.gathered_working_set_bytes).c_str());
+  }
   std::printf("peak per rank before activations (fullest rank + working set): %s\n",
               human(e.peak_bytes()).c_str());
-  std::printf("without sharding, every rank would hold: %s\n",
+  std::printf("without sharding (no_shard), every rank would hold: %s\n\n",
               human(e.unsharded_persistent_bytes).c_str());
+  print_modes_table(modes, e.options.mode);
 }
 
 int run(const Options& o) {
@@ -229,13 +343,15 @@ int run(const Options& o) {
     const auto strategy = fsdp::make_strategy(o.strategy, strategy_options);
     plan = std::make_unique<fsdp::ShardingPlan>(strategy->make_plan(parameters, o.world_size));
   }
-  const fsdp::EstimateOptions estimate_options{fsdp::parse_optimizer(o.optimizer),
-                                               fsdp::parse_precision(o.precision)};
+  const fsdp::EstimateOptions estimate_options{
+      fsdp::parse_optimizer(o.optimizer), fsdp::parse_precision(o.precision),
+      fsdp::parse_sharding_mode(o.mode), o.shard_group_size};
   const fsdp::PlanEstimate estimate = fsdp::estimate(*plan, estimate_options);
+  const std::vector<fsdp::PlanEstimate> modes = fsdp::estimate_every_mode(*plan, estimate_options);
   if (o.json) {
-    print_json(model, *plan, estimate);
+    print_json(model, *plan, estimate, modes);
   } else {
-    print_table(model, *plan, estimate, o.all_ranks);
+    print_table(model, *plan, estimate, modes, o.all_ranks);
   }
   if (!o.output.empty()) {
     fsdp::save_plan(o.output, *plan);
@@ -305,6 +421,26 @@ int main(int argc, char** argv) {
                  "fp32 (every tensor in the parameter's dtype) or mixed (16-bit params and "
                  "grads, fp32 master weights and states)")
       ->capture_default_str();
+  app.add_option("--mode", o.mode,
+                 "what stays in pieces: full_shard (ZeRO-3: parameters, gradients, optimizer "
+                 "state), shard_grad_op (ZeRO-2: gradients, optimizer state), shard_optimizer "
+                 "(ZeRO-1: optimizer state) or no_shard (nothing; DDP); also zero3..zero1, ddp. "
+                 "Every mode is compared below the table (and under \"modes\" in --json)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            try {
+              fsdp::parse_sharding_mode(name);
+              return std::string();
+            } catch (const fsdp::Error& error) {
+              return std::string(error.message());
+            }
+          },
+          "MODE"));
+  app.add_option("--shard-group-size", o.shard_group_size,
+                 "HSDP: shard within groups of this many ranks, the world size / G "
+                 "groups holding copies (must divide the world size; default: the world size)")
+      ->check(CLI::Range(1, 1 << 30));
   app.add_flag("--json", o.json, "print JSON instead of a table");
   app.add_flag("--all-ranks", o.all_ranks, "print every rank's row, however many");
   app.add_option("--output,-o", o.output, "save the plan (.h5/.hdf5 or .json)");

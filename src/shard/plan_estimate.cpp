@@ -9,7 +9,36 @@
 #include "fsdp/shard/shard_range.hpp"
 
 namespace fsdp {
-namespace {}  // namespace
+namespace {
+
+// How the estimates account for a mode, all derived from what it keeps in pieces.
+struct ModeAccounting {
+  ShardedState pieces;
+  // Parameter gathers per step: parameters in pieces are gathered before the forward and again
+  // before the backward; whole parameters updated in pieces (their optimizer state is) are
+  // gathered once, after the step; with nothing in pieces, never.
+  int gathers_per_step = 0;
+  // Without optimizer state in pieces every rank runs the whole update and needs every averaged
+  // gradient: an all-reduce instead of a reduce-scatter.
+  bool all_reduce_gradients = false;
+  // Transient full-size buffers while a unit runs: gathered parameters (when they are in pieces);
+  // full-size gradients before their reduce-scatter into pieces, or the buffer the all-reduce
+  // runs from. shard_optimizer reduce-scatters its resident whole gradients in place.
+  bool transient_parameters = false;
+  bool transient_gradients = false;
+};
+
+ModeAccounting accounting(ShardingMode mode) {
+  ModeAccounting a;
+  a.pieces = sharded_state(mode);
+  a.gathers_per_step = a.pieces.parameters ? 2 : a.pieces.optimizer_state ? 1 : 0;
+  a.all_reduce_gradients = !a.pieces.optimizer_state;
+  a.transient_parameters = a.pieces.parameters;
+  a.transient_gradients = a.pieces.gradients || a.all_reduce_gradients;
+  return a;
+}
+
+}  // namespace
 
 const char* name_of(OptimizerKind optimizer) {
   switch (optimizer) {
@@ -85,22 +114,48 @@ ElementBytes element_bytes(DType dtype, const EstimateOptions& options) {
   return ElementBytes{own, own, buffers * own};
 }
 
+const RankEstimate& PlanEstimate::fullest_rank() const {
+  require(!ranks.empty(), "the estimate has no ranks", ErrorKind::state);
+  return *std::max_element(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) {
+    return a.persistent_bytes() < b.persistent_bytes();
+  });
+}
+
 std::int64_t PlanEstimate::peak_bytes() const {
-  std::int64_t fullest = 0;
+  return (ranks.empty() ? 0 : fullest_rank().persistent_bytes()) + gathered_working_set_bytes;
+}
+
+std::int64_t PlanEstimate::max_send_bytes() const {
+  std::int64_t most = 0;
   for (const RankEstimate& rank : ranks) {
-    fullest = std::max(fullest, rank.persistent_bytes());
+    most = std::max(most, rank.send_bytes());
   }
-  return fullest + gathered_working_set_bytes;
+  return most;
 }
 
 PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) {
-  const int n = plan.world_size();
+  const int world = plan.world_size();
+  require(options.shard_group_size >= 0 &&
+              (options.shard_group_size == 0 || world % options.shard_group_size == 0),
+          "shard group size " + std::to_string(options.shard_group_size) +
+              " does not divide the plan's world size " + std::to_string(world) +
+              " (HSDP keeps world size / group size copies of each shard group; 0 "
+              "means one group of the whole world)");
+  const int n = options.shard_group_size == 0 ? world : options.shard_group_size;
   const std::int64_t others = n - 1;
+  const std::int64_t replicas = world / n;
+  const ModeAccounting mode = accounting(options.mode);
   PlanEstimate result;
   result.options = options;
-  result.world_size = n;
-  result.ranks.resize(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
+  result.options.shard_group_size = n;
+  result.world_size = world;
+  // (gradients are transient whenever parameters are: both are in pieces then)
+  result.working_set_holds =
+      mode.transient_gradients
+          ? (mode.transient_parameters ? "parameters and gradients" : "gradients")
+          : "";
+  result.ranks.resize(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
     result.ranks[static_cast<std::size_t>(r)].rank = r;
   }
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> units;  // elements, bytes
@@ -116,46 +171,64 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     result.unsharded_persistent_bytes +=
         numel * (bytes.parameter + bytes.gradient + bytes.optimizer);
 
-    const auto hold = [&](RankEstimate& rank, std::int64_t elements) {
-      rank.elements += elements;
-      rank.parameter_bytes += elements * bytes.parameter;
-      rank.gradient_bytes += elements * bytes.gradient;
-      rank.optimizer_bytes += elements * bytes.optimizer;
-    };
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < world; ++r) {
       RankEstimate& rank = result.ranks[static_cast<std::size_t>(r)];
+      // Rank r is position r % n of shard group r / n; every group is laid out as the plan's
+      // first n ranks, a whole parameter's owner at position owner % n.
+      const int position = r % n;
+      const bool owner = where.placement == Placement::whole && position == where.owner_rank % n;
+      const std::int64_t piece = shard_range(numel, n, position).size;
+      // The elements this rank holds of state kept in pieces: its piece of a sharded parameter,
+      // all of a whole one it owns or of a replicated one.
+      std::int64_t pieces = numel;
+      // Bytes of one gather: a ring all-gather (N-1 blocks) of a sharded parameter; a broadcast
+      // from the owner, as scatter (the owner's N-1 blocks) + ring all-gather, of a whole one.
+      std::int64_t gather = 0;
+      // Bytes of the gradient's reduction: ring reduce-scatter (N-1 blocks) of a sharded
+      // parameter; reduce to the owner, as ring reduce-scatter + gather (the owner's block from
+      // each other rank), of a whole one; ring all-reduce (reduce-scatter + all-gather) of a
+      // replicated one and of every parameter when no optimizer state is in pieces.
+      std::int64_t reduce = 2 * others * block;
+      // The gradient elements this rank holds reduced afterwards, which shard groups
+      // all-reduce across the copies: its block of the reduce-scatter (of the all-reduce's
+      // reduce-scatter phase), or the whole gradient on a whole parameter's owner.
+      std::int64_t reduced = piece;
       switch (where.placement) {
-        case Placement::sharded: {
-          hold(rank, shard_range(numel, n, r).size);
-          // Ring all-gather before forward and again before backward, ring reduce-scatter of
-          // the gradient: N-1 blocks each.
-          rank.forward_gather_send_bytes += others * block * bytes.parameter;
-          rank.backward_gather_send_bytes += others * block * bytes.parameter;
-          rank.gradient_send_bytes += others * block * bytes.gradient;
+        case Placement::sharded:
+          pieces = piece;
+          gather = others * block;
+          if (!mode.all_reduce_gradients) {
+            reduce = others * block;
+          }
           break;
-        }
-        case Placement::whole: {
-          const bool owner = r == where.owner_rank;
-          hold(rank, owner ? numel : 0);
-          // Broadcast from the owner as scatter + ring all-gather; gradient reduced to the owner
-          // as ring reduce-scatter + gather.
-          const std::int64_t gather = (owner ? 2 : 1) * others * block * bytes.parameter;
-          rank.forward_gather_send_bytes += gather;
-          rank.backward_gather_send_bytes += gather;
-          rank.gradient_send_bytes += (owner ? others : others + 1) * block * bytes.gradient;
+        case Placement::whole:
+          pieces = owner ? numel : 0;
+          gather = (owner ? 2 : 1) * others * block;
+          if (!mode.all_reduce_gradients) {
+            reduce = (owner ? others : others + 1) * block;
+            reduced = pieces;
+          }
           break;
-        }
         case Placement::replicated:
-          hold(rank, numel);
-          // Ring all-reduce of the gradient: reduce-scatter + all-gather.
-          rank.gradient_send_bytes += 2 * others * block * bytes.gradient;
           break;
       }
+      const auto held = [&](bool in_pieces) { return in_pieces ? pieces : numel; };
+      rank.elements += held(mode.pieces.parameters);
+      rank.parameter_bytes += held(mode.pieces.parameters) * bytes.parameter;
+      rank.gradient_bytes += held(mode.pieces.gradients) * bytes.gradient;
+      rank.optimizer_bytes += held(mode.pieces.optimizer_state) * bytes.optimizer;
+      rank.forward_gather_send_bytes += (mode.gathers_per_step >= 1 ? gather : 0) * bytes.parameter;
+      rank.backward_gather_send_bytes +=
+          (mode.gathers_per_step >= 2 ? gather : 0) * bytes.parameter;
+      rank.gradient_send_bytes += reduce * bytes.gradient;
+      rank.replica_gradient_send_bytes +=
+          2 * (replicas - 1) * ceil_div(reduced, replicas) * bytes.gradient;
     }
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];
       unit.first += numel;
-      unit.second += numel * (bytes.parameter + bytes.gradient);
+      unit.second += numel * ((mode.transient_parameters ? bytes.parameter : 0) +
+                              (mode.transient_gradients ? bytes.gradient : 0));
     }
   }
   for (const auto& [name, unit] : units) {  // ordered: the first of equal units by name
@@ -164,6 +237,19 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
       result.largest_unit_elements = unit.first;
       result.gathered_working_set_bytes = unit.second;
     }
+  }
+  if (result.largest_unit.empty()) {
+    result.working_set_holds.clear();  // nothing transient: no unit, or no trained element
+  }
+  return result;
+}
+
+std::vector<PlanEstimate> estimate_every_mode(const ShardingPlan& plan, EstimateOptions options) {
+  std::vector<PlanEstimate> result;
+  for (ShardingMode mode : {ShardingMode::no_shard, ShardingMode::shard_optimizer,
+                            ShardingMode::shard_grad_op, ShardingMode::full_shard}) {
+    options.mode = mode;
+    result.push_back(estimate(plan, options));
   }
   return result;
 }

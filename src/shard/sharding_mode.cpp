@@ -56,4 +56,9 @@ int zero_stage(ShardingMode mode) {
   return 3;
 }
 
+ShardedState sharded_state(ShardingMode mode) {
+  const int stage = zero_stage(mode);  // each stage shards one more kind of state
+  return ShardedState{stage >= 3, stage >= 2, stage >= 1};
+}
+
 }  // namespace fsdp

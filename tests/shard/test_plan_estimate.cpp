@@ -10,6 +10,22 @@ using namespace fsdp;
 using fsdp::test::MessageHas;
 using fsdp::test::param;
 
+namespace {
+// Every figure of a rank's estimate (its number aside) against the expected one.
+void check_rank(const RankEstimate& got, const RankEstimate& want) {
+  BOOST_TEST(got.elements == want.elements);
+  BOOST_TEST(got.parameter_bytes == want.parameter_bytes);
+  BOOST_TEST(got.gradient_bytes == want.gradient_bytes);
+  BOOST_TEST(got.optimizer_bytes == want.optimizer_bytes);
+  BOOST_TEST(got.forward_gather_send_bytes == want.forward_gather_send_bytes);
+  BOOST_TEST(got.backward_gather_send_bytes == want.backward_gather_send_bytes);
+  BOOST_TEST(got.gradient_send_bytes == want.gradient_send_bytes);
+  BOOST_TEST(got.replica_gradient_send_bytes == want.replica_gradient_send_bytes);
+  BOOST_TEST(got.send_bytes() == want.forward_gather_send_bytes + want.backward_gather_send_bytes +
+                                     want.gradient_send_bytes + want.replica_gradient_send_bytes);
+}
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(element_bytes_follow_zero_accounting) {
   const EstimateOptions adam_mixed{OptimizerKind::adam, Precision::mixed};
   // ZeRO's K = 12 for mixed-precision Adam: fp32 master weights, momentum and variance.
@@ -144,10 +160,259 @@ BOOST_AUTO_TEST_CASE(gpt2_at_1024_ranks_on_one_process) {
   BOOST_TEST(e.gathered_working_set_bytes == (50257 + 1024) * 768 * 4);
 }
 
+// One fp32 parameter of 12 elements (unit "L", fully sharded) at N = 1..4 ranks: every N divides
+// 12, so each rank's piece is 12 / N elements and every ring block is the piece. Bytes per
+// element (p, g, K): fp32 Adam (4, 4, 8), mixed Adam (2, 2, 12), fp32 SGD (4, 4, 0). By hand, the
+// ZeRO paper's Figure 1 per parameter:
+//   no_shard         (p + g + K) * 12            e.g. fp32 Adam: 16 * 12 = 192 at every N
+//   shard_optimizer  (p + g) * 12 + K * 12 / N   fp32 Adam, N = 4: 96 + 24 = 120
+//   shard_grad_op    p * 12 + (g + K) * 12 / N   fp32 Adam, N = 4: 48 + 36 = 84
+//   full_shard       (p + g + K) * 12 / N        fp32 Adam, N = 4: 48
+// Bytes sent per rank per step, blocks of 12 / N elements, N - 1 of them per ring pass:
+//   full_shard       gather (N-1)(12/N) p before forward and again before backward,
+//                    reduce-scatter (N-1)(12/N) g        fp32 Adam, N = 4: 36 + 36 + 36
+//   shard_grad_op,   one gather (N-1)(12/N) p after the step (counted as forward),
+//   shard_optimizer  reduce-scatter (N-1)(12/N) g        fp32 Adam, N = 4: 36 + 0 + 36
+//   no_shard         all-reduce 2 (N-1)(12/N) g, no gathers   fp32 Adam, N = 4: 72
+// Working set (transient, the full-size unit): full_shard 12 (p + g), shard_grad_op and no_shard
+// 12 g, shard_optimizer 0.
+BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
+  struct Case {
+    EstimateOptions options;
+    std::int64_t p, g, k;
+  };
+  const std::vector<Case> cases = {{{OptimizerKind::adam, Precision::fp32}, 4, 4, 8},
+                                   {{OptimizerKind::adam, Precision::mixed}, 2, 2, 12},
+                                   {{OptimizerKind::sgd, Precision::fp32}, 4, 4, 0}};
+  for (int n = 1; n <= 4; ++n) {
+    const ShardingPlan plan = FullSharding().make_plan({param("w", {12}, "L")}, n);
+    const std::int64_t piece = 12 / n, ring = (n - 1) * piece;
+    for (const Case& c : cases) {
+      BOOST_TEST_CONTEXT("N = " << n << ", " << name_of(c.options.optimizer) << " "
+                                << name_of(c.options.precision)) {
+        struct Expected {
+          ShardingMode mode;
+          std::int64_t parameter, gradient, optimizer, forward, backward, reduce, working_set;
+        };
+        const std::vector<Expected> expected = {
+            {ShardingMode::no_shard, c.p * 12, c.g * 12, c.k * 12, 0, 0, 2 * ring * c.g, 12 * c.g},
+            {ShardingMode::shard_optimizer, c.p * 12, c.g * 12, c.k * piece, ring * c.p, 0,
+             ring * c.g, 0},
+            {ShardingMode::shard_grad_op, c.p * 12, c.g * piece, c.k * piece, ring * c.p, 0,
+             ring * c.g, 12 * c.g},
+            {ShardingMode::full_shard, c.p * piece, c.g * piece, c.k * piece, ring * c.p,
+             ring * c.p, ring * c.g, 12 * (c.p + c.g)},
+        };
+        const std::vector<PlanEstimate> every = estimate_every_mode(plan, c.options);
+        BOOST_REQUIRE(every.size() == expected.size());
+        for (std::size_t m = 0; m < expected.size(); ++m) {
+          const Expected& x = expected[m];
+          EstimateOptions options = c.options;
+          options.mode = x.mode;
+          const PlanEstimate e = estimate(plan, options);
+          BOOST_TEST_CONTEXT("mode " << name_of(x.mode)) {
+            BOOST_TEST((every[m].options.mode == x.mode));  // the paper's order
+            BOOST_TEST(every[m].peak_bytes() == e.peak_bytes());
+            BOOST_TEST(every[m].max_send_bytes() == e.max_send_bytes());
+            BOOST_TEST(e.options.shard_group_size == n);
+            BOOST_TEST(e.replicas() == 1);
+            BOOST_REQUIRE(e.ranks.size() == static_cast<std::size_t>(n));
+            RankEstimate want;
+            want.elements = x.parameter / c.p;
+            want.parameter_bytes = x.parameter;
+            want.gradient_bytes = x.gradient;
+            want.optimizer_bytes = x.optimizer;
+            want.forward_gather_send_bytes = x.forward;
+            want.backward_gather_send_bytes = x.backward;
+            want.gradient_send_bytes = x.reduce;
+            for (const RankEstimate& rank : e.ranks) {
+              check_rank(rank, want);
+            }
+            BOOST_TEST(e.gathered_working_set_bytes == x.working_set);
+            BOOST_TEST(e.largest_unit == (x.working_set > 0 ? "L" : ""));
+            BOOST_TEST(e.peak_bytes() == x.parameter + x.gradient + x.optimizer + x.working_set);
+            BOOST_TEST(e.unsharded_persistent_bytes == (c.p + c.g + c.k) * 12);
+          }
+        }
+      }
+    }
+  }
+  // A few of the figures above written out, in case the table and the code share a slip.
+  const ShardingPlan four = FullSharding().make_plan({param("w", {12}, "L")}, 4);
+  EstimateOptions adam{OptimizerKind::adam, Precision::fp32};
+  const std::vector<PlanEstimate> every = estimate_every_mode(four, adam);
+  BOOST_TEST(every[0].ranks[0].persistent_bytes() == 192);
+  BOOST_TEST(every[1].ranks[0].persistent_bytes() == 120);
+  BOOST_TEST(every[2].ranks[0].persistent_bytes() == 84);
+  BOOST_TEST(every[3].ranks[0].persistent_bytes() == 48);
+  BOOST_TEST(every[0].ranks[3].send_bytes() == 72);
+  BOOST_TEST(every[1].ranks[3].send_bytes() == 72);
+  BOOST_TEST(every[2].ranks[3].send_bytes() == 72);
+  BOOST_TEST(every[3].ranks[3].send_bytes() == 108);
+  BOOST_TEST(every[1].working_set_holds == "");
+  BOOST_TEST(every[2].working_set_holds == "gradients");
+  BOOST_TEST(every[3].working_set_holds == "parameters and gradients");
+  // Elements held: the parameters' (whole on every rank unless parameters are in pieces).
+  BOOST_TEST(every[2].ranks[1].elements == 12);
+  BOOST_TEST(every[3].ranks[1].elements == 3);
+}
+
+BOOST_AUTO_TEST_CASE(modes_of_a_layer_wise_plan_follow_the_owner) {
+  // A (8 elements) on rank 0, B (4) on rank 1, fp32 Adam (4, 4, 8); blocks ceil(8/2) = 4 and
+  // ceil(4/2) = 2. Pieces are the whole parameter on its owner, nothing elsewhere.
+  const ShardingPlan plan =
+      LayerWiseSharding().make_plan({param("a", {8}, "A"), param("b", {4}, "B")}, 2);
+  BOOST_REQUIRE(plan.placement("a").owner_rank == 0);
+  EstimateOptions options{OptimizerKind::adam, Precision::fp32, ShardingMode::shard_grad_op};
+  const PlanEstimate zero2 = estimate(plan, options);
+  BOOST_TEST(zero2.ranks[0].parameter_bytes == 12 * 4);  // whole parameters everywhere
+  BOOST_TEST(zero2.ranks[0].gradient_bytes == 8 * 4);
+  BOOST_TEST(zero2.ranks[0].optimizer_bytes == 8 * 8);
+  BOOST_TEST(zero2.ranks[1].gradient_bytes == 4 * 4);
+  BOOST_TEST(zero2.ranks[1].optimizer_bytes == 4 * 8);
+  // One broadcast per step (as layerwise_traffic_broadcast_and_reduce_through_the_owner), the
+  // reduce to the owner as before.
+  BOOST_TEST(zero2.ranks[0].forward_gather_send_bytes == 2 * 1 * 4 * 4 + 1 * 1 * 2 * 4);
+  BOOST_TEST(zero2.ranks[0].backward_gather_send_bytes == 0);
+  BOOST_TEST(zero2.ranks[0].gradient_send_bytes == 1 * 4 * 4 + 2 * 2 * 4);
+  BOOST_TEST(zero2.largest_unit == "A");
+  BOOST_TEST(zero2.gathered_working_set_bytes == 8 * 4);  // A's full gradients
+
+  options.mode = ShardingMode::shard_optimizer;
+  const PlanEstimate zero1 = estimate(plan, options);
+  BOOST_TEST(zero1.ranks[1].persistent_bytes() == 12 * (4 + 4) + 4 * 8);
+  BOOST_TEST(zero1.ranks[1].forward_gather_send_bytes == 1 * 1 * 4 * 4 + 2 * 1 * 2 * 4);
+  BOOST_TEST(zero1.ranks[1].gradient_send_bytes == 2 * 4 * 4 + 1 * 2 * 4);
+  BOOST_TEST(zero1.gathered_working_set_bytes == 0);
+
+  options.mode = ShardingMode::no_shard;
+  const PlanEstimate ddp = estimate(plan, options);
+  for (const RankEstimate& rank : ddp.ranks) {
+    BOOST_TEST(rank.persistent_bytes() == 12 * 16);
+    BOOST_TEST(rank.forward_gather_send_bytes + rank.backward_gather_send_bytes == 0);
+    BOOST_TEST(rank.gradient_send_bytes == 2 * 1 * 4 * 4 + 2 * 1 * 2 * 4);  // all-reduce a, b
+  }
+  BOOST_TEST(ddp.gathered_working_set_bytes == 8 * 4);
+}
+
+BOOST_AUTO_TEST_CASE(replicated_parameters_are_whole_in_every_mode) {
+  // e (10, replicated) and w (4, sharded) on 4 ranks, fp32 Adam: e adds 10 * 16 bytes and a ring
+  // all-reduce of 2 * 3 blocks of ceil(10/4) = 3 elements to every mode, and never a gather.
+  const ShardingPlan plan =
+      FullSharding().make_plan({param("e", {10}, "E", DType::f32, true), param("w", {4}, "W")}, 4);
+  const std::vector<PlanEstimate> every =
+      estimate_every_mode(plan, {OptimizerKind::adam, Precision::fp32});
+  const std::int64_t w_persistent[] = {4 * 16, 4 * 8 + 1 * 8, 4 * 4 + 1 * 12, 1 * 16};
+  const std::int64_t w_gathers[] = {0, 3 * 1 * 4, 3 * 1 * 4, 2 * 3 * 1 * 4};
+  const std::int64_t w_reduce[] = {2 * 3 * 1 * 4, 3 * 1 * 4, 3 * 1 * 4, 3 * 1 * 4};
+  for (std::size_t m = 0; m < every.size(); ++m) {
+    const RankEstimate& rank = every[m].ranks[2];
+    BOOST_TEST(rank.persistent_bytes() == 10 * 16 + w_persistent[m]);
+    BOOST_TEST(rank.forward_gather_send_bytes + rank.backward_gather_send_bytes == w_gathers[m]);
+    BOOST_TEST(rank.gradient_send_bytes == 2 * 3 * 3 * 4 + w_reduce[m]);
+    BOOST_TEST(every[m].largest_unit != "E");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(shard_groups_hold_what_a_group_sized_world_holds) {
+  // World 4 in shard groups of G = 2: ranks 0, 1 | 2, 3, rank r at position r % 2, R = 2 copies.
+  // A rank holds and sends within its group what rank r % 2 of a 2-rank world does, and adds the
+  // ring all-reduce of its gradient piece with its copy: 2 ceil(piece / R) g bytes. Two
+  // parameters: w (12 elements: pieces of 6) and v (5: pieces of 3 and 2), fp32 Adam.
+  const std::vector<ParameterInfo> model = {param("w", {12}, "L"), param("v", {5}, "L")};
+  const ShardingPlan world4 = FullSharding().make_plan(model, 4);
+  const ShardingPlan world2 = FullSharding().make_plan(model, 2);
+  for (ShardingMode mode : {ShardingMode::no_shard, ShardingMode::shard_optimizer,
+                            ShardingMode::shard_grad_op, ShardingMode::full_shard}) {
+    BOOST_TEST_CONTEXT("mode " << name_of(mode)) {
+      const PlanEstimate grouped =
+          estimate(world4, {OptimizerKind::adam, Precision::fp32, mode, 2});
+      const PlanEstimate small = estimate(world2, {OptimizerKind::adam, Precision::fp32, mode});
+      BOOST_TEST(grouped.options.shard_group_size == 2);
+      BOOST_TEST(grouped.replicas() == 2);
+      BOOST_REQUIRE(grouped.ranks.size() == 4u);
+      for (int r = 0; r < 4; ++r) {
+        RankEstimate want = small.ranks[r % 2];
+        BOOST_TEST(want.replica_gradient_send_bytes == 0);
+        // w: piece 6, 2 * 1 * 3 * 4 = 24; v: piece 3 (position 0) -> 2 * 1 * 2 * 4 = 16, piece 2
+        // (position 1) -> 2 * 1 * 1 * 4 = 8. The same in every mode: each reduces to pieces first
+        // (no_shard inside its all-reduce).
+        want.replica_gradient_send_bytes = r % 2 == 0 ? 24 + 16 : 24 + 8;
+        check_rank(grouped.ranks[r], want);
+      }
+      BOOST_TEST(grouped.gathered_working_set_bytes == small.gathered_working_set_bytes);
+      BOOST_TEST(grouped.unsharded_persistent_bytes == small.unsharded_persistent_bytes);
+    }
+  }
+  // G = the world size is one group, as 0 is.
+  const PlanEstimate whole =
+      estimate(world4, {OptimizerKind::adam, Precision::fp32, ShardingMode::full_shard, 4});
+  BOOST_TEST(whole.replicas() == 1);
+  BOOST_TEST(whole.ranks[3].send_bytes() ==
+             estimate(world4, {OptimizerKind::adam, Precision::fp32}).ranks[3].send_bytes());
+}
+
+BOOST_AUTO_TEST_CASE(shard_groups_of_a_layer_wise_plan_put_the_owner_at_its_position) {
+  // Units A, B, C, D of 8, 6, 4, 2 fp32 elements, one per rank of a 4-rank plan; in groups of 2
+  // the owner's position is owner % 2: position 0 (ranks 0, 2) holds A and C (12 elements),
+  // position 1 (ranks 1, 3) B and D (8). The owner all-reduces its whole gradient with its copy:
+  // 2 ceil(numel / 2) * 4 bytes, so position 0 sends 2 * 4 * 4 + 2 * 2 * 4 = 48 and position
+  // 1 2 * 3 * 4 + 2 * 1 * 4 = 32 (all-reducing every rank's block instead would give 48 for both).
+  const ShardingPlan plan = LayerWiseSharding().make_plan(
+      {param("a", {8}, "A"), param("b", {6}, "B"), param("c", {4}, "C"), param("d", {2}, "D")}, 4);
+  for (const auto& [name, owner] : {std::pair{"a", 0}, {"b", 1}, {"c", 2}, {"d", 3}}) {
+    BOOST_REQUIRE(plan.placement(name).owner_rank == owner);
+  }
+  const PlanEstimate e =
+      estimate(plan, {OptimizerKind::sgd, Precision::fp32, ShardingMode::full_shard, 2});
+  for (const RankEstimate& rank : e.ranks) {
+    BOOST_TEST(rank.elements == (rank.rank % 2 == 0 ? 12 : 8));
+    BOOST_TEST(rank.replica_gradient_send_bytes == (rank.rank % 2 == 0 ? 48 : 32));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_shard_group_size_must_divide_the_world) {
+  const ShardingPlan plan = FullSharding().make_plan({param("w", {12}, "L")}, 4);
+  for (int bad : {3, 8, -1}) {
+    BOOST_CHECK_EXCEPTION(
+        estimate(plan, {OptimizerKind::adam, Precision::fp32, ShardingMode::full_shard, bad}),
+        Error, (MessageHas{{"shard group size " + std::to_string(bad), "world size 4"}}));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(zero_paper_figure_1) {
+  // Psi = 7.5B parameters, N = 64, mixed-precision Adam (K = 12), as one fp16 parameter of 7.5e9
+  // elements: 7.5e9 / 64 = 117,187,500 per rank exactly.
+  //   baseline (2 + 2 + K) Psi          = 16 * 7.5e9             = 120 GB
+  //   P_os     (2 + 2) Psi + K Psi / N  = 30e9 + 1.40625e9       = 31.4 GB
+  //   P_os+g   2 Psi + (2 + K) Psi / N  = 15e9 + 1.640625e9      = 16.6 GB
+  //   P_os+g+p (2 + 2 + K) Psi / N      = 16 * 117,187,500       = 1.9 GB
+  const std::int64_t psi = 7'500'000'000;
+  const ShardingPlan plan = FullSharding().make_plan({param("w", {psi}, "L", DType::f16)}, 64);
+  const std::vector<PlanEstimate> every =
+      estimate_every_mode(plan, {OptimizerKind::adam, Precision::mixed});
+  BOOST_TEST(every[0].fullest_rank().persistent_bytes() == 120'000'000'000);
+  BOOST_TEST(every[1].fullest_rank().persistent_bytes() == 31'406'250'000);
+  BOOST_TEST(every[2].fullest_rank().persistent_bytes() == 16'640'625'000);
+  BOOST_TEST(every[3].fullest_rank().persistent_bytes() == 1'875'000'000);
+  // Communication: stages 0-2 move 2 Psi per step, stage 3 3 Psi ((N-1)/N of it per rank).
+  BOOST_TEST(every[0].max_send_bytes() == 2 * 63 * (psi / 64) * 2);
+  BOOST_TEST(every[1].max_send_bytes() == 2 * 63 * (psi / 64) * 2);
+  BOOST_TEST(every[2].max_send_bytes() == 2 * 63 * (psi / 64) * 2);
+  BOOST_TEST(every[3].max_send_bytes() == 3 * 63 * (psi / 64) * 2);
+}
+
 BOOST_AUTO_TEST_CASE(names_parse) {
   BOOST_TEST((parse_optimizer("AdamW") == OptimizerKind::adamw));
   BOOST_TEST((parse_optimizer("momentum") == OptimizerKind::sgd_momentum));
   BOOST_TEST((parse_precision("bf16") == Precision::mixed));
   BOOST_CHECK_EXCEPTION(parse_optimizer("lamb"), Error, (MessageHas{{"'lamb'", "adamw"}}));
   BOOST_CHECK_EXCEPTION(parse_precision("fp8"), Error, (MessageHas{{"'fp8'", "mixed"}}));
+  // What each mode keeps in pieces: one more kind of state per ZeRO stage.
+  BOOST_TEST(sharded_state(ShardingMode::full_shard).parameters);
+  BOOST_TEST(!sharded_state(ShardingMode::shard_grad_op).parameters);
+  BOOST_TEST(sharded_state(ShardingMode::shard_grad_op).gradients);
+  BOOST_TEST(!sharded_state(ShardingMode::shard_optimizer).gradients);
+  BOOST_TEST(sharded_state(ShardingMode::shard_optimizer).optimizer_state);
+  BOOST_TEST(!sharded_state(ShardingMode::no_shard).optimizer_state);
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/shard/sharding_mode.hpp"
 #include "fsdp/shard/sharding_plan.hpp"
 
 namespace fsdp {
@@ -34,6 +35,14 @@ Precision parse_precision(const std::string& name);
 struct EstimateOptions {
   OptimizerKind optimizer = OptimizerKind::adam;
   Precision precision = Precision::fp32;
+  // Which of parameters, gradients and optimizer state are kept in pieces (the ZeRO stage).
+  ShardingMode mode = ShardingMode::full_shard;
+  // Shard groups (hybrid-sharded data parallel, HSDP; not the Hybrid strategy): the plan's
+  // placements apply within shard groups of this many consecutive
+  // ranks (rank r is position r % G of group r / G), and the world_size / G groups hold copies
+  // and all-reduce their gradient pieces. 0: the plan's world size (one group, no copies). Must
+  // divide the plan's world size.
+  int shard_group_size = 0;
 };
 
 // Bytes per element of one parameter by role: the K of the ZeRO paper is `optimizer`.
@@ -47,7 +56,9 @@ ElementBytes element_bytes(DType dtype, const EstimateOptions& options);
 
 struct RankEstimate {
   int rank = 0;
-  std::int64_t elements = 0;         // elements held (own pieces, owned and replicated parameters)
+  // Parameter elements held: own pieces, owned and replicated parameters under full_shard;
+  // every parameter whole under the other modes.
+  std::int64_t elements = 0;
   std::int64_t parameter_bytes = 0;  // persistent, per rank
   std::int64_t gradient_bytes = 0;
   std::int64_t optimizer_bytes = 0;
@@ -58,29 +69,50 @@ struct RankEstimate {
   std::int64_t forward_gather_send_bytes = 0;   // all-gather (or broadcast) before each forward
   std::int64_t backward_gather_send_bytes = 0;  // the same again before each backward
   std::int64_t gradient_send_bytes = 0;         // reduce-scatter, reduce or all-reduce of grads
+  // Shard groups: the all-reduce of this rank's gradient piece with the ranks at the same
+  // position in the other shard groups; 0 with one group.
+  std::int64_t replica_gradient_send_bytes = 0;
   std::int64_t send_bytes() const {
-    return forward_gather_send_bytes + backward_gather_send_bytes + gradient_send_bytes;
+    return forward_gather_send_bytes + backward_gather_send_bytes + gradient_send_bytes +
+           replica_gradient_send_bytes;
   }
 };
 
 struct PlanEstimate {
-  EstimateOptions options;
+  EstimateOptions options;  // as given, with shard_group_size resolved (never 0)
   int world_size = 1;
   std::int64_t total_elements = 0;  // of the model
   std::vector<RankEstimate> ranks;  // one per rank, in rank order
-  // The largest unit (layer) by gathered bytes and what gathering it takes on every rank: its
-  // parameters and gradients at full size (replicated parameters excluded: they are resident).
+  // The largest unit (layer) by transient bytes and what running it takes on every rank on top
+  // of the persistent bytes: full-size parameters (gathered; full_shard) and full-size gradients
+  // (before their reduce-scatter; full_shard and shard_grad_op; or in no_shard's all-reduce
+  // buffer). Replicated parameters are resident and excluded. shard_optimizer has none: the
+  // name is empty and both figures 0.
   std::string largest_unit;
   std::int64_t largest_unit_elements = 0;
   std::int64_t gathered_working_set_bytes = 0;
+  // What the working set holds, for people: "parameters and gradients", "gradients" or "".
+  std::string working_set_holds;
+  // The rank with the most persistent bytes (the first of equals).
+  const RankEstimate& fullest_rank() const;
   // persistent bytes of the fullest rank + the working set: the peak before activations.
   std::int64_t peak_bytes() const;
-  // The same model trained without sharding (every rank holds everything), for comparison.
+  // The most bytes one rank sends per step.
+  std::int64_t max_send_bytes() const;
+  // What every rank holds under no_shard (whole parameters, gradients and optimizer state), the
+  // baseline the modes are compared with; the same for every mode and shard group size.
   std::int64_t unsharded_persistent_bytes = 0;
+  // world_size / options.shard_group_size: the copies of each piece.
+  int replicas() const { return world_size / options.shard_group_size; }
 };
 
 // Computes everything from the plan's arithmetic: no ranks are needed, so a plan for 1024 ranks
-// is estimated on one process.
+// is estimated on one process. Throws Error when options.shard_group_size is negative or does
+// not divide the plan's world size.
 PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options);
+
+// The plan estimated in every mode, options.mode ignored, in the order of the ZeRO paper's
+// Figure 1: no_shard, shard_optimizer, shard_grad_op, full_shard.
+std::vector<PlanEstimate> estimate_every_mode(const ShardingPlan& plan, EstimateOptions options);
 
 }  // namespace fsdp

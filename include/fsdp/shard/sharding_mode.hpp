@@ -33,4 +33,16 @@ ShardingMode parse_sharding_mode(const std::string& name);
 // ZeRO stage: 3, 2, 1, 0.
 int zero_stage(ShardingMode mode);
 
+// What a mode keeps in pieces on the ranks of a shard group; the rest is held whole on every rank.
+// The one statement of the rule: the estimates (plan_estimate.hpp) derive their memory and traffic
+// from it.
+struct ShardedState {
+  bool parameters = false;
+  bool gradients = false;
+  bool optimizer_state = false;
+};
+// full_shard: all three; shard_grad_op: gradients and optimizer state; shard_optimizer: optimizer
+// state; no_shard: none.
+ShardedState sharded_state(ShardingMode mode);
+
 }  // namespace fsdp
