@@ -109,7 +109,7 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
 
   // Sharded: every piece a view of the flat buffers (the empty trailing ones too), unless the
   // mode keeps whole parameters (gradients) resident: then pieces are views into those.
-  const bool resident_grads = mode_ == ShardingMode::shard_optimizer;
+  const bool resident_grads = keeps_gradients();
   if (!keeps_parameters()) {
     flat_shard_ = TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".shards",
                                  layout_.flat_numel);
@@ -173,7 +173,16 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
 
 template <class T>
 bool ShardedUnit<T>::keeps_parameters() const {
-  return mode_ == ShardingMode::shard_grad_op || mode_ == ShardingMode::shard_optimizer;
+  // What stays whole is what the mode does not keep in pieces (sharded_state, the one statement
+  // of the rule); no_shard keeps nothing in pieces and gets a replicated plan instead.
+  const ShardedState pieces = sharded_state(mode_);
+  return pieces.optimizer_state && !pieces.parameters;
+}
+
+template <class T>
+bool ShardedUnit<T>::keeps_gradients() const {
+  const ShardedState pieces = sharded_state(mode_);
+  return pieces.optimizer_state && !pieces.gradients;
 }
 
 // The whole parameters (and, for shard_optimizer, gradients) allocated once; each rank's pieces
@@ -205,7 +214,7 @@ void ShardedUnit<T>::make_resident_buffers() {
           TrackedView<T>(tracker_, MemoryCategory::resident_parameters, name_ + ".whole", g.numel);
     }
   }
-  if (mode_ != ShardingMode::shard_optimizer) {
+  if (!keeps_gradients()) {
     return;
   }
   // Every rank's gradient piece sits where its reduce-scatter chunk lands in the whole gradient:
@@ -486,7 +495,7 @@ void ShardedUnit<T>::reduce_scatter_grads() {
               "' while its gather is in flight; wait for the gather first");
   // shard_optimizer's gradient pieces live inside the whole gradients that the next backward
   // adds into, so a second reduction would mix averaged and local values.
-  require(!(mode_ == ShardingMode::shard_optimizer && has_grads_),
+  require(!(keeps_gradients() && has_grads_),
           "reduce_scatter_grads of unit '" + name_ +
               "' twice before zero_grad in mode shard_optimizer; accumulate micro-batches in the "
               "whole gradients and reduce once per optimizer step",
@@ -531,7 +540,7 @@ void ShardedUnit<T>::reduce_scatter_grads() {
     average_over_replicas(staging, grads);
   }
 
-  if (mode_ == ShardingMode::shard_optimizer) {
+  if (keeps_gradients()) {
     reduce_into_resident_gradients(staging);
   } else {
     std::size_t next = 0;
@@ -561,7 +570,7 @@ void ShardedUnit<T>::reduce_scatter_grads() {
     pool_->give_back(buffer);
   }
   pool_->give_back(packed_send);
-  if (mode_ != ShardingMode::shard_optimizer) {
+  if (!keeps_gradients()) {
     pool_->give_back(full_grads_);
   }
   has_grads_ = true;
@@ -613,7 +622,7 @@ void ShardedUnit<T>::reduce_into_resident_gradients(const std::vector<TrackedVie
 
 template <class T>
 void ShardedUnit<T>::zero_grad() {
-  if (mode_ == ShardingMode::shard_optimizer && full_grads_.allocated()) {
+  if (keeps_gradients() && full_grads_.allocated()) {
     Kokkos::deep_copy(space_, full_grads_.view(), T(0));
   }
   if (flat_grad_shard_.allocated()) {

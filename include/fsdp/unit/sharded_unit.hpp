@@ -95,6 +95,8 @@ class ShardedUnit {
   // Whole parameters stay allocated between gathers (shard_grad_op, shard_optimizer): gathering
   // costs no memory, and a runtime keeps the unit gathered from its forward to its backward.
   bool keeps_parameters() const;
+  // Whole gradients stay allocated and gradient pieces are views into them (shard_optimizer).
+  bool keeps_gradients() const;
   std::int64_t gather_count() const { return gather_count_; }
   std::int64_t release_count() const { return release_count_; }
   // Bytes of the unit's full parameters (a gather holds these, plus the padding of the
