@@ -13,6 +13,7 @@
 #include "device_access.hpp"
 #include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/optim/adam.hpp"
+#include "fsdp/shard/plan_estimate.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 
@@ -84,6 +85,17 @@ void check_memory_matches_the_formula() {
     BOOST_TEST(
         std::abs(measured - expected) <= 0.05 * expected,
         name_of(mode) << ": " << measured << " B measured, " << expected << " B by the formula");
+    // fsdp-plan's estimate of this rank (plan_estimate.hpp) counts the same pieces as the
+    // tracker, which also counts the padding of the flat piece buffers (under 0.2% here).
+    EstimateOptions estimate_options;
+    estimate_options.optimizer = OptimizerKind::adam;
+    estimate_options.mode = mode;
+    const auto estimated = static_cast<double>(estimate(model.plan(), estimate_options)
+                                                   .ranks.at(static_cast<std::size_t>(group.rank()))
+                                                   .persistent_bytes());
+    BOOST_TEST(std::abs(measured - estimated) <= 0.05 * estimated,
+               name_of(mode) << ": fsdp-plan estimates " << estimated << " B, the tracker measured "
+                             << measured << " B");
     // Whole tensors are resident exactly where the mode keeps them.
     const bool whole_parameters =
         mode == ShardingMode::shard_grad_op || mode == ShardingMode::shard_optimizer;
