@@ -58,6 +58,15 @@ enum fsdp_dtype { FSDP_FLOAT32 = 1, FSDP_FLOAT64 = 2 };
 /* Kinds of pattern for the hybrid strategy (fsdp_model_add_strategy_pattern). */
 enum fsdp_pattern_kind { FSDP_PATTERN_FULL_SHARD = 1, FSDP_PATTERN_LAYER_WISE = 2 };
 
+/* What stays in pieces (fsdp_model_set_mode; docs/modes.md): ZeRO-3, ZeRO-2, ZeRO-1 and
+ * replicated data parallel. */
+enum fsdp_sharding_mode {
+  FSDP_MODE_FULL_SHARD = 1,
+  FSDP_MODE_SHARD_GRAD_OP = 2,
+  FSDP_MODE_SHARD_OPTIMIZER = 3,
+  FSDP_MODE_NO_SHARD = 4
+};
+
 typedef struct fsdp_model_s* fsdp_model_t;
 typedef struct fsdp_runtime_s* fsdp_runtime_t;
 typedef struct fsdp_optimizer_s* fsdp_optimizer_t;
@@ -88,6 +97,16 @@ int fsdp_model_add_parameter(fsdp_model_t model, const char* name, int ndim, con
                              const char* layer, int always_gather);
 /* A glob pattern for the "hybrid" strategy (kind: fsdp_pattern_kind). */
 int fsdp_model_add_strategy_pattern(fsdp_model_t model, int kind, const char* pattern);
+/* Before fsdp_model_shard: the sharding mode (fsdp_sharding_mode; FSDP_MODE_FULL_SHARD unless
+ * set). */
+int fsdp_model_set_mode(fsdp_model_t model, int mode);
+/* Before fsdp_model_shard: hybrid sharding. The model shards within groups of shard_group_size
+ * consecutive ranks of the communicator (0: the ranks of each node) and averages gradients
+ * across the groups; -1 (the default): one group of every rank. Split the data over the whole
+ * communicator either way; fsdp_model_rank then gives the rank and size of the shard group.
+ * fsdp_model_shard fails with FSDP_ERROR_INVALID_ARGUMENT when the size does not divide the
+ * communicator's. */
+int fsdp_model_set_shard_group_size(fsdp_model_t model, int shard_group_size);
 /* Collective over comm: makes the plan with strategy "full", "layerwise" or "hybrid" on rank 0,
  * agrees on it over the group (agree_on_plan: every rank must have added the same parameters),
  * and allocates this rank's pieces, all zero. The model keeps its own duplicate of comm.
@@ -103,7 +122,8 @@ int fsdp_model_parameter_piece(fsdp_model_t model, const char* name, int64_t* fi
                                int64_t* count);
 /* FSDP_FLOAT32 or FSDP_FLOAT64, as created. */
 int fsdp_model_dtype(fsdp_model_t model, int* dtype);
-/* The rank of this process in the model's group and the group's size. */
+/* The rank of this process in the model's group and the group's size (the shard group under
+ * hybrid sharding). */
 int fsdp_model_rank(fsdp_model_t model, int* rank, int* size);
 
 /* Initialization. values point at elements of the model's dtype (float or double). */

@@ -9,12 +9,14 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
+#include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
@@ -175,6 +177,8 @@ struct fsdp_model_s {
   fsdp::DType dtype = fsdp::DType::f32;
   std::vector<fsdp::ParameterInfo> parameters;
   fsdp::StrategyOptions patterns;
+  fsdp::ShardingMode mode = fsdp::ShardingMode::full_shard;
+  int shard_group_size = -1;  // -1: no hybrid sharding
   // Empty until fsdp_model_shard. Shared with the runtimes and optimizers made from the model.
   FloatOrDouble<fsdp::ShardedModel> sharded;
 
@@ -360,6 +364,45 @@ int fsdp_model_add_strategy_pattern(fsdp_model_t model, int kind, const char* pa
 
 namespace {
 
+void require_not_sharded(fsdp_model_t model, const char* what) {
+  if (!model->sharded.empty()) {
+    throw fsdp::Error(fsdp::ErrorKind::state, std::string(what) +
+                                                  " is set before fsdp_model_shard; the model "
+                                                  "is already sharded");
+  }
+}
+
+}  // namespace
+
+int fsdp_model_set_mode(fsdp_model_t model, int mode) {
+  return guarded("fsdp_model_set_mode", [&] {
+    require_handle(model, "model");
+    require_not_sharded(model, "the sharding mode");
+    const fsdp::ShardingMode modes[] = {
+        fsdp::ShardingMode::full_shard, fsdp::ShardingMode::shard_grad_op,
+        fsdp::ShardingMode::shard_optimizer, fsdp::ShardingMode::no_shard};
+    require_argument(mode >= FSDP_MODE_FULL_SHARD && mode <= FSDP_MODE_NO_SHARD,
+                     "sharding mode " + std::to_string(mode) +
+                         " is not FSDP_MODE_FULL_SHARD (1), FSDP_MODE_SHARD_GRAD_OP (2), "
+                         "FSDP_MODE_SHARD_OPTIMIZER (3) or FSDP_MODE_NO_SHARD (4)");
+    model->mode = modes[mode - FSDP_MODE_FULL_SHARD];
+  });
+}
+
+int fsdp_model_set_shard_group_size(fsdp_model_t model, int shard_group_size) {
+  return guarded("fsdp_model_set_shard_group_size", [&] {
+    require_handle(model, "model");
+    require_not_sharded(model, "the shard group size");
+    require_argument(shard_group_size >= -1,
+                     "shard group size " + std::to_string(shard_group_size) +
+                         " is below -1; give the ranks per shard group, 0 for the ranks of each "
+                         "node, or -1 for one group of every rank");
+    model->shard_group_size = shard_group_size;
+  });
+}
+
+namespace {
+
 void shard_model(fsdp_model_t model, MPI_Comm comm, const char* strategy_name) {
   require_handle(model, "model");
   const std::string strategy = require_name(strategy_name, "the strategy name");
@@ -378,7 +421,22 @@ void shard_model(fsdp_model_t model, MPI_Comm comm, const char* strategy_name) {
   } catch (const fsdp::Error& error) {
     throw ApiError(FSDP_ERROR_INVALID_ARGUMENT, error.what());
   }
-  fsdp::ProcessGroup group(comm);
+  fsdp::ProcessGroup world(comm);
+  fsdp::ShardedModelOptions options;
+  options.unit.mode = model->mode;
+  std::optional<fsdp::HybridGroups> hybrid;
+  if (model->shard_group_size >= 0) {
+    try {
+      hybrid = fsdp::make_hybrid_groups(world, model->shard_group_size);
+    } catch (const fsdp::Error& error) {
+      if (error.kind() != fsdp::ErrorKind::usage) {
+        throw;
+      }
+      throw ApiError(FSDP_ERROR_INVALID_ARGUMENT, error.what());
+    }
+    options.unit.replicas = hybrid->replicate;
+  }
+  fsdp::ProcessGroup group = hybrid ? hybrid->shard : world;
   const fsdp::StrategyOptions patterns = model->patterns;
   fsdp::ShardingPlan plan = fsdp::agree_on_plan(
       [&] {
@@ -386,9 +444,11 @@ void shard_model(fsdp_model_t model, MPI_Comm comm, const char* strategy_name) {
       },
       model->parameters, group);
   if (model->dtype == fsdp::DType::f32) {
-    model->sharded.hold(std::make_shared<fsdp::ShardedModel<float>>(group, std::move(plan)));
+    model->sharded.hold(
+        std::make_shared<fsdp::ShardedModel<float>>(group, std::move(plan), options));
   } else {
-    model->sharded.hold(std::make_shared<fsdp::ShardedModel<double>>(group, std::move(plan)));
+    model->sharded.hold(
+        std::make_shared<fsdp::ShardedModel<double>>(group, std::move(plan), options));
   }
 }
 

@@ -31,6 +31,11 @@ module fsdp
   integer, parameter, public :: FSDP_FLOAT64 = 2
   integer, parameter, public :: FSDP_PATTERN_FULL_SHARD = 1
   integer, parameter, public :: FSDP_PATTERN_LAYER_WISE = 2
+  ! Sharding modes (enum fsdp_sharding_mode; docs/modes.md).
+  integer, parameter, public :: FSDP_MODE_FULL_SHARD = 1
+  integer, parameter, public :: FSDP_MODE_SHARD_GRAD_OP = 2
+  integer, parameter, public :: FSDP_MODE_SHARD_OPTIMIZER = 3
+  integer, parameter, public :: FSDP_MODE_NO_SHARD = 4
 
   type, public :: fsdp_model
     type(c_ptr) :: handle = c_null_ptr
@@ -61,6 +66,7 @@ module fsdp
 
   public :: fsdp_last_error, fsdp_initialize, fsdp_finalize
   public :: fsdp_model_create, fsdp_model_add_parameter, fsdp_model_add_strategy_pattern
+  public :: fsdp_model_set_mode, fsdp_model_set_shard_group_size
   public :: fsdp_model_shard, fsdp_model_parameter_numel, fsdp_model_parameter_piece
   public :: fsdp_model_dtype, fsdp_model_rank
   public :: fsdp_model_init_from_full, fsdp_model_init_from_root, fsdp_model_init_with
@@ -131,6 +137,17 @@ module fsdp
       integer(c_int), value :: kind
       character(kind=c_char), intent(in) :: pattern(*)
     end function c_model_add_strategy_pattern
+    integer(c_int) function c_model_set_mode(model, mode) bind(c, name='fsdp_model_set_mode')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int), value :: mode
+    end function c_model_set_mode
+    integer(c_int) function c_model_set_shard_group_size(model, size) &
+        bind(c, name='fsdp_model_set_shard_group_size')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int), value :: size
+    end function c_model_set_shard_group_size
     integer(c_int) function c_model_shard(model, comm, strategy) bind(c, name='fsdp_model_shard')
       import :: c_int, c_ptr, c_char
       type(c_ptr), value :: model
@@ -439,6 +456,23 @@ contains
     integer, intent(out) :: ierr
     ierr = int(c_model_add_strategy_pattern(model%handle, int(kind, c_int), c_string(pattern)))
   end subroutine fsdp_model_add_strategy_pattern
+
+  ! Before fsdp_model_shard: the sharding mode (FSDP_MODE_*; FSDP_MODE_FULL_SHARD unless set).
+  subroutine fsdp_model_set_mode(model, mode, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(in) :: mode
+    integer, intent(out) :: ierr
+    ierr = int(c_model_set_mode(model%handle, int(mode, c_int)))
+  end subroutine fsdp_model_set_mode
+
+  ! Before fsdp_model_shard: hybrid sharding within groups of size consecutive ranks (0: the
+  ! ranks of each node; -1, the default: one group of every rank).
+  subroutine fsdp_model_set_shard_group_size(model, size, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(in) :: size
+    integer, intent(out) :: ierr
+    ierr = int(c_model_set_shard_group_size(model%handle, int(size, c_int)))
+  end subroutine fsdp_model_set_shard_group_size
 
   ! Collective over comm: agrees on the plan of strategy 'full', 'layerwise' or 'hybrid'.
   subroutine model_shard_integer(model, comm, strategy, ierr)

@@ -173,9 +173,13 @@ static void full_parameter(fsdp_runtime_t runtime, int i, int dtype, double* out
   }
 }
 
-static fsdp_model_t make_model(int dtype, const char* strategy) {
+/* mode: an fsdp_sharding_mode; shard_group_size: -1 for no hybrid sharding. */
+static fsdp_model_t make_model_in_mode(int dtype, const char* strategy, int mode,
+                                       int shard_group_size) {
   fsdp_model_t model = NULL;
   CHECK_OK(fsdp_model_create(dtype, &model));
+  CHECK_OK(fsdp_model_set_mode(model, mode));
+  CHECK_OK(fsdp_model_set_shard_group_size(model, shard_group_size));
   const int64_t shapes[NPARAM][2] = {{HIDDEN, IN}, {HIDDEN, 0}, {OUT, HIDDEN}, {OUT, 0}};
   const int ndims[NPARAM] = {2, 1, 2, 1};
   const char* const layers[NPARAM] = {"l0", "l0", "l1", "l1"};
@@ -186,6 +190,10 @@ static fsdp_model_t make_model(int dtype, const char* strategy) {
   /* MPI_Fint, as Fortran passes it: the C side converts with MPI_Comm_f2c. */
   CHECK_OK(fsdp_model_shard(model, MPI_Comm_c2f(MPI_COMM_WORLD), strategy));
   return model;
+}
+
+static fsdp_model_t make_model(int dtype, const char* strategy) {
+  return make_model_in_mode(dtype, strategy, FSDP_MODE_FULL_SHARD, -1);
 }
 
 static void init_model(fsdp_model_t model, int dtype) {
@@ -291,11 +299,12 @@ static void compare(fsdp_model_t model, int dtype, const Parameters* expected, d
   }
 }
 
-static void train_and_compare(int dtype, const char* strategy, Rule rule, int steps, int prefetch,
-                              int limit, double tolerance, const char* label) {
+static void train_in_mode_and_compare(int dtype, const char* strategy, int mode,
+                                      int shard_group_size, Rule rule, int steps, int prefetch,
+                                      int limit, double tolerance, const char* label) {
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  fsdp_model_t model = make_model(dtype, strategy);
+  fsdp_model_t model = make_model_in_mode(dtype, strategy, mode, shard_group_size);
   init_model(model, dtype);
   fsdp_runtime_t runtime = NULL;
   CHECK_OK(fsdp_runtime_create(model, 2, unit_order, prefetch, limit, &runtime));
@@ -332,6 +341,67 @@ static void train_and_compare(int dtype, const char* strategy, Rule rule, int st
   fsdp_model_destroy(model);
   fsdp_optimizer_destroy(optimizer);
   fsdp_runtime_destroy(runtime);
+}
+
+static void train_and_compare(int dtype, const char* strategy, Rule rule, int steps, int prefetch,
+                              int limit, double tolerance, const char* label) {
+  train_in_mode_and_compare(dtype, strategy, FSDP_MODE_FULL_SHARD, -1, rule, steps, prefetch, limit,
+                            tolerance, label);
+}
+
+/* ---- sharding modes and hybrid sharding: the same training, the same result ---- */
+static void test_modes(void) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const Rule adamw = {1, 0.01, 0.0, 0.05};
+  const int modes[4] = {FSDP_MODE_FULL_SHARD, FSDP_MODE_SHARD_GRAD_OP, FSDP_MODE_SHARD_OPTIMIZER,
+                        FSDP_MODE_NO_SHARD};
+  const char* const names[4] = {"full_shard", "shard_grad_op", "shard_optimizer", "no_shard"};
+  /* Hybrid: 2 shards per group on an even world, else groups of 1 (every rank a replica). */
+  const int group = world % 2 == 0 ? 2 : 1;
+  for (int m = 0; m < 4; ++m) {
+    char label[96];
+    snprintf(label, sizeof label, "fp64 %s AdamW", names[m]);
+    train_in_mode_and_compare(FSDP_FLOAT64, "full", modes[m], -1, adamw, 3, 1, 2, 1e-12, label);
+    snprintf(label, sizeof label, "fp64 %s AdamW, shard groups of %d", names[m], group);
+    train_in_mode_and_compare(FSDP_FLOAT64, "layerwise", modes[m], group, adamw, 3, 1, 2, 1e-12,
+                              label);
+  }
+  {
+    /* The shard group's rank and size, and what is refused. */
+    fsdp_model_t model = make_model_in_mode(FSDP_FLOAT64, "full", FSDP_MODE_FULL_SHARD, group);
+    int rank = -1, size = -1;
+    CHECK_OK(fsdp_model_rank(model, &rank, &size));
+    CHECK(size == group && rank == world_rank % group, "shard group rank %d of %d", rank, size);
+    CHECK_CODE(fsdp_model_set_mode(model, FSDP_MODE_NO_SHARD), FSDP_ERROR_STATE);
+    fsdp_model_t replicated = make_model_in_mode(FSDP_FLOAT64, "full", FSDP_MODE_NO_SHARD, -1);
+    int64_t first = -1, count = -1;
+    CHECK_OK(fsdp_model_parameter_piece(replicated, "l0.w", &first, &count));
+    CHECK(first == 0 && count == HIDDEN * IN, "no_shard holds [%lld, +%lld) of l0.w, not all",
+          (long long)first, (long long)count);
+    fsdp_model_destroy(replicated);
+    CHECK_CODE(fsdp_model_set_shard_group_size(model, 1), FSDP_ERROR_STATE);
+    fsdp_model_destroy(model);
+  }
+  fsdp_model_t model = NULL;
+  CHECK_OK(fsdp_model_create(FSDP_FLOAT64, &model));
+  CHECK_CODE(fsdp_model_set_mode(model, 5), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "sharding mode 5 is not FSDP_MODE_FULL_SHARD (1)") != NULL,
+        "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_model_set_mode(NULL, FSDP_MODE_NO_SHARD), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_model_set_shard_group_size(model, -2), FSDP_ERROR_INVALID_ARGUMENT);
+  if (world > 1) {
+    const int64_t shape[1] = {4};
+    CHECK_OK(fsdp_model_add_parameter(model, "p", 1, shape, "l", 0));
+    CHECK_OK(fsdp_model_set_shard_group_size(model, world + 1));
+    CHECK_CODE(fsdp_model_shard(model, MPI_Comm_c2f(MPI_COMM_WORLD), "full"),
+               FSDP_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(fsdp_last_error(), "does not divide") != NULL, "message: %s", fsdp_last_error());
+  }
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: modes: ok\n");
+  }
 }
 
 /* ---- initialization by callback, and plain SGD's exact rule ---- */
@@ -711,6 +781,7 @@ int main(int argc, char** argv) {
   train_and_compare(FSDP_FLOAT64, "layerwise", adamw, 2, 0, 2, 1e-12,
                     "fp64 layerwise AdamW no prefetch");
   train_and_compare(FSDP_FLOAT32, "full", sgd, 3, 1, 2, 1e-5, "fp32 full SGD+momentum");
+  test_modes();
   test_init_with_and_sgd_rule();
   test_errors();
   test_checkpoints();

@@ -181,6 +181,9 @@ program test_fortran
   call check_ok(ierr, 'fsdp_initialize')
 
   call train_and_compare()
+  ! ZeRO-1 with hybrid sharding: shard groups of 2 on an even world, of 1 otherwise.
+  call train_and_compare(FSDP_MODE_SHARD_OPTIMIZER, merge(2, 1, mod(world_size, 2) == 0))
+  call train_and_compare(FSDP_MODE_NO_SHARD)
   call sgd_rule_single_precision()
   call error_paths()
   call checkpoints()
@@ -192,13 +195,22 @@ program test_fortran
 
 contains
 
-  subroutine make_model(model, dtype, strategy, integer_comm)
+  subroutine make_model(model, dtype, strategy, integer_comm, mode, shard_group_size)
     type(fsdp_model), intent(out) :: model
     integer, intent(in) :: dtype
     character(len=*), intent(in) :: strategy
     logical, intent(in) :: integer_comm
+    integer, intent(in), optional :: mode, shard_group_size
     call fsdp_model_create(model, dtype, ierr)
     call check_ok(ierr, 'fsdp_model_create')
+    if (present(mode)) then
+      call fsdp_model_set_mode(model, mode, ierr)
+      call check_ok(ierr, 'fsdp_model_set_mode')
+    end if
+    if (present(shard_group_size)) then
+      call fsdp_model_set_shard_group_size(model, shard_group_size, ierr)
+      call check_ok(ierr, 'fsdp_model_set_shard_group_size')
+    end if
     call fsdp_model_add_parameter(model, 'l0.w', [n_in, n_hidden], 'l0', ierr)
     call check_ok(ierr, 'add l0.w')
     call fsdp_model_add_parameter(model, 'l0.b', [n_hidden], 'l0', ierr)
@@ -309,7 +321,9 @@ contains
   end subroutine train_steps
 
   ! fp64, SGD with momentum and weight decay, 3 steps, full sharding, integer communicator.
-  subroutine train_and_compare()
+  ! mode, shard_group_size: passed to the model when present (the result must not depend on them).
+  subroutine train_and_compare(mode, shard_group_size)
+    integer, intent(in), optional :: mode, shard_group_size
     type(fsdp_model) :: model
     type(fsdp_runtime) :: runtime
     type(fsdp_optimizer) :: sgd
@@ -322,7 +336,7 @@ contains
     integer, parameter :: steps = 3
     integer :: step, r
 
-    call make_model(model, FSDP_FLOAT64, 'full', .true.)
+    call make_model(model, FSDP_FLOAT64, 'full', .true., mode, shard_group_size)
     call initial(w0, b0, w1, b1)
     call fsdp_model_init_from_full(model, 'l0.w', w0, ierr)
     call check_ok(ierr, 'init l0.w')
