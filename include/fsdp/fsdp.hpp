@@ -51,6 +51,7 @@
 // optim: optimizers on the shards
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/grad_norm.hpp"
+#include "fsdp/optim/loss_scaler.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/optim/sgd.hpp"
 

@@ -1,4 +1,5 @@
 #include "fsdp/core/dtype.hpp"
+#include "fsdp/core/half_conversion.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -6,83 +7,20 @@
 #include "fsdp/core/error.hpp"
 
 namespace fsdp {
-namespace {
-
-std::uint32_t bits_of(float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
-
-float float_of(std::uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-}  // namespace
-
 bfloat16 to_bfloat16(float value) {
-  std::uint32_t bits = bits_of(value);
-  if (std::isnan(value)) {
-    return bfloat16{static_cast<std::uint16_t>((bits >> 16) | 0x0040u)};  // quiet NaN
-  }
-  const std::uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
-  return bfloat16{static_cast<std::uint16_t>((bits + rounding) >> 16)};
+  return bfloat16{half::bfloat16_bits(value)};
 }
 
 float to_float(bfloat16 value) {
-  return float_of(static_cast<std::uint32_t>(value.bits) << 16);
+  return half::from_bfloat16_bits(value.bits);
 }
 
 float16 to_float16(float value) {
-  const std::uint32_t bits = bits_of(value);
-  const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
-  const std::uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits >= 0x7f800000u) {  // infinity or NaN
-    const bool nan = abs_bits > 0x7f800000u;
-    return float16{static_cast<std::uint16_t>(sign | 0x7c00u | (nan ? 0x0200u : 0u))};
-  }
-  if (abs_bits >= 0x477ff000u) {  // rounds to a value above the largest half (65504)
-    return float16{static_cast<std::uint16_t>(sign | 0x7c00u)};
-  }
-  const int exponent = static_cast<int>(abs_bits >> 23) - 127;
-  if (exponent >= -14) {  // normal half
-    std::uint32_t mantissa = abs_bits & 0x7fffffu;
-    std::uint32_t half = (static_cast<std::uint32_t>(exponent + 15) << 10) | (mantissa >> 13);
-    const std::uint32_t rest = mantissa & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) {
-      ++half;  // a carry into the exponent is the correct rounding
-    }
-    return float16{static_cast<std::uint16_t>(sign | half)};
-  }
-  if (exponent < -25) {  // below half the smallest subnormal: rounds to zero
-    return float16{sign};
-  }
-  // Subnormal half: value = m * 2^-24 with m < 1024.
-  const std::uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;
-  const int shift = -exponent - 14 + 13;  // from 23 fraction bits to the subnormal position
-  std::uint32_t half = mantissa >> shift;
-  const std::uint32_t rest = mantissa & ((1u << shift) - 1u);
-  const std::uint32_t halfway = 1u << (shift - 1);
-  if (rest > halfway || (rest == halfway && (half & 1u))) {
-    ++half;
-  }
-  return float16{static_cast<std::uint16_t>(sign | half)};
+  return float16{half::float16_bits(value)};
 }
 
 float to_float(float16 value) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(value.bits & 0x8000u) << 16;
-  const std::uint32_t exponent = (value.bits >> 10) & 0x1fu;
-  const std::uint32_t mantissa = value.bits & 0x3ffu;
-  if (exponent == 0x1fu) {
-    return float_of(sign | 0x7f800000u | (mantissa << 13));
-  }
-  if (exponent == 0) {
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  return float_of(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  return half::from_float16_bits(value.bits);
 }
 
 std::size_t size_of(DType dtype) {

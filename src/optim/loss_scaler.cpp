@@ -1,0 +1,78 @@
+#include "fsdp/optim/loss_scaler.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace fsdp {
+
+LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
+  require(std::isfinite(options_.init_scale) && options_.init_scale > 0,
+          "LossScalerOptions::init_scale must be a positive finite number, got " +
+              std::to_string(options_.init_scale) + " (PyTorch's default is 65536)");
+  require(options_.growth_factor > 1, "LossScalerOptions::growth_factor must be > 1, got " +
+                                          std::to_string(options_.growth_factor) + " (default 2)");
+  require(options_.backoff_factor > 0 && options_.backoff_factor < 1,
+          "LossScalerOptions::backoff_factor must be in (0, 1), got " +
+              std::to_string(options_.backoff_factor) + " (default 0.5)");
+  require(options_.growth_interval >= 1, "LossScalerOptions::growth_interval must be >= 1, got " +
+                                             std::to_string(options_.growth_interval) +
+                                             " (default 2000)");
+  state_.scale = options_.init_scale;
+}
+
+template <class T>
+bool LossScaler::unscale_and_check(ShardedModel<T>& model) {
+  const T inverse = static_cast<T>(1.0 / state_.scale);
+  int found = 0;
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    const ExecutionSpace& space = model.unit(u).execution_space();
+    for (ShardedParameter<T>& p : model.unit(u).parameters()) {
+      auto grad = p.grad_shard();
+      int bad = 0;
+      // x - x is 0 for every finite x and NaN for infinities and NaN.
+      Kokkos::parallel_reduce(
+          "fsdp::unscale_and_check", device_range(space, 0, static_cast<std::int64_t>(grad.size())),
+          KOKKOS_LAMBDA(std::size_t i, int& any) {
+            const T g = grad(i) * inverse;
+            grad(i) = g;
+            if (!(g - g == T(0))) {
+              any = 1;
+            }
+          },
+          Kokkos::Max<int>(bad));
+      found = found > bad ? found : bad;
+    }
+  }
+  model.group().all_reduce(&found, 1, ReduceOp::max);
+  return found != 0;
+}
+
+void LossScaler::update(bool found_overflow) {
+  if (found_overflow) {
+    ++state_.skipped_steps;
+    state_.clean_steps = 0;
+    if (options_.dynamic) {
+      state_.scale *= options_.backoff_factor;
+    }
+    return;
+  }
+  ++state_.clean_steps;
+  if (options_.dynamic && state_.clean_steps >= options_.growth_interval) {
+    state_.scale *= options_.growth_factor;
+    state_.clean_steps = 0;
+  }
+}
+
+void LossScaler::set_state(const LossScalerState& state) {
+  require(std::isfinite(state.scale) && state.scale > 0 && state.clean_steps >= 0 &&
+              state.skipped_steps >= 0,
+          "a loss scaler state needs a positive finite scale and counters >= 0, got scale " +
+              std::to_string(state.scale) + ", clean steps " + std::to_string(state.clean_steps) +
+              ", skipped steps " + std::to_string(state.skipped_steps));
+  state_ = state;
+}
+
+template bool LossScaler::unscale_and_check(ShardedModel<float>&);
+template bool LossScaler::unscale_and_check(ShardedModel<double>&);
+
+}  // namespace fsdp
