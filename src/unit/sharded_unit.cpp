@@ -1,4 +1,5 @@
 #include "fsdp/unit/sharded_unit.hpp"
+#include "fsdp/core/half_conversion.hpp"
 #include "fsdp/core/text.hpp"
 
 #include <utility>
@@ -29,6 +30,49 @@ void copy_segments(const ExecutionSpace& space, const std::vector<CopySegment>& 
   for (const CopySegment& s : segments) {
     Kokkos::deep_copy(space, slice(to, s.to, s.count), slice(from, s.from, s.count));
   }
+}
+
+// A 16-bit buffer (kept as raw bits) seen as bfloat16 or float16 for the collectives.
+template <class H>
+Kokkos::View<H*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> as_half(
+    const DeviceView<std::uint16_t>& bits) {
+  static_assert(sizeof(H) == sizeof(std::uint16_t), "16-bit storage types only");
+  return Kokkos::View<H*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+      reinterpret_cast<H*>(bits.data()), bits.size());
+}
+
+// to(i) = the 16-bit rounding of from(i), for i < from.size(): a kernel on space, not fenced.
+template <class H, class T>
+void narrow_into(const ExecutionSpace& space, const DeviceView<T>& from,
+                 const DeviceView<std::uint16_t>& to) {
+  const auto out = as_half<H>(to);
+  Kokkos::parallel_for(
+      "fsdp::narrow", device_range(space, 0, static_cast<std::int64_t>(from.size())),
+      KOKKOS_LAMBDA(std::size_t i) { out(i) = half::narrow(static_cast<float>(from(i)), H{}); });
+}
+
+// to(i) = from(i) widened, for i < to.size().
+template <class H, class T>
+void widen_into(const ExecutionSpace& space, const DeviceView<std::uint16_t>& from,
+                const DeviceView<T>& to) {
+  const auto in = as_half<H>(from);
+  Kokkos::parallel_for(
+      "fsdp::widen", device_range(space, 0, static_cast<std::int64_t>(to.size())),
+      KOKKOS_LAMBDA(std::size_t i) { to(i) = static_cast<T>(half::widen(in(i))); });
+}
+
+// to(i) = from(i) rounded to 16 bits and widened back (a replicated parameter's compute copy).
+template <class H, class T>
+void round_into(const ExecutionSpace& space, const DeviceView<T>& from, const DeviceView<T>& to) {
+  Kokkos::parallel_for(
+      "fsdp::round", device_range(space, 0, static_cast<std::int64_t>(to.size())),
+      KOKKOS_LAMBDA(std::size_t i) {
+        to(i) = static_cast<T>(half::widen(half::narrow(static_cast<float>(from(i)), H{})));
+      });
+}
+
+bool is_half(DType dtype) {
+  return dtype == DType::bf16 || dtype == DType::f16;
 }
 
 }  // namespace
@@ -86,6 +130,8 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
       group_(std::move(group)),
       mode_(options.mode),
       replicas_(options.replicas),
+      param_dtype_(options.param_dtype),
+      reduce_dtype_(options.reduce_dtype),
       tracker_(std::move(tracker)),
       pool_(std::move(pool)) {
   require(!indices.empty(), "unit '" + name_ + "' has no parameters");
@@ -97,6 +143,22 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     require(info.dtype == dtype_of<T>(),
             "parameter " + describe(info) + " cannot train in a model of " +
                 name_of(dtype_of<T>()) + "; give every parameter the model's dtype");
+  }
+  for (const auto& [dtype, option] : {std::make_pair(param_dtype_, "param_dtype"),
+                                      std::make_pair(reduce_dtype_, "reduce_dtype")}) {
+    // f32 is "no cast" (the default) for float and double models alike.
+    require(dtype == DType::f32 || dtype == dtype_of<T>() || is_half(dtype),
+            std::string("mixed precision ") + option + " " + name_of(dtype) + " for a model of " +
+                name_of(dtype_of<T>()) + "; give bf16, fp16, or fp32 for no cast");
+    if (is_half(dtype)) {
+      require(dtype_of<T>() == DType::f32,
+              std::string("mixed precision (") + option + " " + name_of(dtype) +
+                  ") keeps fp32 master weights: use a float model, not " + name_of(dtype_of<T>()));
+      require(!keeps_parameters(),
+              std::string("mixed precision (") + option + " " + name_of(dtype) +
+                  ") works with full_shard and no_shard; " + fsdp::name_of(mode_) +
+                  " would need 16-bit resident parameters, which fsdp does not have yet");
+    }
   }
   layout_ = make_unit_layout(plan, indices, group_.rank(), static_cast<std::int64_t>(sizeof(T)),
                              options.direct_gather_bytes);
@@ -295,6 +357,10 @@ void ShardedUnit<T>::start_gather() {
     start_resident_gather();
     return;
   }
+  if (gathers_in_half()) {
+    param_dtype_ == DType::bf16 ? start_half_gather<bfloat16>() : start_half_gather<float16>();
+    return;
+  }
   const int n = group_.size();
   // Every buffer a collective fills completely: no zero fill.
   if (!layout_.packed.empty()) {
@@ -323,6 +389,108 @@ void ShardedUnit<T>::start_gather() {
       in_flight_.push_back(group_.broadcast_async(buffers.gathered.view(), g.owner, space_));
     }
   }
+}
+
+template <class T>
+bool ShardedUnit<T>::gathers_in_half() const {
+  return is_half(param_dtype_);
+}
+
+template <class T>
+bool ShardedUnit<T>::reduces_in_half() const {
+  return is_half(reduce_dtype_);
+}
+
+template <class T>
+DeviceView<std::uint16_t> ShardedUnit<T>::half_buffer(const std::string& label,
+                                                      std::int64_t count) {
+  half_buffers_.emplace_back(tracker_, MemoryCategory::communication, name_ + "." + label, count,
+                             false);
+  return half_buffers_.back().view();
+}
+
+// Mixed precision: every piece is rounded to 16 bits while it is copied into the send buffer, and
+// the collectives move 16-bit elements; finish_half_gather widens them into the whole parameters.
+// Owners broadcast 16 bits too and compute with the widened copy like everyone else, so every rank
+// computes with the same values.
+template <class T>
+template <class H>
+void ShardedUnit<T>::start_half_gather() {
+  const int n = group_.size();
+  half_buffers_.clear();
+  if (!layout_.packed.empty()) {
+    const auto send = half_buffer("packed_send16", layout_.packed_numel);
+    narrow_into<H>(space_, slice(flat_shard_.view(), 0, layout_.packed_numel), send);
+    const auto recv = half_buffer("packed_gather16", layout_.packed_numel * n);
+    in_flight_.push_back(group_.all_gather_async(as_half<H>(send), as_half<H>(recv), space_));
+  }
+  for (std::size_t i : layout_.direct) {
+    const ShardedParameter<T>& p = parameters_[i];
+    const std::int64_t padded = p.layout_.piece.padded;
+    const auto send = half_buffer(p.name() + ".send16", padded);
+    narrow_into<H>(space_, slice(flat_shard_.view(), p.layout_.flat_offset, padded), send);
+    const auto recv = half_buffer(p.name() + ".gather16", padded * n);
+    in_flight_.push_back(group_.all_gather_async(as_half<H>(send), as_half<H>(recv), space_));
+  }
+  for (std::size_t k = 0; k < owners_.size(); ++k) {
+    const OwnerGroupLayout& g = layout_.owners[k];
+    const auto whole = half_buffer("whole16", g.numel);
+    if (g.owner == group_.rank()) {
+      narrow_into<H>(space_, owners_[k].storage.view(), whole);
+    }
+    in_flight_.push_back(group_.broadcast_async(as_half<H>(whole), g.owner, space_));
+  }
+}
+
+template <class T>
+template <class H>
+void ShardedUnit<T>::finish_half_gather() {
+  const int n = group_.size();
+  std::size_t next = 0;
+  if (!layout_.packed.empty()) {
+    const auto recv = half_buffers_[next + 1].view();
+    next += 2;
+    packed_full_ = pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".packed_full",
+                                  layout_.packed_full_numel, false);
+    for (const CopySegment& segment : layout_.unpack) {
+      widen_into<H>(space_, slice(recv, segment.from, segment.count),
+                    slice(packed_full_.view(), segment.to, segment.count));
+    }
+    for (std::size_t i : layout_.packed) {
+      ShardedParameter<T>& p = parameters_[i];
+      p.full_ = slice(packed_full_.view(), p.layout_.full_offset, p.numel());
+    }
+  }
+  for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
+    ShardedParameter<T>& p = parameters_[layout_.direct[k]];
+    const auto recv = half_buffers_[next + 1].view();
+    next += 2;
+    direct_full_[k] = pool_->acquire(MemoryCategory::gathered_parameters, p.name(),
+                                     p.layout_.piece.padded * n, false);
+    p.full_ = slice(direct_full_[k].view(), 0, p.numel());
+    widen_into<H>(space_, recv, p.full_);
+  }
+  for (std::size_t k = 0; k < owners_.size(); ++k) {
+    const OwnerGroupLayout& g = layout_.owners[k];
+    OwnerBuffers& buffers = owners_[k];
+    buffers.gathered =
+        pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".whole", g.numel, false);
+    widen_into<H>(space_, half_buffers_[next++].view(), buffers.gathered.view());
+    for (std::size_t i : g.members) {
+      ShardedParameter<T>& p = parameters_[i];
+      p.full_ = slice(buffers.gathered.view(), p.layout_.flat_offset, p.numel());
+    }
+  }
+  replicated_full_.clear();
+  for (std::size_t k = 0; k < layout_.replicated.size(); ++k) {
+    ShardedParameter<T>& p = parameters_[layout_.replicated[k]];
+    replicated_full_.push_back(
+        pool_->acquire(MemoryCategory::gathered_parameters, p.name(), p.numel(), false));
+    round_into<H>(space_, replicated_storage_[k].view(), replicated_full_.back().view());
+    p.full_ = replicated_full_.back().view();
+  }
+  space_.fence();  // the widened parameters are ready, and the 16-bit buffers may go
+  half_buffers_.clear();
 }
 
 // Refreshes the resident whole parameters from every rank's piece (which the optimizer may have
@@ -373,6 +541,7 @@ void ShardedUnit<T>::abandon_gather() {
     }
   }
   in_flight_.clear();
+  half_buffers_.clear();
   pool_->give_back(packed_gather_);
   for (TrackedView<T>& send : gather_sends_) {
     pool_->give_back(send);
@@ -394,6 +563,10 @@ void ShardedUnit<T>::give_back_whole_parameters() {
   for (OwnerBuffers& buffers : owners_) {
     pool_->give_back(buffers.gathered);
   }
+  for (TrackedView<T>& full : replicated_full_) {
+    pool_->give_back(full);
+  }
+  replicated_full_.clear();
 }
 
 template <class T>
@@ -427,6 +600,12 @@ void ShardedUnit<T>::gather() {
 template <class T>
 void ShardedUnit<T>::finish_gather() {
   in_flight_.clear();
+  if (gathers_in_half()) {
+    param_dtype_ == DType::bf16 ? finish_half_gather<bfloat16>() : finish_half_gather<float16>();
+    state_ = UnitState::gathered;
+    ++gather_count_;
+    return;
+  }
   if (!layout_.packed.empty()) {
     // Copy out of the rank-major gather buffer into whole parameters.
     if (!keeps_parameters()) {
@@ -507,35 +686,41 @@ void ShardedUnit<T>::reduce_scatter_grads() {
   staging.reserve(1 + layout_.direct.size());
 
   TrackedView<T> packed_send;
-  if (!layout_.packed.empty()) {
-    // Pack: rank r's chunk holds, for every packed parameter, the gradient of the piece r owns.
-    packed_send = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
-                                 layout_.packed_numel * n, true);
-    copy_segments(space_, layout_.pack, grads, packed_send.view());
-    staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
-                                     layout_.packed_numel, false));
-    works.push_back(group_.reduce_scatter_async(packed_send.view(), staging.back().view(),
-                                                ReduceOp::avg, space_));
+  if (reduces_in_half()) {
+    reduce_dtype_ == DType::bf16 ? reduce_in_half<bfloat16>(grads, staging)
+                                 : reduce_in_half<float16>(grads, staging);
+  } else {
+    if (!layout_.packed.empty()) {
+      // Pack: rank r's chunk holds, for every packed parameter, the gradient of the piece r owns.
+      packed_send = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
+                                   layout_.packed_numel * n, true);
+      copy_segments(space_, layout_.pack, grads, packed_send.view());
+      staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
+                                       layout_.packed_numel, false));
+      works.push_back(group_.reduce_scatter_async(packed_send.view(), staging.back().view(),
+                                                  ReduceOp::avg, space_));
+    }
+    for (std::size_t i : layout_.direct) {
+      // The padded full gradient is laid out as N pieces already: reduce-scatter it in place.
+      const ShardedParameter<T>& p = parameters_[i];
+      const std::int64_t padded = p.layout_.piece.padded;
+      staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
+      works.push_back(group_.reduce_scatter_async(slice(grads, p.layout_.grad_offset, n * padded),
+                                                  staging.back().view(), ReduceOp::avg, space_));
+    }
+    for (const OwnerGroupLayout& g : layout_.owners) {
+      const View group_grads = slice(grads, g.grad_offset, g.numel);
+      works.push_back(
+          group_.reduce_async(group_grads, group_grads, ReduceOp::avg, g.owner, space_));
+    }
+    if (!layout_.replicated.empty()) {
+      works.push_back(
+          group_.all_reduce_async(slice(grads, layout_.replicated_grad_offset,
+                                        layout_.full_grad_numel - layout_.replicated_grad_offset),
+                                  ReduceOp::avg, space_));
+    }
+    wait_all(works);
   }
-  for (std::size_t i : layout_.direct) {
-    // The padded full gradient is laid out as N pieces already: reduce-scatter it in place.
-    const ShardedParameter<T>& p = parameters_[i];
-    const std::int64_t padded = p.layout_.piece.padded;
-    staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
-    works.push_back(group_.reduce_scatter_async(slice(grads, p.layout_.grad_offset, n * padded),
-                                                staging.back().view(), ReduceOp::avg, space_));
-  }
-  for (const OwnerGroupLayout& g : layout_.owners) {
-    const View group_grads = slice(grads, g.grad_offset, g.numel);
-    works.push_back(group_.reduce_async(group_grads, group_grads, ReduceOp::avg, g.owner, space_));
-  }
-  if (!layout_.replicated.empty()) {
-    works.push_back(
-        group_.all_reduce_async(slice(grads, layout_.replicated_grad_offset,
-                                      layout_.full_grad_numel - layout_.replicated_grad_offset),
-                                ReduceOp::avg, space_));
-  }
-  wait_all(works);
   if (replicas_ && replicas_->size() > 1) {
     average_over_replicas(staging, grads);
   }
@@ -574,6 +759,68 @@ void ShardedUnit<T>::reduce_scatter_grads() {
     pool_->give_back(full_grads_);
   }
   has_grads_ = true;
+}
+
+// Mixed precision: the same collectives as reduce_scatter_grads on 16-bit copies of the
+// gradients (reduce_dtype); the results are widened into staging and, for owners and replicated
+// parameters, back into grads, where the additions into the fp32 pieces read them.
+template <class T>
+template <class H>
+void ShardedUnit<T>::reduce_in_half(const View& grads, std::vector<TrackedView<T>>& staging) {
+  const int n = group_.size();
+  half_buffers_.clear();
+  std::vector<Work> works;
+  std::vector<std::pair<DeviceView<std::uint16_t>, View>> results;  // widened after the wait
+  TrackedView<T> packed;
+  if (!layout_.packed.empty()) {
+    packed = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
+                            layout_.packed_numel * n, true);
+    copy_segments(space_, layout_.pack, grads, packed.view());
+    const auto send = half_buffer("rs_send16", layout_.packed_numel * n);
+    narrow_into<H>(space_, packed.view(), send);
+    const auto recv = half_buffer("rs_recv16", layout_.packed_numel);
+    staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
+                                     layout_.packed_numel, false));
+    works.push_back(
+        group_.reduce_scatter_async(as_half<H>(send), as_half<H>(recv), ReduceOp::avg, space_));
+    results.emplace_back(recv, staging.back().view());
+  }
+  for (std::size_t i : layout_.direct) {
+    const ShardedParameter<T>& p = parameters_[i];
+    const std::int64_t padded = p.layout_.piece.padded;
+    const auto send = half_buffer(p.name() + ".rs_send16", n * padded);
+    narrow_into<H>(space_, slice(grads, p.layout_.grad_offset, n * padded), send);
+    const auto recv = half_buffer(p.name() + ".rs_recv16", padded);
+    staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
+    works.push_back(
+        group_.reduce_scatter_async(as_half<H>(send), as_half<H>(recv), ReduceOp::avg, space_));
+    results.emplace_back(recv, staging.back().view());
+  }
+  for (const OwnerGroupLayout& g : layout_.owners) {
+    const View group_grads = slice(grads, g.grad_offset, g.numel);
+    const auto buffer = half_buffer("reduce16", g.numel);
+    narrow_into<H>(space_, group_grads, buffer);
+    works.push_back(group_.reduce_async(as_half<H>(buffer), as_half<H>(buffer), ReduceOp::avg,
+                                        g.owner, space_));
+    if (g.owner == group_.rank()) {
+      results.emplace_back(buffer, group_grads);
+    }
+  }
+  if (!layout_.replicated.empty()) {
+    const View replicated = slice(grads, layout_.replicated_grad_offset,
+                                  layout_.full_grad_numel - layout_.replicated_grad_offset);
+    const auto buffer = half_buffer("all_reduce16", static_cast<std::int64_t>(replicated.size()));
+    narrow_into<H>(space_, replicated, buffer);
+    works.push_back(group_.all_reduce_async(as_half<H>(buffer), ReduceOp::avg, space_));
+    results.emplace_back(buffer, replicated);
+  }
+  wait_all(works);
+  for (const auto& [from, to] : results) {
+    widen_into<H>(space_, from, to);
+  }
+  space_.fence();
+  half_buffers_.clear();
+  pool_->give_back(packed);
 }
 
 // Hybrid sharding: every piece this rank reduced (the chunks in staging, the whole parameters it

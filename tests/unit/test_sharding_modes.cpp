@@ -147,3 +147,47 @@ BOOST_AUTO_TEST_CASE(hybrid_groups_arrange_replicas_by_shards_and_refuse_bad_siz
     return std::string(e.message()).find("negative") != std::string::npos;
   });
 }
+
+// Mixed precision (bf16 parameters and gradients, fp32 master pieces and Adam state) has the
+// paper's mixed-precision model state per rank, (2 + 2 + 12) Psi / N bytes for full_shard and
+// (2 + 2 + 12) Psi for no_shard, and fsdp-plan's mixed estimate says the same: the fp32 master
+// piece and fp32 gradient piece take the 4 + 4 bytes the paper gives the 16-bit copies and K's
+// master weights.
+BOOST_AUTO_TEST_CASE(mixed_precision_memory_is_the_papers) {
+  ProcessGroup group(MPI_COMM_WORLD);
+  const double n = group.size();
+  const double psi = 16 * 2450;
+  for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::no_shard}) {
+    ShardedModelOptions options;
+    options.unit.mode = mode;
+    options.unit.param_dtype = DType::bf16;
+    options.unit.reduce_dtype = DType::bf16;
+    ShardedModel<float> model(
+        group, make_strategy("full")->make_plan(layers<float>(), group.size()), options);
+    Adam<float> adam(AdamOptions{});
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      ShardedUnit<float>& unit = model.unit(u);
+      unit.gather();
+      for (ShardedParameter<float>& parameter : unit.parameters()) {
+        Kokkos::deep_copy(parameter.grad(), 1.0f);
+      }
+      unit.release();
+      unit.reduce_scatter_grads();
+    }
+    adam.step(model);
+    const double measured = static_cast<double>(model.memory().model_state());
+    const double expected = (2 + 2 + 12) * psi / (mode == ShardingMode::no_shard ? 1 : n);
+    EstimateOptions estimate_options;
+    estimate_options.precision = Precision::mixed;
+    estimate_options.mode = mode;
+    const auto estimated = static_cast<double>(estimate(model.plan(), estimate_options)
+                                                   .ranks.at(static_cast<std::size_t>(group.rank()))
+                                                   .persistent_bytes());
+    BOOST_TEST(
+        std::abs(measured - expected) <= 0.05 * expected,
+        name_of(mode) << ": " << measured << " B measured, " << expected << " B by the paper");
+    BOOST_TEST(std::abs(measured - estimated) <= 0.05 * estimated,
+               name_of(mode) << ": " << measured << " B measured, " << estimated
+                             << " B estimated by fsdp-plan");
+  }
+}

@@ -39,6 +39,14 @@ struct UnitOptions {
   // the other shard groups. Gradients are reduce-scattered in the unit's group, then each piece is
   // averaged over these ranks, so every replica holds the same pieces and steps alike.
   std::optional<ProcessGroup> replicas;
+  // Mixed precision (PyTorch's MixedPrecisionPolicy) for float models under full_shard and
+  // no_shard: param_dtype bf16 or fp16 casts each piece while it is copied into the all-gather
+  // buffer, so the gather moves 16-bit bytes, and full() holds those 16-bit values widened to
+  // float (what the forward and backward compute with); the pieces stay fp32 master weights.
+  // reduce_dtype bf16 or fp16 reduces the gradients in 16 bits (summed in float and rounded by
+  // the MPI operator) and adds the result into the fp32 gradient pieces. f32: no cast.
+  DType param_dtype = DType::f32;
+  DType reduce_dtype = DType::f32;
 };
 
 // Communication is batched per unit, never one collective per small parameter: one all_gather for
@@ -126,6 +134,15 @@ class ShardedUnit {
   void make_resident_buffers();
   void start_resident_gather();
   void give_back_whole_parameters();
+  bool gathers_in_half() const;
+  bool reduces_in_half() const;
+  template <class H>
+  void start_half_gather();
+  template <class H>
+  void finish_half_gather();
+  template <class H>
+  void reduce_in_half(const View& grads, std::vector<TrackedView<T>>& staging);
+  DeviceView<std::uint16_t> half_buffer(const std::string& label, std::int64_t count);
   void average_over_replicas(const std::vector<TrackedView<T>>& staging, const View& grads);
   void reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging);
 
@@ -133,6 +150,11 @@ class ShardedUnit {
   ProcessGroup group_;
   ShardingMode mode_ = ShardingMode::full_shard;
   std::optional<ProcessGroup> replicas_;
+  DType param_dtype_;
+  DType reduce_dtype_;
+  // A 16-bit gather's or reduction's buffers, in the order they were made; freed when it ends.
+  std::vector<TrackedView<std::uint16_t>> half_buffers_;
+  std::vector<TrackedView<T>> replicated_full_;  // 16-bit gathers: rounded copies
   std::shared_ptr<MemoryTracker> tracker_;
   std::vector<ShardedParameter<T>> parameters_;
   std::map<std::string, std::size_t> index_;
