@@ -42,7 +42,6 @@ int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
             : fsdp_train::read_hdf5(data_options.path, data_options.features, data_options.labels);
     if (data_options.write_path.empty()) {
       data = fsdp_train::split(all, options.eval_fraction);
-      fsdp_train::validate(options, group.size(), data);
     } else if (group.rank() == 0) {
       fsdp_train::write_hdf5(all, data_options.write_path, data_options.features,
                              data_options.labels);
@@ -57,6 +56,8 @@ int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
   if (!data_options.write_path.empty()) {
     return fsdp_train::kExitOk;
   }
+  fsdp_train::on_every_rank(group, "use these options",
+                            [&] { fsdp_train::validate(options, group.size(), data); });
   return fsdp_train::train(options, group, data);
 }
 
@@ -141,6 +142,11 @@ int main(int argc, char** argv) {
           }
         })
         ->capture_default_str();
+    app.add_option("--mixed-precision", o.mixed_precision,
+                   "bf16 or fp16: parameters gathered and gradients reduced in 16 bits over "
+                   "fp32 master pieces (fp16 with dynamic loss scaling); needs --dtype fp32 and "
+                   "--mode full_shard or no_shard")
+        ->check(CLI::IsMember({"bf16", "fp16"}));
     auto* shard_group = app.add_option(
         "--shard-group-size", o.shard_group_size,
         "hybrid sharding: shard within groups of this many consecutive ranks and replicate "

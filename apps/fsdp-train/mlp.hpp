@@ -150,15 +150,17 @@ struct LossSums {
 
 // Softmax cross-entropy of logits [rows, classes] against labels, one kernel thread per row; the
 // sums over rows are a reduction (returned to the host). When delta is given it receives
-// dLoss/dlogits of the mean loss over `scale_rows` rows: (softmax - onehot) / scale_rows.
+// dLoss/dlogits of the mean loss over `scale_rows` rows: (softmax - onehot) / scale_rows, times
+// loss_scale (dynamic loss scaling of 16-bit gradients).
 template <class T>
 LossSums softmax_cross_entropy(const Matrix<T>& logits, const Labels& labels, std::int64_t rows,
-                               const Matrix<T>* delta, std::int64_t scale_rows) {
+                               const Matrix<T>* delta, std::int64_t scale_rows,
+                               double loss_scale = 1.0) {
   namespace math = fsdp::device_math;
   const auto classes = static_cast<std::int64_t>(logits.extent(1));
   const bool write_delta = delta != nullptr;
   const Matrix<T> gradient = write_delta ? *delta : Matrix<T>();
-  const auto scale = static_cast<double>(scale_rows);
+  const double scale = static_cast<double>(scale_rows) / loss_scale;
   LossSums sums;
   Kokkos::parallel_reduce(
       "fsdp_train::softmax_cross_entropy", fsdp::device_range(fsdp::ExecutionSpace(), 0, rows),

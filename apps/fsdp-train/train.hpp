@@ -27,6 +27,9 @@ struct TrainOptions {
   // ranks, no replicas), or the number of replica groups (0: not given).
   int shard_group_size = -1;
   int replicate_groups = 0;
+  // "" (none), "bf16" or "fp16": 16-bit gathered parameters and gradient reductions over fp32
+  // master pieces (fp16 with dynamic loss scaling).
+  std::string mixed_precision;
   std::vector<std::string> full_shard_patterns;
   std::vector<std::string> layer_wise_patterns;
   int epochs = 10;
