@@ -144,8 +144,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--mixed-precision", o.mixed_precision,
                    "bf16 or fp16: parameters gathered and gradients reduced in 16 bits over "
-                   "fp32 master pieces (fp16 with dynamic loss scaling); needs --dtype fp32 and "
-                   "--mode full_shard or no_shard")
+                   "fp32 master pieces (fp16 with dynamic loss scaling); needs --dtype fp32")
         ->check(CLI::IsMember({"bf16", "fp16"}));
     auto* shard_group = app.add_option(
         "--shard-group-size", o.shard_group_size,

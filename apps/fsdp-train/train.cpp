@@ -877,14 +877,11 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
     fsdp::require(width >= 1, "--hidden widths must be >= 1, got " + std::to_string(width));
   }
   fsdp::require(o.clip >= 0, "--clip must be >= 0 (0: no clipping)");
-  const fsdp::ShardingMode mode = fsdp::parse_sharding_mode(o.mode);
-  fsdp::require(
-      o.mixed_precision.empty() || (o.dtype == "fp32" && (mode == fsdp::ShardingMode::full_shard ||
-                                                          mode == fsdp::ShardingMode::no_shard)),
-      "--mixed-precision " + o.mixed_precision +
-          " keeps fp32 master weights under --mode full_shard or no_shard; this run "
-          "has --dtype " +
-          o.dtype + " and --mode " + o.mode);
+  fsdp::parse_sharding_mode(o.mode);
+  fsdp::require(o.mixed_precision.empty() || o.dtype == "fp32",
+                "--mixed-precision " + o.mixed_precision +
+                    " keeps fp32 master weights: use --dtype fp32 (the default), not --dtype " +
+                    o.dtype);
   const int shards = hybrid_shard_group_size(o, ranks);
   fsdp::require(shards <= 0 || ranks % shards == 0,
                 "--shard-group-size " + std::to_string(shards) + " does not divide the " +

@@ -136,11 +136,12 @@ void Runtime<T>::prefetch() {
       upcoming.push_back(n - 1 - k);
     }
   }
-  // Units that keep their parameters resident cost no memory when gathered: only their
-  // transfers in flight count against the limit.
+  // Units that stay gathered until their backward (shard_grad_op, shard_optimizer) hold their
+  // parameters for the whole step by design: only their transfers in flight count against the
+  // limit, or the forward could not prefetch past the limit's first units.
   auto busy = static_cast<int>(std::count_if(units_.begin(), units_.end(), [](ShardedUnit<T>* u) {
     return u->state() == UnitState::gathering ||
-           (u->state() == UnitState::gathered && !u->keeps_parameters());
+           (u->state() == UnitState::gathered && !u->stays_gathered());
   }));
   for (std::size_t i : upcoming) {
     if (busy >= options_.max_gathered_units) {
@@ -206,7 +207,7 @@ void Runtime<T>::end_forward(const std::string& unit) {
     const bool last = index + 1 == order_.size();
     // Resident parameters stay gathered until the backward: one gather per step.
     if (!last && options_.keep_gathered_until_backward.count(unit) == 0 &&
-        !units_[index]->keeps_parameters()) {
+        !units_[index]->stays_gathered()) {
       units_[index]->release();
     }
     open_ = -1;

@@ -154,10 +154,6 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
       require(dtype_of<T>() == DType::f32,
               std::string("mixed precision (") + option + " " + name_of(dtype) +
                   ") keeps fp32 master weights: use a float model, not " + name_of(dtype_of<T>()));
-      require(!keeps_parameters(),
-              std::string("mixed precision (") + option + " " + name_of(dtype) +
-                  ") works with full_shard and no_shard; " + fsdp::name_of(mode_) +
-                  " would need 16-bit resident parameters, which fsdp does not have yet");
     }
   }
   layout_ = make_unit_layout(plan, indices, group_.rank(), static_cast<std::int64_t>(sizeof(T)),
@@ -229,16 +225,24 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
   }
   direct_full_.resize(layout_.direct.size());
   if (keeps_parameters()) {
-    make_resident_buffers();
+    make_resident_parameters();
+  }
+  if (resident_grads) {
+    make_resident_gradients();
   }
 }
 
 template <class T>
-bool ShardedUnit<T>::keeps_parameters() const {
+bool ShardedUnit<T>::stays_gathered() const {
   // What stays whole is what the mode does not keep in pieces (sharded_state, the one statement
   // of the rule); no_shard keeps nothing in pieces and gets a replicated plan instead.
   const ShardedState pieces = sharded_state(mode_);
   return pieces.optimizer_state && !pieces.parameters;
+}
+
+template <class T>
+bool ShardedUnit<T>::keeps_parameters() const {
+  return stays_gathered() && !gathers_in_half();
 }
 
 template <class T>
@@ -247,11 +251,11 @@ bool ShardedUnit<T>::keeps_gradients() const {
   return pieces.optimizer_state && !pieces.gradients;
 }
 
-// The whole parameters (and, for shard_optimizer, gradients) allocated once; each rank's pieces
-// are views into them, so a piece is never stored twice: the memory per rank is the ZeRO
-// paper's (parameters whole, optimizer state in pieces).
+// The whole parameters allocated once; each rank's pieces are views into them, so a piece is
+// never stored twice: the memory per rank is the ZeRO paper's (parameters whole, optimizer state
+// in pieces).
 template <class T>
-void ShardedUnit<T>::make_resident_buffers() {
+void ShardedUnit<T>::make_resident_parameters() {
   const int n = group_.size();
   if (!layout_.packed.empty()) {
     packed_full_ = TrackedView<T>(tracker_, MemoryCategory::resident_parameters,
@@ -276,9 +280,11 @@ void ShardedUnit<T>::make_resident_buffers() {
           TrackedView<T>(tracker_, MemoryCategory::resident_parameters, name_ + ".whole", g.numel);
     }
   }
-  if (!keeps_gradients()) {
-    return;
-  }
+}
+
+// shard_optimizer: the whole gradients allocated once, the gradient pieces views into them.
+template <class T>
+void ShardedUnit<T>::make_resident_gradients() {
   // Every rank's gradient piece sits where its reduce-scatter chunk lands in the whole gradient:
   // a packed or direct parameter's piece at its element offset, an owner's whole parameter and a
   // replicated one where their gradient starts.

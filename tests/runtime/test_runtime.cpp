@@ -25,7 +25,8 @@ void init_from_reference(ShardedModel<T>& model) {
   }
 }
 
-int units_not_sharded(ShardedModel<double>& model) {
+template <class T>
+int units_not_sharded(ShardedModel<T>& model) {
   int count = 0;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     count += model.unit(u).state() != UnitState::sharded ? 1 : 0;
@@ -35,10 +36,11 @@ int units_not_sharded(ShardedModel<double>& model) {
 
 // One training step through the scopes, layer by layer; returns the most units that were
 // gathered or gathering at once.
-int scoped_step(Runtime<double>& runtime, ShardedModel<double>& model) {
+template <class T>
+int scoped_step(Runtime<T>& runtime, ShardedModel<T>& model) {
   const int n = model.group().size();
   const int local = kBatch / n;
-  LayeredMlp<double> mlp(model.group().rank() * local, local, local);
+  LayeredMlp<T> mlp(model.group().rank() * local, local, local);
   int most = 0;
   for (std::size_t k = 0; k < kOrder.size(); ++k) {
     auto scope = runtime.forward(kOrder[k]);
@@ -73,14 +75,17 @@ int scoped_step(Runtime<double>& runtime, ShardedModel<double>& model) {
   return most;
 }
 
-ShardedModel<double> make_model(const Strategy& strategy,
-                                ProcessGroup group = ProcessGroup(MPI_COMM_WORLD),
-                                ShardingMode mode = ShardingMode::full_shard) {
+template <class T = double>
+ShardedModel<T> make_model(const Strategy& strategy,
+                           ProcessGroup group = ProcessGroup(MPI_COMM_WORLD),
+                           ShardingMode mode = ShardingMode::full_shard,
+                           DType param_dtype = DType::f32) {
   auto maker = make_strategy(strategy.name, strategy.options);
   ShardedModelOptions options;
   options.unit.mode = mode;
-  ShardedModel<double> model(group, agree_on_plan(*maker, tiny_mlp_parameters<double>(), group),
-                             options);
+  options.unit.param_dtype = param_dtype;
+  options.unit.reduce_dtype = param_dtype;
+  ShardedModel<T> model(group, agree_on_plan(*maker, tiny_mlp_parameters<T>(), group), options);
   init_from_reference(model);
   return model;
 }
@@ -164,6 +169,44 @@ BOOST_AUTO_TEST_CASE(every_sharding_mode_trains_through_the_scopes) {
       BOOST_TEST(runtime.stats().gathers == steps * per_step,
                  name_of(mode) << " " << strategy.name << ": " << runtime.stats().gathers
                                << " gathers in " << steps << " steps");
+    }
+  }
+}
+
+// Mixed precision (bf16 gathers and reductions over fp32 pieces) through the same scopes, every
+// mode: the same gathers per step as fp32 (shard_grad_op and shard_optimizer gather once per
+// step and keep the widened parameters until the backward), training near fp32 training.
+BOOST_AUTO_TEST_CASE(every_sharding_mode_trains_in_bf16_through_the_scopes) {
+  OptimizerSetup setup;
+  setup.kind = "adam";
+  setup.adam.lr = 0.05;
+  const int steps = 4;
+  for (const Strategy& strategy : strategies()) {
+    for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
+                                    ShardingMode::shard_optimizer, ShardingMode::no_shard}) {
+      ShardedModel<float> model =
+          make_model<float>(strategy, ProcessGroup(MPI_COMM_WORLD), mode, DType::bf16);
+      Runtime<float> runtime(model, kOrder);
+      Adam<float> adam(setup.adam);
+      Reference<float> reference;
+      int most = 0;
+      for (int step = 0; step < steps; ++step) {
+        most = std::max(most, scoped_step(runtime, model));
+        adam.step(model);
+        model.zero_grad();
+        reference.train_step(setup);
+        BOOST_TEST(units_not_sharded(model) == 0);  // finish_step gave the widened copies back
+      }
+      const double difference = largest_relative_difference(model, reference, false);
+      const bool resident =
+          mode == ShardingMode::shard_grad_op || mode == ShardingMode::shard_optimizer;
+      BOOST_TEST_CONTEXT(name_of(mode) << " " << strategy.name) {
+        BOOST_TEST(difference <= 2e-2);
+        BOOST_TEST(difference > 1e-6);  // it did compute in 16 bits
+        BOOST_TEST(runtime.stats().gathers == steps * (resident ? 3 : 5));
+        // Resident modes hold every unit from its forward to its backward.
+        BOOST_TEST(most == (resident ? 3 : 2));
+      }
     }
   }
 }

@@ -39,8 +39,8 @@ struct UnitOptions {
   // the other shard groups. Gradients are reduce-scattered in the unit's group, then each piece is
   // averaged over these ranks, so every replica holds the same pieces and steps alike.
   std::optional<ProcessGroup> replicas;
-  // Mixed precision (PyTorch's MixedPrecisionPolicy) for float models under full_shard and
-  // no_shard: param_dtype bf16 or fp16 casts each piece while it is copied into the all-gather
+  // Mixed precision (PyTorch's MixedPrecisionPolicy) for float models, every mode:
+  // param_dtype bf16 or fp16 casts each piece while it is copied into the all-gather
   // buffer, so the gather moves 16-bit bytes, and full() holds those 16-bit values widened to
   // float (what the forward and backward compute with); the pieces stay fp32 master weights.
   // reduce_dtype bf16 or fp16 reduces the gradients in 16 bits (summed in float and rounded by
@@ -100,8 +100,13 @@ class ShardedUnit {
   ShardingMode mode() const { return mode_; }
   // Hybrid sharding: the replica group (UnitOptions::replicas); nullptr without one.
   ProcessGroup* replicas() { return replicas_ ? &*replicas_ : nullptr; }
-  // Whole parameters stay allocated between gathers (shard_grad_op, shard_optimizer): gathering
-  // costs no memory, and a runtime keeps the unit gathered from its forward to its backward.
+  // The mode keeps whole parameters from the forward to the backward (shard_grad_op,
+  // shard_optimizer): a runtime gathers the unit once per step and releases it after backward.
+  bool stays_gathered() const;
+  // Whole parameters stay allocated between gathers and the pieces are views into them
+  // (stays_gathered() in fp32): gathering costs no memory. With a 16-bit param_dtype the whole
+  // parameters hold rounded values, so the fp32 pieces are stored apart and the gathered
+  // parameters come from the pool, as under full_shard.
   bool keeps_parameters() const;
   // Whole gradients stay allocated and gradient pieces are views into them (shard_optimizer).
   bool keeps_gradients() const;
@@ -131,7 +136,8 @@ class ShardedUnit {
   void abandon_gather();
   void finish_gather();
 
-  void make_resident_buffers();
+  void make_resident_parameters();
+  void make_resident_gradients();
   void start_resident_gather();
   void give_back_whole_parameters();
   bool gathers_in_half() const;
