@@ -159,12 +159,25 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     result.ranks[static_cast<std::size_t>(r)].rank = r;
   }
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> units;  // elements, bytes
+  // Mixed precision where parameters stay whole for the step (shard_grad_op, shard_optimizer):
+  // fsdp computes in fp32, so it keeps no 16-bit copy between steps (the fp32 master pieces are
+  // in K) and holds every parameter widened to 4 bytes from its forward to its backward; its
+  // gradients are fp32. ZeRO-1 comes to the paper's 4 Psi + K Psi / N; ZeRO-2 to
+  // (4 + K) Psi / N persistent instead of the paper's 2 Psi + (2 + K) Psi / N, plus 4 Psi held
+  // during the step.
+  const bool widened_whole = options.precision == Precision::mixed && !mode.pieces.parameters &&
+                             mode.pieces.optimizer_state;
+  std::int64_t widened_bytes = 0;  // of every trained parameter held whole through the step
 
   for (std::size_t i = 0; i < plan.parameters().size(); ++i) {
     const ParameterInfo& parameter = plan.parameters()[i];
     const ParameterPlacement& where = plan.placements()[i];
     const ElementBytes bytes = element_bytes(parameter.dtype, options);
     const std::int64_t numel = parameter.numel();
+    const bool widened = widened_whole && bytes.gradient > 0;
+    const std::int64_t held_parameter_bytes = widened ? 0 : bytes.parameter;
+    const std::int64_t held_gradient_bytes = widened ? 4 : bytes.gradient;
+    widened_bytes += widened ? 4 * numel : 0;
     const std::int64_t block =
         ceil_div(numel, std::int64_t{n});  // the padded piece every ring step moves
     result.total_elements += numel;
@@ -214,8 +227,8 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
       }
       const auto held = [&](bool in_pieces) { return in_pieces ? pieces : numel; };
       rank.elements += held(mode.pieces.parameters);
-      rank.parameter_bytes += held(mode.pieces.parameters) * bytes.parameter;
-      rank.gradient_bytes += held(mode.pieces.gradients) * bytes.gradient;
+      rank.parameter_bytes += held(mode.pieces.parameters) * held_parameter_bytes;
+      rank.gradient_bytes += held(mode.pieces.gradients) * held_gradient_bytes;
       rank.optimizer_bytes += held(mode.pieces.optimizer_state) * bytes.optimizer;
       rank.forward_gather_send_bytes += (mode.gathers_per_step >= 1 ? gather : 0) * bytes.parameter;
       rank.backward_gather_send_bytes +=
@@ -228,7 +241,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
       auto& unit = units[parameter.unit()];
       unit.first += numel;
       unit.second += numel * ((mode.transient_parameters ? bytes.parameter : 0) +
-                              (mode.transient_gradients ? bytes.gradient : 0));
+                              (mode.transient_gradients ? held_gradient_bytes : 0));
     }
   }
   for (const auto& [name, unit] : units) {  // ordered: the first of equal units by name
@@ -241,6 +254,8 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   if (result.largest_unit.empty()) {
     result.working_set_holds.clear();  // nothing transient: no unit, or no trained element
   }
+  result.widened_parameter_bytes = widened_bytes;
+  result.gathered_working_set_bytes += widened_bytes;
   return result;
 }
 

@@ -194,12 +194,17 @@ BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
           ShardingMode mode;
           std::int64_t parameter, gradient, optimizer, forward, backward, reduce, working_set;
         };
+        // Mixed precision under shard_optimizer and shard_grad_op: no 16-bit copy between steps,
+        // fp32 (4-byte) gradients, every parameter widened to 4 bytes during the step.
+        const bool mixed = c.options.precision == Precision::mixed;
+        const std::int64_t whole_p = mixed ? 0 : c.p, whole_g = mixed ? 4 : c.g;
+        const std::int64_t widened = mixed ? 4 * 12 : 0;
         const std::vector<Expected> expected = {
             {ShardingMode::no_shard, c.p * 12, c.g * 12, c.k * 12, 0, 0, 2 * ring * c.g, 12 * c.g},
-            {ShardingMode::shard_optimizer, c.p * 12, c.g * 12, c.k * piece, ring * c.p, 0,
-             ring * c.g, 0},
-            {ShardingMode::shard_grad_op, c.p * 12, c.g * piece, c.k * piece, ring * c.p, 0,
-             ring * c.g, 12 * c.g},
+            {ShardingMode::shard_optimizer, whole_p * 12, whole_g * 12, c.k * piece, ring * c.p, 0,
+             ring * c.g, widened},
+            {ShardingMode::shard_grad_op, whole_p * 12, whole_g * piece, c.k * piece, ring * c.p, 0,
+             ring * c.g, 12 * whole_g + widened},
             {ShardingMode::full_shard, c.p * piece, c.g * piece, c.k * piece, ring * c.p,
              ring * c.p, ring * c.g, 12 * (c.p + c.g)},
         };
@@ -218,7 +223,7 @@ BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
             BOOST_TEST(e.replicas() == 1);
             BOOST_REQUIRE(e.ranks.size() == static_cast<std::size_t>(n));
             RankEstimate want;
-            want.elements = x.parameter / c.p;
+            want.elements = x.mode == ShardingMode::full_shard ? piece : 12;
             want.parameter_bytes = x.parameter;
             want.gradient_bytes = x.gradient;
             want.optimizer_bytes = x.optimizer;
@@ -229,7 +234,11 @@ BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
               check_rank(rank, want);
             }
             BOOST_TEST(e.gathered_working_set_bytes == x.working_set);
-            BOOST_TEST(e.largest_unit == (x.working_set > 0 ? "L" : ""));
+            BOOST_TEST(e.largest_unit == (x.mode == ShardingMode::shard_optimizer ? "" : "L"));
+            BOOST_TEST(e.widened_parameter_bytes == (x.mode == ShardingMode::shard_optimizer ||
+                                                             x.mode == ShardingMode::shard_grad_op
+                                                         ? widened
+                                                         : 0));
             BOOST_TEST(e.peak_bytes() == x.parameter + x.gradient + x.optimizer + x.working_set);
             BOOST_TEST(e.unsharded_persistent_bytes == (c.p + c.g + c.k) * 12);
           }
@@ -387,14 +396,25 @@ BOOST_AUTO_TEST_CASE(zero_paper_figure_1) {
   //   P_os     (2 + 2) Psi + K Psi / N  = 30e9 + 1.40625e9       = 31.4 GB
   //   P_os+g   2 Psi + (2 + K) Psi / N  = 15e9 + 1.640625e9      = 16.6 GB
   //   P_os+g+p (2 + 2 + K) Psi / N      = 16 * 117,187,500       = 1.9 GB
+  // fsdp computes in fp32: under P_os+g it keeps no 16-bit copy between steps and fp32 gradient
+  // pieces, (4 + K) Psi / N = 1.9 GB, and holds every parameter widened (4 Psi = 30 GB) from
+  // forward to backward; under P_os its fp32 whole gradients are the paper's 2 + 2 bytes, and it
+  // holds the same 30 GB during the step.
   const std::int64_t psi = 7'500'000'000;
   const ShardingPlan plan = FullSharding().make_plan({param("w", {psi}, "L", DType::f16)}, 64);
   const std::vector<PlanEstimate> every =
       estimate_every_mode(plan, {OptimizerKind::adam, Precision::mixed});
   BOOST_TEST(every[0].fullest_rank().persistent_bytes() == 120'000'000'000);
   BOOST_TEST(every[1].fullest_rank().persistent_bytes() == 31'406'250'000);
-  BOOST_TEST(every[2].fullest_rank().persistent_bytes() == 16'640'625'000);
+  BOOST_TEST(every[2].fullest_rank().persistent_bytes() == 1'875'000'000);
   BOOST_TEST(every[3].fullest_rank().persistent_bytes() == 1'875'000'000);
+  BOOST_TEST(every[0].widened_parameter_bytes == 0);
+  BOOST_TEST(every[1].widened_parameter_bytes == 30'000'000'000);
+  BOOST_TEST(every[2].widened_parameter_bytes == 30'000'000'000);
+  BOOST_TEST(every[3].widened_parameter_bytes == 0);
+  BOOST_TEST(every[1].gathered_working_set_bytes == 30'000'000'000);
+  // shard_grad_op's working set: the widened parameters and the largest unit's 4-byte gradients
+  BOOST_TEST(every[2].gathered_working_set_bytes == 30'000'000'000 + 4 * psi);
   // Communication: stages 0-2 move 2 Psi per step, stage 3 3 Psi ((N-1)/N of it per rank).
   BOOST_TEST(every[0].max_send_bytes() == 2 * 63 * (psi / 64) * 2);
   BOOST_TEST(every[1].max_send_bytes() == 2 * 63 * (psi / 64) * 2);

@@ -87,12 +87,16 @@ struct PlanEstimate {
   // of the persistent bytes: full-size parameters (gathered; full_shard) and full-size gradients
   // (before their reduce-scatter; full_shard and shard_grad_op; or in no_shard's all-reduce
   // buffer). Replicated parameters are resident and excluded. shard_optimizer has none: the
-  // name is empty and both figures 0.
+  // name is empty and both figures 0 (but for widened_parameter_bytes).
   std::string largest_unit;
   std::int64_t largest_unit_elements = 0;
   std::int64_t gathered_working_set_bytes = 0;
   // What the working set holds, for people: "parameters and gradients", "gradients" or "".
   std::string working_set_holds;
+  // Mixed precision under shard_grad_op and shard_optimizer: every trained parameter widened to
+  // fp32 (4 bytes), held from its forward to its backward (fsdp computes in fp32 and keeps no
+  // 16-bit copy between steps); included in gathered_working_set_bytes. 0 otherwise.
+  std::int64_t widened_parameter_bytes = 0;
   // The rank with the most persistent bytes (the first of equals).
   const RankEstimate& fullest_rank() const;
   // persistent bytes of the fullest rank + the working set: the peak before activations.
