@@ -5,3 +5,6 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 # More ranks than cores (4 ranks on 2 cores): allowed, and without a hostfile that would make
 # ranks busy-poll on a core they do not have.
 export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
+# Under srun (which never tells Open MPI the node is oversubscribed) Open MPI's own blocking calls
+# busy-poll unless told to yield; fsdp's waits back off by themselves.
+export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "backoff.hpp"
 #include "fsdp/core/error.hpp"
 #include "mpi_types.hpp"
 
@@ -189,11 +190,10 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
   return id;
 }
 
+// Not MPI_Wait, even without a timeout: Open MPI's wait busy-polls unless told to yield
+// (mpiexec tells it when it oversubscribes, srun never does), and the polls then take the core
+// from the rank being waited for (backoff.hpp).
 void CollectiveGuard::wait(const OperationId& id, MPI_Request& request) {
-  if (options_.timeout_s <= 0) {
-    mpi::check(MPI_Wait(&request, MPI_STATUS_IGNORE), name_of(id.collective), comm_.rank());
-    return;
-  }
   wait_until(id, [&] {
     int done = 0;
     mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), name_of(id.collective), comm_.rank());
@@ -207,6 +207,7 @@ void CollectiveGuard::wait_until(const OperationId& id, const std::function<bool
   }
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(options_.timeout_s));
+  Backoff backoff;
   for (unsigned polls = 1;; ++polls) {
     if (poll()) {
       return;
@@ -215,6 +216,7 @@ void CollectiveGuard::wait_until(const OperationId& id, const std::function<bool
     if (options_.timeout_s > 0 && polls % 256 == 0 && Clock::now() > deadline) {
       fail_after_timeout(id);
     }
+    backoff.pause();
   }
 }
 
@@ -237,7 +239,9 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
   const auto listen_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                std::chrono::duration<double>(grace_s));
   std::map<int, Notice> heard;
-  while (Clock::now() < listen_until && static_cast<int>(heard.size()) < comm_.size() - 1) {
+  Backoff backoff;
+  for (; Clock::now() < listen_until && static_cast<int>(heard.size()) < comm_.size() - 1;
+       backoff.pause()) {
     int flag = 0;
     MPI_Status status;
     if (MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, comm_.get(), &flag, &status) != MPI_SUCCESS) {

@@ -60,6 +60,31 @@ if ! grep -q '"type":"summary"' <<< "$train_out" || ! grep -q '"ranks":4' <<< "$
   echo "FAILED: the training batch job did not end with a 4-rank summary and a passing check"
   exit 1
 fi
+echo "== srun --mpi=pmix -n 4 fsdp-train --check, without OMPI_MCA_mpi_yield_when_idle"
+# srun does not tell Open MPI that 4 ranks share 2 cores; fsdp's own waits back off (spin, yield,
+# sleep) so the run still takes seconds (24.6 s before they did; docs/performance.md).
+started=$(date +%s%N)
+out=$(env -u OMPI_MCA_mpi_yield_when_idle timeout 120 srun --mpi=pmix -n 4 "$trainer" --check --json)
+echo "took $((($(date +%s%N) - started) / 1000000)) ms"
+if ! grep -q '"pass":true' <<< "$out"; then
+  echo "$out"
+  echo "FAILED: fsdp-train under srun without yield_when_idle did not pass its check"
+  exit 1
+fi
+
+echo "== sbatch slurm/train.sbatch without FSDP_BIN and without fsdp-train on PATH"
+if timeout 120 sbatch --wait --export="NONE,PATH=/usr/bin:/bin" "$source_dir/slurm/train.sbatch" \
+  > /dev/null 2>&1; then
+  echo "FAILED: the job ran without finding fsdp-train"
+  exit 1
+fi
+missing_out=$(cat "$state"/fsdp-train-*.out | grep 'set FSDP_BIN' || true)
+echo "$missing_out"
+if [[ -z $missing_out ]]; then
+  echo "FAILED: the job without FSDP_BIN did not say to set FSDP_BIN"
+  exit 1
+fi
+
 echo "== a chain of jobs: slurm/train-chain.sbatch, links of one minute"
 # Training takes about 20 s here; each link may train for about 10 s (its minute less
 # FSDP_TIME_MARGIN_S), so the chain needs two links or more whatever the machine's speed.
