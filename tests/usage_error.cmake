@@ -1,7 +1,7 @@
 # cmake -DPROGRAM=<path> -DNAME=<tool name> [-DARGS=<bad command line, ;-list>]
 #       [-DEXPECT=<regex the message matches>] -P usage_error.cmake
 # A command line the tool cannot parse (ARGS, by default an unknown option) ends with exit code 2
-# and a message after the tool's name; --help exits 0.
+# and a message after the tool's name; --help exits 0 and shows the tool's help alone.
 if(NOT DEFINED ARGS)
   set(ARGS --no-such-option)
 endif()
@@ -20,5 +20,9 @@ endif()
 execute_process(COMMAND ${PROGRAM} --help RESULT_VARIABLE result OUTPUT_VARIABLE out TIMEOUT 60)
 if(NOT result EQUAL 0 OR NOT out MATCHES "Usage:")
   message(FATAL_ERROR "${NAME} --help exited with ${result} or printed no usage")
+endif()
+# The tool's own help only: not Kokkos's banner of its options before it.
+if(out MATCHES "Kokkos command line arguments")
+  message(FATAL_ERROR "${NAME} --help printed Kokkos's banner")
 endif()
 message("usage conventions hold")

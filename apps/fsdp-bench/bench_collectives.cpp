@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "../common/plural.hpp"
 #include "benchmark.hpp"
 #include "fsdp/comm/process_group.hpp"
 
@@ -85,9 +86,9 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
   const int n = group.size();
   if (group.rank() == 0 && !common.json) {
     std::printf(
-        "fsdp-bench collectives: %d ranks, median of repeats of the slowest rank, ratio = "
+        "fsdp-bench collectives: %s, median of repeats of the slowest rank, ratio = "
         "raw MPI time / ProcessGroup time (1.0 = as fast as raw MPI)\n",
-        n);
+        fsdp_apps::count_of(n, "rank").c_str());
     std::printf("transport: %s\n", transport_of(group));
     std::printf("%-15s %12s %8s %14s %14s %10s\n", "operation", "bytes/rank", "repeats",
                 "group (ms)", "raw MPI (ms)", "ratio");

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "../common/kokkos_session.hpp"
 #include "../common/usage_exit.hpp"
 #include "benchmark.hpp"
 #include "fsdp/core/error.hpp"
@@ -54,8 +55,13 @@ int main(int argc, char** argv) {
   int code = 0;
   bool failed_while_running = false;
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    fsdp_apps::KokkosSession kokkos(argc, argv);
+    if (kokkos.refused("fsdp-bench", rank == 0)) {
+      MPI_Finalize();
+      return fsdp_apps::kExitUsage;
+    }
     CLI::App app{"fsdp-bench: fsdp's figures against their baselines, measured in the same run"};
+    app.footer(fsdp_apps::kKokkosOptions);
     app.require_subcommand(1);
     app.fallthrough();  // common options are accepted after the subcommand too
     fsdp::bench::CommonOptions common;

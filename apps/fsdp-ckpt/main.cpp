@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../common/kokkos_session.hpp"
+#include "../common/plural.hpp"
 #include "../common/usage_exit.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
@@ -89,8 +91,9 @@ nlohmann::json header_json(const std::string& file, const fsdp::CheckpointHeader
 
 void print_header(const std::string& file, const fsdp::CheckpointHeader& h) {
   std::printf("checkpoint %s\n", file.c_str());
-  std::printf("  format version %d, written by fsdp %s on %d ranks, strategy %s\n",
-              h.format_version, h.library_version.c_str(), h.world_size, h.strategy.c_str());
+  std::printf("  format version %d, written by fsdp %s on %s, strategy %s\n", h.format_version,
+              h.library_version.c_str(), fsdp_apps::count_of(h.world_size, "rank").c_str(),
+              h.strategy.c_str());
   std::printf("  step %lld, epoch %lld\n", static_cast<long long>(h.state.step),
               static_cast<long long>(h.state.epoch));
   if (h.state.sampler) {
@@ -124,10 +127,17 @@ void print_header(const std::string& file, const fsdp::CheckpointHeader& h) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Kokkos first, so that its options are taken out of argv before the tool's own are parsed
+  // (checksums are Kokkos kernels).
+  fsdp_apps::KokkosSession kokkos(argc, argv);
+  if (kokkos.refused("fsdp-ckpt")) {
+    return fsdp_apps::kExitUsage;
+  }
   CLI::App app{
       "fsdp-ckpt: inspects, verifies and exports fsdp checkpoints (one process, no mpiexec). "
       "CHECKPOINT is a checkpoint file or a checkpoint directory, which stands for the "
       "checkpoint its 'latest' names. docs/checkpoints.md describes the files."};
+  app.footer(fsdp_apps::kKokkosOptions);
   app.require_subcommand(1);
   std::string checkpoint, output;
   bool json = false;
@@ -150,7 +160,6 @@ int main(int argc, char** argv) {
     return fsdp_apps::usage_exit(app, error, "fsdp-ckpt");
   }
 
-  Kokkos::ScopeGuard kokkos(argc, argv);  // checksums are Kokkos kernels
   try {
     const std::string file = resolve(checkpoint);
     if (inspect->parsed()) {

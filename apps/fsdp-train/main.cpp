@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/kokkos_session.hpp"
 #include "../common/usage_exit.hpp"
 #include "dataset.hpp"
 #include "fsdp/comm/device_selection.hpp"
@@ -94,7 +95,11 @@ int main(int argc, char** argv) {
 #endif
   int code = 0;
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    fsdp_apps::KokkosSession kokkos(argc, argv);
+    if (kokkos.refused("fsdp-train", rank == 0)) {
+      MPI_Finalize();
+      return fsdp_apps::kExitUsage;
+    }
     fsdp_train::TrainOptions o;
     DataOptions d;
     int layers = 0;
@@ -102,6 +107,7 @@ int main(int argc, char** argv) {
         "fsdp-train: trains a multi-layer perceptron with fully sharded data parallelism on "
         "every MPI rank (parameters, gradients and optimizer state split across the ranks). "
         "Run it under mpiexec; docs/train.md describes it."};
+    app.footer(fsdp_apps::kKokkosOptions);
     app.add_option("--hidden", o.hidden, "hidden layer widths, comma separated")
         ->delimiter(',')
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "../common/barrier_without_spinning.hpp"
+#include "../common/plural.hpp"
 #include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/data/distributed_sampler.hpp"
@@ -574,11 +575,10 @@ class Run {
     step_count = loaded.state.step;
     epoch = loaded.state.epoch;
     if (rank_ == 0) {
-      std::printf(
-          "fsdp-train: resumed from '%s': step %lld, epoch %lld, written by %d ranks "
-          "(%s)\n",
-          file.c_str(), static_cast<long long>(step_count), static_cast<long long>(epoch + 1),
-          loaded.world_size, loaded.strategy.c_str());
+      std::printf("fsdp-train: resumed from '%s': step %lld, epoch %lld, written by %s (%s)\n",
+                  file.c_str(), static_cast<long long>(step_count),
+                  static_cast<long long>(epoch + 1),
+                  fsdp_apps::count_of(loaded.world_size, "rank").c_str(), loaded.strategy.c_str());
       std::fflush(stdout);
     }
   }
@@ -764,8 +764,8 @@ class Run {
                                                 " replicas of " +
                                                 std::to_string(plan.world_size()) + ")";
       std::printf(
-          "fsdp-train: %d %s%s, strategy %s, mode %s, MLP %s (%lld parameters, %s), %s lr %g\n",
-          ranks_, ranks_ == 1 ? "rank" : "ranks", arrangement.c_str(), plan.strategy().c_str(),
+          "fsdp-train: %s%s, strategy %s, mode %s, MLP %s (%lld parameters, %s), %s lr %g\n",
+          fsdp_apps::count_of(ranks_, "rank").c_str(), arrangement.c_str(), plan.strategy().c_str(),
           fsdp::name_of(fsdp::parse_sharding_mode(o_.mode)), widths.c_str(),
           static_cast<long long>(shape_.parameter_count()), o_.dtype.c_str(), o_.optimizer.c_str(),
           o_.lr);
@@ -811,10 +811,9 @@ class Run {
       std::printf("%s\n", summary.dump().c_str());
     } else if (!o_.json && summary.contains("loss")) {
       std::printf(
-          "\nsummary: %lld epoch%s%s in %.2f s (%.0f samples/s training), loss %.4f (first step "
+          "\nsummary: %s%s in %.2f s (%.0f samples/s training), loss %.4f (first step "
           "%.4f), train accuracy %.2f%%, eval accuracy %.2f%%\n",
-          static_cast<long long>(summary["epochs"].get<std::int64_t>()),
-          summary["epochs"].get<std::int64_t>() == 1 ? "" : "s",
+          fsdp_apps::count_of(summary["epochs"].get<std::int64_t>(), "epoch").c_str(),
           summary["stopped"].get<bool>() ? " (the last one partly)" : "",
           summary["total_seconds"].get<double>(), summary["samples_per_s"].get<double>(),
           summary["loss"].get<double>(), summary["first_step_loss"].get<double>(),
@@ -822,10 +821,10 @@ class Run {
           100 * summary["eval_accuracy"].get<double>());
       std::printf(
           "model state per rank (parameters + gradients + optimizer state, largest rank): %s, "
-          "unsharded %s: %.3f of it on %d ranks; peak of all fsdp buffers per rank %s\n",
+          "unsharded %s: %.3f of it on %s; peak of all fsdp buffers per rank %s\n",
           human(summary["model_state_bytes_per_rank_max"].get<double>()).c_str(),
           human(static_cast<double>(unsharded_bytes_)).c_str(),
-          summary["model_state_ratio"].get<double>(), ranks_,
+          summary["model_state_ratio"].get<double>(), fsdp_apps::count_of(ranks_, "rank").c_str(),
           human(summary["peak_bytes_per_rank_max"].get<double>()).c_str());
     }
     std::fflush(stdout);
