@@ -30,6 +30,7 @@
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 #include "mlp.hpp"
+#include "progress_bar.hpp"
 
 namespace fsdp_train {
 namespace {
@@ -375,6 +376,7 @@ class Run {
     double trained_samples = 0;  // all ranks, padding of the sampler included
     bool stopped = false, out_of_time = false;
     StopClock clock(group_, o_.time_budget, start);
+    ProgressBar progress(rank_ == 0 && !o_.json);
     const auto save = [&](const fsdp::SamplerState& position) {
       fsdp::CheckpointState state;
       state.step = step_count;
@@ -394,11 +396,13 @@ class Run {
       const double save_start = MPI_Wtime();
       const std::string file = checkpoints->save(model, &optimizer, state);
       clock.saved(MPI_Wtime() - save_start);
+      progress.clear();
       print_checkpoint(file, state);
     };
     bool first_step = true;
     for (std::int64_t epoch = first_epoch; epoch < o_.epochs && !stopped; ++epoch) {
       schedule.set_epoch(epoch);
+      progress.start_epoch(epoch, o_.epochs, schedule.steps());
       const double epoch_start = MPI_Wtime();
       LossSums sums;
       double samples = 0;
@@ -410,6 +414,7 @@ class Run {
         const LossSums step_sums =
             train_step(model, runtime, net, rows, optimizer, o_.clip, scaler ? &*scaler : nullptr);
         ++step_count;
+        progress.step(step + 1);
         if (first_step) {
           double first[2] = {step_sums.loss, static_cast<double>(rows)};
           group_.all_reduce(first, 2);
@@ -439,6 +444,7 @@ class Run {
       if (totals[2] == 0) {
         continue;  // resumed at the very end of training: nothing was left to do
       }
+      progress.clear();
       const double eval_accuracy = evaluate(runtime, net);
       nlohmann::json line = {{"type", "epoch"},
                              {"epoch", epoch + 1},
