@@ -14,6 +14,7 @@
 
 #include "../common/kokkos_session.hpp"
 #include "../common/usage_exit.hpp"
+#include "command_line_agreement.hpp"
 #include "dataset.hpp"
 #include "fsdp/comm/device_selection.hpp"
 #include "fsdp/comm/process_group.hpp"
@@ -245,8 +246,20 @@ int main(int argc, char** argv) {
     for (CLI::Option* option : {samples, dim, classes, write}) {
       option->excludes(data);
     }
+    fsdp::ProcessGroup group(MPI_COMM_WORLD);
     try {
-      app.parse(argc, argv);
+      // Every rank parses its own command line; a rank that cannot still takes part in the
+      // agreement below (with its error as its options), so no rank is left waiting.
+      std::string parsed;
+      try {
+        app.parse(argc, argv);
+        parsed = app.config_to_str(true, false);
+      } catch (const CLI::ParseError& error) {
+        parsed = fsdp_train::kUnparsable + std::string(error.what());
+        fsdp_train::require_same_command_line(group, parsed);
+        throw;
+      }
+      fsdp_train::require_same_command_line(group, parsed);
       if (layers > 0) {
         if (o.hidden.size() == 1) {
           o.hidden.assign(static_cast<std::size_t>(layers), o.hidden[0]);
@@ -261,7 +274,6 @@ int main(int argc, char** argv) {
         throw CLI::ValidationError("--eval-fraction must be strictly between 0 and 1");
       }
       d.synthetic.seed = o.seed;
-      fsdp::ProcessGroup group(MPI_COMM_WORLD);
       code = run(group, o, d);
     } catch (const CLI::ParseError& error) {
       // Every rank parsed the same arguments: rank 0 speaks, every rank exits.
@@ -270,7 +282,9 @@ int main(int argc, char** argv) {
       if (rank == 0) {
         std::fprintf(stderr, "fsdp-train: %s\n", error.what());
       }
-      code = fsdp_train::kExitError;
+      code = std::string(error.what()).find(fsdp_train::kSameCommandLine) != std::string::npos
+                 ? fsdp_apps::kExitUsage
+                 : fsdp_train::kExitError;
     } catch (const std::exception& error) {
       // Not known to have happened on every rank: the others may be waiting in a collective.
       std::fprintf(stderr, "fsdp-train: rank %d of %d: %s\n", rank, size, error.what());
