@@ -1,6 +1,7 @@
 #include "dataset.hpp"
 
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -173,6 +174,21 @@ Dataset read_hdf5(const std::string& path, const std::string& features, const st
                       ", " + std::to_string(fx[1]) +
                       "]; it needs at least 2 samples and 1 feature");
   }
+  // The declared extents decide the allocation: refuse what could never fit in this machine's
+  // memory (a damaged or hostile file can declare anything) before allocating.
+  const double bytes =
+      (static_cast<double>(fx[0]) * static_cast<double>(fx[1]) + static_cast<double>(fx[0])) *
+      sizeof(double);
+  const double memory =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (bytes > memory) {
+    char sizes[96];
+    std::snprintf(sizes, sizeof sizes, "%.1f GB, more than this machine's %.1f GB", bytes / 1e9,
+                  memory / 1e9);
+    throw fsdp::Error("data file '" + path + "' declares features [" + std::to_string(fx[0]) +
+                      ", " + std::to_string(fx[1]) + "]: reading it would take " + sizes +
+                      " of memory");
+  }
   Dataset data;
   data.samples = static_cast<std::int64_t>(fx[0]);
   data.dim = static_cast<std::int64_t>(fx[1]);
@@ -186,10 +202,11 @@ Dataset read_hdf5(const std::string& path, const std::string& features, const st
       "H5Dread", "dataset '" + labels + "'");
   std::int64_t largest = 0;
   for (std::size_t i = 0; i < data.labels.size(); ++i) {
-    if (data.labels[i] < 0) {
+    if (data.labels[i] < 0 || data.labels[i] >= kMaxClasses) {
       throw fsdp::Error("labels '" + labels + "' in '" + path + "': sample " + std::to_string(i) +
                         " has label " + std::to_string(data.labels[i]) +
-                        "; labels must be class numbers >= 0");
+                        "; labels must be class numbers from 0 to " +
+                        std::to_string(kMaxClasses - 1) + " (is it the labels dataset?)");
     }
     largest = std::max(largest, data.labels[i]);
   }

@@ -9,6 +9,10 @@
 
 namespace fsdp_train {
 
+// The most classes fsdp-train takes (--classes, and the labels of a data file: a corrupted label
+// must not become millions of classes, gigabytes of output layer).
+constexpr std::int64_t kMaxClasses = std::int64_t{1} << 20;
+
 // Samples in rows: features(i, j) = features[i * dim + j]; labels in [0, classes).
 struct Dataset {
   std::int64_t samples = 0;

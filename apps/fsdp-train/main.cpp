@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
                     ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
                     ->capture_default_str();
     auto* classes = app.add_option("--classes", d.synthetic.classes, "synthetic: classes")
-                        ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 20))
+                        ->check(CLI::Range(std::int64_t{2}, fsdp_train::kMaxClasses))
                         ->capture_default_str();
     auto* write = app.add_option("--write-data", d.write_path,
                                  "write the synthetic data set to this HDF5 file (datasets "

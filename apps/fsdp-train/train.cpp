@@ -288,8 +288,11 @@ class StopClock {
   double slowest_save_ = 0;
 };
 
+// What the summary needs of the epochs run: their number and the last one's line (not every
+// line: a run of 10,000 epochs keeps its memory flat).
 struct Trained {
-  std::vector<nlohmann::json> epochs;
+  std::int64_t epochs = 0;
+  nlohmann::json last_epoch;
   double first_step_loss = 0;
 };
 
@@ -459,16 +462,16 @@ class Run {
       }
       add_memory(model, line);
       print_epoch(line);
-      trained.epochs.push_back(std::move(line));
+      ++trained.epochs;
+      trained.last_epoch = std::move(line);
     }
     const double total_seconds = MPI_Wtime() - start;
 
     int code = kExitOk;
-    nlohmann::json summary =
-        trained.epochs.empty() ? nlohmann::json::object() : nlohmann::json(trained.epochs.back());
+    nlohmann::json summary = trained.epochs == 0 ? nlohmann::json::object() : trained.last_epoch;
     summary["type"] = "summary";
     summary.erase("seconds");
-    summary["epochs"] = static_cast<std::int64_t>(trained.epochs.size());  // run by this process
+    summary["epochs"] = trained.epochs;  // run by this process
     summary["first_step_loss"] = trained.first_step_loss;
     summary["train_seconds"] = train_seconds;
     summary["total_seconds"] = total_seconds;
@@ -485,8 +488,8 @@ class Run {
     summary["dtype"] = o_.dtype;
     summary["parameters"] = shape_.parameter_count();
     summary["peak_bytes_per_rank_max"] = max_over_ranks(model.memory().total_peak);
-    const bool dropped = !trained.epochs.empty() &&
-                         trained.epochs.back()["loss"].get<double>() < trained.first_step_loss;
+    const bool dropped =
+        trained.epochs > 0 && trained.last_epoch["loss"].get<double>() < trained.first_step_loss;
     summary["loss_dropped"] = dropped;
     summary["steps_done"] = step_count;
     summary["stopped"] = stopped;
@@ -507,7 +510,7 @@ class Run {
 
     if (o_.check && !stopped) {
       const double final_loss =
-          trained.epochs.empty() ? 0.0 : trained.epochs.back()["loss"].get<double>();
+          trained.epochs == 0 ? 0.0 : trained.last_epoch["loss"].get<double>();
       const int check_code = check(model, final_loss);
       if (code == kExitOk) {
         code = check_code;
@@ -517,7 +520,7 @@ class Run {
       std::fprintf(stderr,
                    "fsdp-train: the loss did not fall (--expect-loss-drop): last epoch's mean "
                    "%.6g is not below the first step's %.6g\n",
-                   trained.epochs.empty() ? 0.0 : trained.epochs.back()["loss"].get<double>(),
+                   trained.epochs == 0 ? 0.0 : trained.last_epoch["loss"].get<double>(),
                    trained.first_step_loss);
     }
     return code;
