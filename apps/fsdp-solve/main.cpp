@@ -10,6 +10,7 @@
 
 #include "../common/usage_exit.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/io/publish_file.hpp"
 #include "fsdp/solver/broadcast_solution.hpp"
 #include "fsdp/solver/exact_solver.hpp"
 #include "fsdp/solver/generators.hpp"
@@ -56,9 +57,19 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
   const Solution solution = solve_on_root(group, [&] {
     graph = load_graph(o);
     if (!o.write_graph.empty()) {
-      std::ofstream file(o.write_graph);
-      fsdp::require(file.good(), "fsdp-solve: cannot write '" + o.write_graph + "'");
-      file << graph.to_json() << "\n";
+      // Atomic: a failed write (a full disk) leaves an existing file as it was.
+      const std::string temporary = fsdp::temporary_beside(o.write_graph);
+      try {
+        std::ofstream file(temporary, std::ios::trunc);
+        file << graph.to_json() << "\n";
+        file.close();
+        fsdp::require(static_cast<bool>(file), "cannot write '" + temporary + "'",
+                      fsdp::ErrorKind::io);
+        fsdp::publish_file(temporary, o.write_graph);
+      } catch (...) {
+        std::remove(temporary.c_str());
+        throw;
+      }
     }
     if (o.solver == "exact") {
       return ExactSolver(o.machine).solve(graph);

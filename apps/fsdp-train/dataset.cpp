@@ -11,6 +11,7 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
+#include "fsdp/io/publish_file.hpp"
 
 namespace fsdp_train {
 namespace {
@@ -224,20 +225,29 @@ Dataset read_hdf5(const std::string& path, const std::string& features, const st
   return data;
 }
 
+// Atomic: written to a temporary of its own beside path and renamed over it only when complete,
+// so a failure (a full disk) leaves an existing file as it was.
 void write_hdf5(const Dataset& data, const std::string& path, const std::string& features,
                 const std::string& labels) {
   QuietErrorStack quiet;
-  const fsdp::hdf5::Checker h5(path, "data file '" + path + "'");
-  Handle file(h5.check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                       "H5Fcreate", "the file (is the directory writable?)"),
-              H5Fclose);
-  const hsize_t feature_extents[2] = {static_cast<hsize_t>(data.samples),
-                                      static_cast<hsize_t>(data.dim)};
-  write_dataset(h5, file.get(), features, 2, feature_extents, H5T_IEEE_F32LE, H5T_NATIVE_DOUBLE,
-                data.features.data());
-  write_dataset(h5, file.get(), labels, 1, feature_extents, H5T_STD_I32LE, H5T_NATIVE_INT64,
-                data.labels.data());
-  h5.check_status(file.close(), "H5Fclose", "the file");
+  const std::string temporary = fsdp::temporary_beside(path);
+  try {
+    const fsdp::hdf5::Checker h5(path, "data file '" + path + "'");
+    Handle file(h5.check(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                         "H5Fcreate", "the file (is the directory writable?)"),
+                H5Fclose);
+    const hsize_t feature_extents[2] = {static_cast<hsize_t>(data.samples),
+                                        static_cast<hsize_t>(data.dim)};
+    write_dataset(h5, file.get(), features, 2, feature_extents, H5T_IEEE_F32LE, H5T_NATIVE_DOUBLE,
+                  data.features.data());
+    write_dataset(h5, file.get(), labels, 1, feature_extents, H5T_STD_I32LE, H5T_NATIVE_INT64,
+                  data.labels.data());
+    h5.check_status(file.close(), "H5Fclose", "the file");
+    fsdp::publish_file(temporary, path);
+  } catch (...) {
+    std::remove(temporary.c_str());
+    throw;
+  }
 }
 
 Split split(const Dataset& data, double eval_fraction) {

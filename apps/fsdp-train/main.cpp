@@ -35,26 +35,29 @@ struct DataOptions {
 int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
         const DataOptions& data_options) {
   fsdp_train::Split data;
-  fsdp_train::on_every_rank(group, "read the data", [&] {
-    // Every rank reads (or generates) the whole set: it is small, and the --check reference on
-    // rank 0 needs all of it.
-    const fsdp_train::Dataset all =
-        data_options.path.empty()
-            ? fsdp_train::make_synthetic(data_options.synthetic)
-            : fsdp_train::read_hdf5(data_options.path, data_options.features, data_options.labels);
-    if (data_options.write_path.empty()) {
-      data = fsdp_train::split(all, options.eval_fraction);
-    } else if (group.rank() == 0) {
-      fsdp_train::write_hdf5(all, data_options.write_path, data_options.features,
-                             data_options.labels);
-      std::printf(
-          "fsdp-train: wrote %s to %s (datasets '%s' [%lld, %lld] fp32, '%s' [%lld] "
-          "int32)\n",
-          all.description.c_str(), data_options.write_path.c_str(), data_options.features.c_str(),
-          static_cast<long long>(all.samples), static_cast<long long>(all.dim),
-          data_options.labels.c_str(), static_cast<long long>(all.samples));
-    }
-  });
+  fsdp_train::on_every_rank(
+      group, data_options.write_path.empty() ? "read the data" : "write the data", [&] {
+        // Every rank reads (or generates) the whole set: it is small, and the --check reference on
+        // rank 0 needs all of it.
+        const fsdp_train::Dataset all =
+            data_options.path.empty()
+                ? fsdp_train::make_synthetic(data_options.synthetic)
+                : fsdp_train::read_hdf5(data_options.path, data_options.features,
+                                        data_options.labels);
+        if (data_options.write_path.empty()) {
+          data = fsdp_train::split(all, options.eval_fraction);
+        } else if (group.rank() == 0) {
+          fsdp_train::write_hdf5(all, data_options.write_path, data_options.features,
+                                 data_options.labels);
+          std::printf(
+              "fsdp-train: wrote %s to %s (datasets '%s' [%lld, %lld] fp32, '%s' [%lld] "
+              "int32)\n",
+              all.description.c_str(), data_options.write_path.c_str(),
+              data_options.features.c_str(), static_cast<long long>(all.samples),
+              static_cast<long long>(all.dim), data_options.labels.c_str(),
+              static_cast<long long>(all.samples));
+        }
+      });
   if (!data_options.write_path.empty()) {
     return fsdp_train::kExitOk;
   }

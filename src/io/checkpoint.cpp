@@ -34,7 +34,7 @@
 #include "fsdp/io/row_major_boxes.hpp"
 #include "fsdp/io/tensor_checksum.hpp"
 #include "hdf5_attributes.hpp"
-#include "publish_file.hpp"
+#include "fsdp/io/publish_file.hpp"
 
 namespace fsdp {
 namespace {
@@ -678,20 +678,11 @@ template <class T>
 void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
                          const Optimizer<T>* optimizer, const CheckpointState& state) {
   ProcessGroup& group = model.group();
-  const std::string tmp = path + ".tmp";
-  // The root checks the directory first, so the common failures (no directory, no permission)
-  // are reported before anyone enters a collective HDF5 call.
-  on_root(group, "prepare " + file_text(path), [&] {
-    std::remove(tmp.c_str());
-    std::FILE* probe = std::fopen(tmp.c_str(), "wb");
-    if (probe == nullptr) {
-      throw Error(ErrorKind::io, "cannot create '" + tmp +
-                                     "': does its directory exist, and may "
-                                     "this job write there?");
-    }
-    std::fclose(probe);
-    return std::string();
-  });
+  // The root creates the temporary (a name of its own beside path), so the common failures (no
+  // directory, no permission) are reported before anyone enters a collective HDF5 call, and
+  // every rank learns its name.
+  const std::string tmp =
+      on_root(group, "prepare " + file_text(path), [&] { return temporary_beside(path); });
 
   CheckpointHeader header;
   header.format_version = kCheckpointFormatVersion;
@@ -769,11 +760,18 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
       failure = std::current_exception();
     }
   }
-  raise_on_every_rank(group, "write " + file_text(path), failure);
-  on_root(group, "publish " + file_text(path), [&] {
-    publish_file(tmp, path);
-    return std::string();
-  });
+  try {
+    raise_on_every_rank(group, "write " + file_text(path), failure);
+    on_root(group, "publish " + file_text(path), [&] {
+      publish_file(tmp, path);
+      return std::string();
+    });
+  } catch (...) {
+    if (group.rank() == 0) {
+      std::remove(tmp.c_str());  // the unfinished file: its name is this save's alone
+    }
+    throw;
+  }
 }
 
 // ---- load ----
@@ -969,8 +967,8 @@ void verify_checkpoint(const std::string& path) {
 }
 
 void export_parameters(const std::string& checkpoint, const std::string& output) {
-  const std::string tmp = output + ".tmp";
-  {
+  const std::string tmp = temporary_beside(output);
+  try {
     hdf5::QuietErrorStack quiet;
     const hdf5::Checker out(tmp, "file '" + tmp + "'");
     Handle handle = create_file(out, MPI_COMM_NULL);
@@ -986,8 +984,11 @@ void export_parameters(const std::string& checkpoint, const std::string& output)
                                        "H5Dwrite", "dataset " + name);
                     });
     out.check_status(handle.close(), "H5Fclose", "the file");
+    publish_file(tmp, output);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
   }
-  publish_file(tmp, output);
 }
 
 template void save_checkpoint<float>(const std::string&, ShardedModel<float>&,

@@ -9,7 +9,7 @@
 
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/core/error.hpp"
-#include "publish_file.hpp"
+#include "fsdp/io/publish_file.hpp"
 
 namespace fsdp {
 namespace {
@@ -58,9 +58,10 @@ CheckpointDirectory::CheckpointDirectory(ProcessGroup group, std::string path, i
     // Temporaries of saves that never finished: their checkpoints were never published.
     for (const auto& entry : fs::directory_iterator(path_)) {
       const std::string name = entry.path().filename().string();
+      // (temporary_beside: "<target>.XXXXXX.tmp"; the older fixed "<target>.tmp" too)
       if (ends_with(name, kTemporary) &&
           (name.compare(0, std::string(kPrefix).size(), kPrefix) == 0 ||
-           name == std::string(kLatest) + kTemporary)) {
+           name.compare(0, std::string(kLatest).size() + 1, std::string(kLatest) + ".") == 0)) {
         fs::remove(entry.path(), error);
         if (error) {
           throw Error(ErrorKind::io, "cannot remove the leftover temporary '" +
@@ -139,16 +140,19 @@ std::string CheckpointDirectory::save(ShardedModel<T>& model, const Optimizer<T>
   save_checkpoint(file, model, optimizer, state);
   on_root(group_, "point '" + path_ + "/latest' at '" + file + "'", [&] {
     const std::string pointer = (fs::path(path_) / kLatest).string();
-    const std::string tmp = pointer + kTemporary;
-    {
+    const std::string tmp = temporary_beside(pointer);
+    try {
       std::ofstream out(tmp, std::ios::trunc);
       out << fs::path(file).filename().string() << "\n";
-      out.flush();
+      out.close();
       if (!out) {
         throw Error(ErrorKind::io, "cannot write '" + tmp + "'");
       }
+      publish_file(tmp, pointer);
+    } catch (...) {
+      std::remove(tmp.c_str());
+      throw;
     }
-    publish_file(tmp, pointer);
     if (keep_last_ > 0) {
       std::vector<std::string> all = checkpoints();
       const std::size_t keep = static_cast<std::size_t>(keep_last_);

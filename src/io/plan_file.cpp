@@ -18,6 +18,7 @@
 #include "fsdp/io/hdf5_handle.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
 #include "hdf5_attributes.hpp"
+#include "fsdp/io/publish_file.hpp"
 
 namespace fsdp {
 namespace {
@@ -134,11 +135,13 @@ bool ends_with(const std::string& text, const std::string& suffix) {
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The finished temporary becomes the plan file (publish_file), or goes.
 void rename_into_place(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0) {
+  try {
+    publish_file(from, to);
+  } catch (...) {
     std::remove(from.c_str());
-    throw Error(ErrorKind::io,
-                "cannot rename the finished plan file '" + from + "' to '" + to + "'");
+    throw;
   }
 }
 
@@ -285,7 +288,7 @@ ShardingPlan read_hdf5(const std::string& path) {
 
 void save_plan_hdf5(const std::string& path, const ShardingPlan& plan) {
   const QuietErrorStack quiet;
-  const std::string temporary = path + ".tmp";
+  const std::string temporary = temporary_beside(path);
   try {
     write_hdf5(temporary, plan);
   } catch (...) {
@@ -301,7 +304,7 @@ ShardingPlan load_plan_hdf5(const std::string& path) {
 }
 
 void save_plan_json(const std::string& path, const ShardingPlan& plan) {
-  const std::string temporary = path + ".tmp";
+  const std::string temporary = temporary_beside(path);
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     require(static_cast<bool>(out), "cannot create plan file '" + temporary + "'", ErrorKind::io);

@@ -1,9 +1,13 @@
-#include "publish_file.hpp"
+#include "fsdp/io/publish_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "fsdp/core/error.hpp"
 
@@ -20,6 +24,22 @@ bool sync_path(const std::string& path, int flags) {
 }
 
 }  // namespace
+
+std::string temporary_beside(const std::string& target) {
+  constexpr const char* kSuffix = ".tmp";
+  std::string name = target + ".XXXXXX" + kSuffix;
+  const int fd = ::mkstemps(name.data(), static_cast<int>(std::char_traits<char>::length(kSuffix)));
+  if (fd < 0) {
+    throw Error(ErrorKind::io, "cannot create a temporary file beside '" + target + "' (" +
+                                   std::strerror(errno) +
+                                   "): does its directory exist, and may this job write there?");
+  }
+  if (::close(fd) != 0) {
+    std::remove(name.c_str());
+    throw Error(ErrorKind::io, "cannot close the new temporary file '" + name + "'");
+  }
+  return name;
+}
 
 void publish_file(const std::string& from, const std::string& to) {
   if (!sync_path(from, O_RDONLY)) {

@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -19,6 +21,7 @@
 #include "error_message.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
 #include "fsdp/comm/hybrid_groups.hpp"
+#include "fsdp/core/text.hpp"
 #include "fsdp/io/checkpoint.hpp"
 #include "fsdp/io/checkpoint_directory.hpp"
 #include "fsdp/io/plan_file.hpp"
@@ -485,7 +488,10 @@ BOOST_AUTO_TEST_CASE(saving_where_nothing_can_be_written_fails_on_every_rank) {
   auto model = make_model<double>(world(), "full");
   BOOST_CHECK_EXCEPTION(
       save_checkpoint<double>("/nonexistent-directory/c.h5", model, nullptr, CheckpointState{}),
-      Error, error_of(ErrorKind::io, "cannot create '/nonexistent-directory/c.h5.tmp'"));
+      Error,
+      error_of(ErrorKind::io,
+               "cannot create a temporary file beside '/nonexistent-directory/c.h5' (No such file "
+               "or directory): does its directory exist"));
 }
 
 BOOST_AUTO_TEST_CASE(no_temporary_is_left_and_exported_parameters_start_another_run) {
@@ -498,7 +504,27 @@ BOOST_AUTO_TEST_CASE(no_temporary_is_left_and_exported_parameters_start_another_
     save_checkpoint(path, model, &adam, CheckpointState{});
   }
   if (world().rank() == 0) {
-    BOOST_TEST(access((path + ".tmp").c_str(), F_OK) != 0);
+    // Only the user's own files are left: a file of theirs named like a fixed temporary
+    // ("c.h5.tmp") is neither overwritten nor consumed, and the save leaves no temporary.
+    std::ofstream(path + ".tmp") << "the user's\n";
+  }
+  world().barrier();
+  {
+    auto model = make_model<double>(world(), "full");
+    Optimizer<double> adam("adam", settings());
+    fill_model(model, adam);
+    save_checkpoint(path, model, &adam, CheckpointState{});
+  }
+  if (world().rank() == 0) {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    BOOST_TEST(names == (std::vector<std::string>{"c.h5", "c.h5.tmp"}), join(names));
+    std::string text;
+    std::getline(std::ifstream(path + ".tmp"), text);
+    BOOST_TEST(text == "the user's");
     export_parameters(path, dir.file("plain.h5"));
   }
   world().barrier();
@@ -518,7 +544,8 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_directory_keeps_the_last_k_and_points_at_the_n
   if (world().rank() == 0) {
     // Leftovers of a crashed save and of a crashed pointer update, and a file of the user's.
     BOOST_REQUIRE(mkdir(path.c_str(), 0755) == 0);
-    for (const char* name : {"checkpoint-00000009.h5.tmp", "latest.tmp", "notes.txt"}) {
+    for (const char* name : {"checkpoint-00000009.h5.tmp", "checkpoint-00000009.h5.Ab12Cd.tmp",
+                             "latest.tmp", "latest.Xy34Zw.tmp", "notes.txt"}) {
       std::ofstream(path + "/" + name) << "x\n";
     }
   }
@@ -528,6 +555,8 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_directory_keeps_the_last_k_and_points_at_the_n
   if (world().rank() == 0) {
     BOOST_TEST(access((path + "/checkpoint-00000009.h5.tmp").c_str(), F_OK) != 0);
     BOOST_TEST(access((path + "/latest.tmp").c_str(), F_OK) != 0);
+    BOOST_TEST(access((path + "/checkpoint-00000009.h5.Ab12Cd.tmp").c_str(), F_OK) != 0);
+    BOOST_TEST(access((path + "/latest.Xy34Zw.tmp").c_str(), F_OK) != 0);
     BOOST_TEST(access((path + "/notes.txt").c_str(), F_OK) == 0);
   }
   auto model = make_model<double>(world(), "full");
