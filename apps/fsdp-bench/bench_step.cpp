@@ -131,7 +131,12 @@ struct Trainer {
     RuntimeOptions runtime_options;
     runtime_options.prefetch = way.prefetch;
     runtime = std::make_unique<Runtime<float>>(*model, order, runtime_options);
-    adam = std::make_unique<Adam<float>>(AdamOptions{});
+    // lr 0: Adam does all its work but leaves the weights as they are, so that every step computes
+    // the same values. With a learning rate the constant stand-in loss gradient pushes every
+    // weight the same way, step after step, until the gradients overflow fp16 at any loss scale.
+    AdamOptions adam_options;
+    adam_options.lr = 0.0;
+    adam = std::make_unique<Adam<float>>(adam_options);
     // activations[l]: the input of layer l; deltas[l]: d loss / d (output of layer l).
     for (std::size_t l = 0; l <= shape.layers(); ++l) {
       activations.emplace_back("activation", static_cast<std::size_t>(rows),
@@ -153,7 +158,8 @@ struct Trainer {
   }
 
   // fp16: steps until one is not skipped, so that the timed steps run the optimizer. The scaler
-  // starts at 2^16 and halves on every overflow (7 times for the stand-in gradient at width 512).
+  // starts at 2^16 and halves on every overflow (7 times for the stand-in gradient at width 512);
+  // every step computes the same values (Adam's lr is 0), so no later step overflows.
   void settle(const MlpShape& shape) {
     for (int guard = 0; scaler && scaler->state().clean_steps == 0 && guard < 64; ++guard) {
       step(shape);
