@@ -1,11 +1,15 @@
 // fsdp-bench step: one training step of fsdp-train's MLP in every sharding mode (full_shard with
 // prefetch on and off, shard_grad_op, shard_optimizer, and no_shard: replicated data parallelism,
-// the baseline), optionally hybrid-sharded over groups of G ranks, and one rank training the same
-// global batch, all in the same run: step time, memory per rank, and the bytes each rank sends
-// per step against the formula of the plan's estimate (docs/plans.md).
+// the baseline), in fp32 and in mixed precision (bf16, fp16 with a loss scaler), optionally
+// hybrid-sharded over groups of G ranks, and one rank training the same global batch, all in the
+// same run: step time, memory per rank, and the bytes each rank sends per step against the
+// formula of the plan's estimate (docs/plans.md).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 #ifdef __GLIBC__  // defined by the C library's headers: after <cstdio>
 #include <malloc.h>
 #endif
@@ -17,6 +21,7 @@
 #include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/optim/adam.hpp"
+#include "fsdp/optim/loss_scaler.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
@@ -34,28 +39,47 @@ struct StepOptions {
   std::int64_t local_batch = 32;
   int steps = 9;
   int shard_group_size = 0;  // > 0 and < ranks: also every mode hybrid-sharded over groups of G
+  // The units' precisions: fp32, bf16, fp16 (16-bit gathers and reductions over fp32 masters).
+  std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
 };
 
 // One way of training: a row of the table.
 struct Way {
   std::string name;
   ShardingMode mode = ShardingMode::full_shard;
-  // fp32 is the units' only precision today. Mixed precision would be one more value here: a row
-  // per mode with Precision::mixed, which sets the units' option and gives the estimate's bytes.
-  Precision precision = Precision::fp32;
+  // The units' param_dtype and reduce_dtype: f32 (no cast), bf16 or f16. fp16 steps take a loss
+  // scaler.
+  DType dtype = DType::f32;
   bool prefetch = true;
   int shard_group_size = 1;  // G; the group's size: no replicas
   bool one_rank = false;     // rank 0 alone, the whole global batch
+  // "fp32", "bf16", "fp16"; and the estimate's name for it: fp32 or mixed.
+  const char* precision_name() const { return dtype == DType::f32 ? "fp32" : name_of(dtype); }
+  Precision precision() const { return dtype == DType::f32 ? Precision::fp32 : Precision::mixed; }
 };
 
-// Bytes this rank sent in a step, by the estimate's categories.
+DType parse_units_dtype(const std::string& name) {
+  return name == "bf16" ? DType::bf16 : name == "fp16" ? DType::f16 : DType::f32;
+}
+
+// Bytes this rank sent in a step, by the estimate's categories, and the loss scaler's overflow
+// check (one all-reduce of a flag; fp16 only), which is not the units' traffic.
 struct StepBytes {
   std::int64_t gather = 0;            // parameter gathers in the shard group
   std::int64_t gradient = 0;          // gradient reductions in the shard group
-  std::int64_t replica_gradient = 0;  // everything sent to the replicas
+  std::int64_t replica_gradient = 0;  // everything the units sent to the replicas
+  std::int64_t loss_scaler = 0;       // LossScaler::unscale_and_check
+  // The units' bytes: what the estimate counts.
   std::int64_t total() const { return gather + gradient + replica_gradient; }
-  bool operator==(const StepBytes& o) const {
+  bool same_units_bytes(const StepBytes& o) const {
     return gather == o.gather && gradient == o.gradient && replica_gradient == o.replica_gradient;
+  }
+  bool operator==(const StepBytes& o) const {
+    return same_units_bytes(o) && loss_scaler == o.loss_scaler;
+  }
+  StepBytes operator-(const StepBytes& o) const {
+    return {gather - o.gather, gradient - o.gradient, replica_gradient - o.replica_gradient,
+            loss_scaler - o.loss_scaler};
   }
 };
 
@@ -67,6 +91,9 @@ struct Trainer {
   std::unique_ptr<ShardedModel<float>> model;
   std::unique_ptr<Runtime<float>> runtime;
   std::unique_ptr<Adam<float>> adam;
+  std::optional<LossScaler> scaler;  // fp16
+  std::int64_t scaler_bytes = 0;     // what unscale_and_check sent so far
+  std::int64_t settling_skips = 0;   // steps skipped before the scale settled (settle())
   std::vector<Matrix<float>> activations, deltas;
   std::int64_t rows = 0;
   std::vector<StepBytes> sent;  // per timed step
@@ -74,10 +101,13 @@ struct Trainer {
   // group: a counting group (counting_group) of every rank that trains this way.
   Trainer(Way how, ProcessGroup group, const MlpShape& shape, std::int64_t batch_rows)
       : way(std::move(how)), shard(group), rows(batch_rows) {
-    // Mixed precision: set the units' option from way.precision here once they have one.
-    require(way.precision == Precision::fp32, "fsdp-bench step: the units train in fp32 only");
     ShardedModelOptions options;
     options.unit.mode = way.mode;
+    options.unit.param_dtype = way.dtype;
+    options.unit.reduce_dtype = way.dtype;
+    if (way.dtype == DType::f16) {
+      scaler.emplace();
+    }
     if (way.shard_group_size < group.size()) {
       HybridGroups groups = make_hybrid_groups(group, way.shard_group_size);
       shard = groups.shard;
@@ -101,7 +131,12 @@ struct Trainer {
     RuntimeOptions runtime_options;
     runtime_options.prefetch = way.prefetch;
     runtime = std::make_unique<Runtime<float>>(*model, order, runtime_options);
-    adam = std::make_unique<Adam<float>>(AdamOptions{});
+    // lr 0: Adam does all its work but leaves the weights as they are, so that every step computes
+    // the same values. With a learning rate the constant stand-in loss gradient pushes every
+    // weight the same way, step after step, until the gradients overflow fp16 at any loss scale.
+    AdamOptions adam_options;
+    adam_options.lr = 0.0;
+    adam = std::make_unique<Adam<float>>(adam_options);
     // activations[l]: the input of layer l; deltas[l]: d loss / d (output of layer l).
     for (std::size_t l = 0; l <= shape.layers(); ++l) {
       activations.emplace_back("activation", static_cast<std::size_t>(rows),
@@ -117,7 +152,19 @@ struct Trainer {
   // What this rank sent so far on the model's groups.
   StepBytes sent_so_far() const {
     const SentBytes in_group = sent_by(shard);
-    return {in_group.gathers, in_group.reductions, replicas ? sent_by(*replicas).total() : 0};
+    const std::int64_t to_replicas = replicas ? sent_by(*replicas).total() : 0;
+    // The scaler all-reduces on the model's group: its bytes are in the group's reductions.
+    return {in_group.gathers, in_group.reductions - scaler_bytes, to_replicas, scaler_bytes};
+  }
+
+  // fp16: steps until one is not skipped, so that the timed steps run the optimizer. The scaler
+  // starts at 2^16 and halves on every overflow (7 times for the stand-in gradient at width 512);
+  // every step computes the same values (Adam's lr is 0), so no later step overflows.
+  void settle(const MlpShape& shape) {
+    for (int guard = 0; scaler && scaler->state().clean_steps == 0 && guard < 64; ++guard) {
+      step(shape);
+    }
+    settling_skips = scaler ? scaler->state().skipped_steps : 0;
   }
 
   void step(const MlpShape& shape) {
@@ -129,8 +176,9 @@ struct Trainer {
                                        activations[l + 1], rows, l + 1 < layers);
       scope.close();
     }
-    // A stand-in loss gradient: the step's cost does not depend on its value.
-    Kokkos::deep_copy(deltas[layers - 1], 1e-3f);
+    // A stand-in loss gradient: the step's cost does not depend on its value. fp16: scaled.
+    Kokkos::deep_copy(deltas[layers - 1],
+                      static_cast<float>(1e-3 * (scaler ? scaler->scale() : 1.0)));
     for (std::size_t l = layers; l-- > 0;) {
       auto scope = runtime->backward(MlpShape::unit(l));
       fsdp_train::layer_backward<float>(scope.full(MlpShape::weight(l)),
@@ -140,6 +188,16 @@ struct Trainer {
       scope.close();
     }
     runtime->finish_step();
+    if (scaler) {
+      const std::int64_t before = sent_by(model->group()).total();
+      const bool overflow = scaler->unscale_and_check(*model);
+      scaler_bytes += sent_by(model->group()).total() - before;
+      scaler->update(overflow);
+      if (overflow) {  // skipped on every rank
+        model->zero_grad();
+        return;
+      }
+    }
     adam->step(*model);
     model->zero_grad();
   }
@@ -151,12 +209,16 @@ struct Trainer {
 // second gather, which the formula counts, never happens.
 struct Formula {
   RankEstimate estimate;
+  // The largest unit's transient bytes (and, in mixed precision under shard_grad_op and
+  // shard_optimizer, the widened whole parameters): on top of the model state at the peak.
+  std::int64_t working_set_bytes = 0;
   std::int64_t kept_unit_gather = 0;  // the formula's backward gather of the last unit
   StepBytes expected;
 };
 
 Formula formula(const Way& way, const MlpShape& shape, int world, int rank) {
-  const EstimateOptions options{OptimizerKind::adam, way.precision, way.mode, way.shard_group_size};
+  const EstimateOptions options{OptimizerKind::adam, way.precision(), way.mode,
+                                way.shard_group_size};
   const std::vector<ParameterInfo> parameters = shape.parameters(DType::f32);
   std::vector<ParameterInfo> last_unit;
   for (const ParameterInfo& p : parameters) {
@@ -166,23 +228,38 @@ Formula formula(const Way& way, const MlpShape& shape, int world, int rank) {
   }
   const auto r = static_cast<std::size_t>(rank);
   Formula f;
-  f.estimate = estimate(FullSharding().make_plan(parameters, world), options).ranks[r];
+  const PlanEstimate whole = estimate(FullSharding().make_plan(parameters, world), options);
+  f.estimate = whole.ranks[r];
+  f.working_set_bytes = whole.gathered_working_set_bytes;
   f.kept_unit_gather = estimate(FullSharding().make_plan(last_unit, world), options)
                            .ranks[r]
                            .backward_gather_send_bytes;
   f.expected = {f.estimate.forward_gather_send_bytes + f.estimate.backward_gather_send_bytes -
                     f.kept_unit_gather,
-                f.estimate.gradient_send_bytes, f.estimate.replica_gradient_send_bytes};
+                f.estimate.gradient_send_bytes, f.estimate.replica_gradient_send_bytes, 0};
   return f;
 }
 
-// The rows: every mode over all ranks (full_shard also without prefetch), every mode hybrid-sharded
-// over groups of G when asked, and one rank.
+// The rows, per precision asked for: every mode over all ranks (full_shard also without
+// prefetch), every mode hybrid-sharded over groups of G when asked; then one rank in fp32. The
+// baseline, no_shard in fp32 over all ranks, is always there. Every mode is tried in every
+// precision: a combination the library refuses is dropped when its model is made (run()).
 std::vector<Way> ways(const StepOptions& options, int ranks) {
   const ShardingMode modes[] = {ShardingMode::full_shard, ShardingMode::shard_grad_op,
                                 ShardingMode::shard_optimizer, ShardingMode::no_shard};
+  std::vector<DType> dtypes;
+  for (const std::string& name : options.precisions) {
+    const DType dtype = parse_units_dtype(name);
+    if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end()) {
+      dtypes.push_back(dtype);
+    }
+  }
   std::vector<Way> result;
-  for (Precision precision : {Precision::fp32}) {
+  if (std::find(dtypes.begin(), dtypes.end(), DType::f32) == dtypes.end()) {
+    result.push_back(
+        {name_of(ShardingMode::no_shard), ShardingMode::no_shard, DType::f32, true, ranks, false});
+  }
+  for (DType dtype : dtypes) {
     std::vector<int> group_sizes = {ranks};
     if (options.shard_group_size > 0 && options.shard_group_size < ranks) {
       group_sizes.push_back(options.shard_group_size);
@@ -191,15 +268,15 @@ std::vector<Way> ways(const StepOptions& options, int ranks) {
       for (ShardingMode mode : modes) {
         const std::string hybrid =
             g < ranks ? " " + std::to_string(ranks / g) + "x" + std::to_string(g) : "";
-        result.push_back({name_of(mode) + hybrid, mode, precision, true, g, false});
+        result.push_back({name_of(mode) + hybrid, mode, dtype, true, g, false});
         if (mode == ShardingMode::full_shard && g == ranks) {
           result.push_back(
-              {name_of(mode) + std::string(" no prefetch"), mode, precision, false, g, false});
+              {name_of(mode) + std::string(" no prefetch"), mode, dtype, false, g, false});
         }
       }
     }
   }
-  result.push_back({"one_rank", ShardingMode::full_shard, Precision::fp32, true, 1, true});
+  result.push_back({"one_rank", ShardingMode::full_shard, DType::f32, true, 1, true});
   return result;
 }
 
@@ -221,30 +298,69 @@ void run(const StepOptions& options, const CommonOptions& common) {
   for (int l = 0; l <= options.layers; ++l) {
     shape.widths.push_back(options.width);
   }
-  const std::vector<Way> rows = ways(options, n);
-  const std::size_t count = rows.size();
-  std::size_t baseline = 0;  // no_shard over all ranks: replicated data parallelism
-  while (rows[baseline].mode != ShardingMode::no_shard) {
-    ++baseline;
-  }
+  std::vector<Way> rows = ways(options, n);
 
   // Each way is made and takes one step while the kernel measures the resident memory it adds.
-  std::vector<std::unique_ptr<Trainer>> trainers(count);
-  std::vector<double> resident_kb(count, 0.0);  // the resident memory it added
-  std::vector<int> resident_ok(count, 1);       // the kernel's peak was reset before it
-  for (std::size_t k = 0; k < count; ++k) {
+  // A way whose model the library refuses (ErrorKind::usage: a mode or precision it does not
+  // support) is dropped with a note; every rank makes the same models and refuses the same ways.
+  std::vector<std::unique_ptr<Trainer>> trainers(rows.size());
+  std::vector<double> resident_kb(rows.size(), 0.0);  // the resident memory it added
+  std::vector<int> resident_ok(rows.size(), 1);       // the kernel's peak was reset before it
+  std::vector<int> refused(rows.size(), 0);
+  std::vector<std::string> reasons(rows.size());
+  for (std::size_t k = 0; k < rows.size(); ++k) {
     const Way& way = rows[k];
     if (way.one_rank && group.rank() != 0) {
       continue;
     }
     PeakMemory window;
-    trainers[k] = std::make_unique<Trainer>(
-        way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD), shape,
-        way.one_rank ? options.local_batch * n : options.local_batch);
+    try {
+      trainers[k] = std::make_unique<Trainer>(
+          way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD), shape,
+          way.one_rank ? options.local_batch * n : options.local_batch);
+    } catch (const Error& error) {
+      if (error.kind() != ErrorKind::usage) {
+        throw;
+      }
+      refused[k] = 1;
+      reasons[k] = error.message();
+      continue;
+    }
     trainers[k]->step(shape);
     resident_kb[k] = static_cast<double>(window.added_kb());
     resident_ok[k] = window.reset_ok() ? 1 : 0;
+    trainers[k]->settle(shape);
   }
+  group.all_reduce(refused.data(), refused.size(), ReduceOp::max);
+  std::size_t kept = 0;
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    if (refused[k]) {
+      if (group.rank() == 0) {
+        std::fprintf(stderr, "fsdp-bench step: skipped %s %s: the library refuses it: %s\n",
+                     rows[k].name.c_str(), rows[k].precision_name(),
+                     reasons[k].empty() ? "(on another rank)" : reasons[k].c_str());
+      }
+      continue;
+    }
+    rows[kept] = rows[k];
+    trainers[kept] = std::move(trainers[k]);
+    resident_kb[kept] = resident_kb[k];
+    resident_ok[kept] = resident_ok[k];
+    ++kept;
+  }
+  rows.resize(kept);
+  trainers.resize(kept);
+  resident_kb.resize(kept);
+  resident_ok.resize(kept);
+  const std::size_t count = rows.size();
+  // no_shard in fp32 over all ranks: replicated data parallelism, the baseline of every ratio.
+  std::size_t baseline = 0;
+  while (baseline < count &&
+         !(rows[baseline].mode == ShardingMode::no_shard && rows[baseline].dtype == DType::f32 &&
+           rows[baseline].shard_group_size == n && !rows[baseline].one_rank)) {
+    ++baseline;
+  }
+  require(baseline < count, "fsdp-bench step: no baseline (no_shard in fp32)", ErrorKind::state);
   fsdp_apps::barrier_without_spinning(group);
 
   // Interleaved: every round times one step of each way, in rotating order.
@@ -263,9 +379,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
       if (round > 0) {  // the first round warms up
         seconds[k].push_back(elapsed);
         if (trainer) {
-          const StepBytes after = trainer->sent_so_far();
-          trainer->sent.push_back({after.gather - before.gather, after.gradient - before.gradient,
-                                   after.replica_gradient - before.replica_gradient});
+          trainer->sent.push_back(trainer->sent_so_far() - before);
         }
       }
       if (rows[k].one_rank) {
@@ -284,7 +398,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
 
   // Per way, the largest over ranks of: memory (tracker and kernel), the runtime's statistics,
   // the bytes sent and the formula's; and on every rank whether they agree.
-  constexpr std::size_t kFigures = 15;
+  constexpr std::size_t kFigures = 21;
   std::vector<double> figures(kFigures * count, 0.0);
   std::vector<int> agree(2 * count, 1);  // sent == expected; every step sent the same
   for (std::size_t k = 0; k < count; ++k) {
@@ -312,7 +426,14 @@ void run(const StepOptions& options, const CommonOptions& common) {
     x[12] = static_cast<double>(f.estimate.replica_gradient_send_bytes);
     x[13] = static_cast<double>(f.estimate.send_bytes());
     x[14] = static_cast<double>(f.kept_unit_gather);
-    agree[2 * k] = sent == f.expected ? 1 : 0;
+    x[15] = static_cast<double>(f.estimate.persistent_bytes());  // the formula's model state
+    x[16] = static_cast<double>(sent.loss_scaler);
+    x[17] =
+        t->scaler ? static_cast<double>(t->scaler->state().skipped_steps - t->settling_skips) : 0.0;
+    x[18] = t->scaler ? t->scaler->scale() : 0.0;
+    x[19] = static_cast<double>(f.estimate.persistent_bytes() + f.working_set_bytes);
+    x[20] = static_cast<double>(t->settling_skips);
+    agree[2 * k] = sent.same_units_bytes(f.expected) ? 1 : 0;
     for (const StepBytes& s : t->sent) {
       agree[2 * k + 1] &= s == sent ? 1 : 0;
     }
@@ -325,16 +446,18 @@ void run(const StepOptions& options, const CommonOptions& common) {
   if (group.rank() == 0 && !common.json) {
     std::printf(
         "fsdp-bench step: %d ranks, MLP of %d layers %lld wide (%.1f MB fp32), local batch %lld, "
-        "Adam; median of %d steps of the slowest rank; ratios to %s; per rank: the largest\n"
+        "Adam; median of %d steps of the slowest rank; ratios to %s fp32; per rank: the largest\n"
+        "prec: the units' param_dtype and reduce_dtype over fp32 masters (fp16 with a loss "
+        "scaler); state form: fsdp::estimate's model state (mixed for bf16 and fp16)\n"
         "sent: bytes of the collectives the units issued, as ring algorithms move them; formula: "
         "fsdp::estimate (docs/plans.md); exact: sent equals the formula less the last unit's "
         "backward gather, which the runtime skips, on every rank and step\n",
         n, options.layers, static_cast<long long>(options.width),
         static_cast<double>(shape.parameter_count()) * 4 / 1e6,
         static_cast<long long>(options.local_batch), options.steps, rows[baseline].name.c_str());
-    std::printf("%-24s %4s %9s %9s %9s %8s %9s %8s %8s %9s %10s %9s %5s %8s\n", "mode", "prec",
+    std::printf("%-24s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s\n", "mode", "prec",
                 "step (ms)", "/no_shard", "1 rank/it", "peak MB", "/no_shard", "state MB",
-                "RSS+ MB", "sent MB", "formula MB", "sent/form", "exact", "wait ms");
+                "state form", "RSS+ MB", "sent MB", "formula MB", "sent/form", "exact", "wait ms");
   }
   for (std::size_t k = 0; k < count; ++k) {
     const Way& way = rows[k];
@@ -345,7 +468,8 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"benchmark", "step"},
         {"name", way.name},
         {"mode", way.one_rank ? "one_rank" : name_of(way.mode)},
-        {"precision", name_of(way.precision)},
+        {"precision", way.precision_name()},
+        {"formula_precision", name_of(way.precision())},
         {"prefetch", way.prefetch},
         {"ranks", world},
         {"shard_group_size", way.shard_group_size},
@@ -357,6 +481,8 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"peak_over_no_shard", x[0] / base[0]},
         {"model_state_bytes_per_rank", x[1]},
         {"model_state_over_no_shard", x[1] / base[1]},
+        {"formula_model_state_bytes_per_rank", bytes(x[15])},
+        {"formula_peak_bytes_per_rank", bytes(x[19])},
         {"resident_added_bytes_per_rank",
          resident_ok[k] ? nlohmann::json(resident_kb[k] * 1024) : nlohmann::json()},
         {"scopes_ready_on_entry", x[2]},
@@ -366,7 +492,8 @@ void run(const StepOptions& options, const CommonOptions& common) {
          {{"gather", bytes(x[5])},
           {"gradient", bytes(x[6])},
           {"replica_gradient", bytes(x[7])},
-          {"total", bytes(x[8])}}},
+          {"total", bytes(x[8])},
+          {"loss_scaler", bytes(x[16])}}},
         {"formula_send_bytes_per_step",
          {{"forward_gather", bytes(x[9])},
           {"backward_gather", bytes(x[10])},
@@ -377,6 +504,11 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"sent_over_formula", x[13] > 0 ? nlohmann::json(x[8] / x[13]) : nlohmann::json()},
         {"sent_equals_formula_less_kept_unit", agree[2 * k] == 1},
         {"sent_same_every_step", agree[2 * k + 1] == 1}};
+    if (way.dtype == DType::f16) {
+      result["loss_scaler"] = {{"skipped_before_timing", bytes(x[20])},
+                               {"skipped_timed_steps", bytes(x[17])},
+                               {"scale", x[18]}};
+    }
     emit(common, group.rank(), result, [&] {
       char added[16] = "-";
       if (resident_ok[k]) {
@@ -386,12 +518,24 @@ void run(const StepOptions& options, const CommonOptions& common) {
       if (x[13] > 0) {
         std::snprintf(ratio, sizeof ratio, "%.3f", x[8] / x[13]);
       }
-      std::printf("%-24s %4s %9.2f %9.3f %9.3f %8.2f %9.3f %8.2f %8s %9.2f %10.2f %9s %5s %8.2f\n",
-                  way.name.c_str(), name_of(way.precision), medians[k] * 1e3,
-                  medians[k] / medians[baseline], one_rank_s / medians[k], x[0] / 1e6,
-                  x[0] / base[0], x[1] / 1e6, added, x[8] / 1e6, x[13] / 1e6, ratio,
-                  agree[2 * k] == 1 && agree[2 * k + 1] == 1 ? "yes" : "no", x[4] * 1e3);
+      std::printf(
+          "%-24s %4s %9.2f %9.3f %9.3f %8.2f %9.3f %8.2f %10.2f %8s %9.2f %10.2f %9s %5s %8.2f\n",
+          way.name.c_str(), way.precision_name(), medians[k] * 1e3, medians[k] / medians[baseline],
+          one_rank_s / medians[k], x[0] / 1e6, x[0] / base[0], x[1] / 1e6, x[15] / 1e6, added,
+          x[8] / 1e6, x[13] / 1e6, ratio, agree[2 * k] == 1 && agree[2 * k + 1] == 1 ? "yes" : "no",
+          x[4] * 1e3);
     });
+  }
+  if (group.rank() == 0 && !common.json) {
+    for (std::size_t k = 0; k < count; ++k) {
+      const double* x = &figures[kFigures * k];
+      if (rows[k].dtype == DType::f16) {
+        std::printf(
+            "%s fp16: loss scale %g after %.0f skipped steps before timing; %.0f timed "
+            "steps skipped; the scaler's check sent %.0f bytes per step\n",
+            rows[k].name.c_str(), x[18], x[20], x[17], x[16]);
+      }
+    }
   }
 }
 
@@ -401,13 +545,21 @@ void add_step(CLI::App& app, const CommonOptions& common) {
   auto options = std::make_shared<StepOptions>();
   CLI::App* sub = app.add_subcommand(
       "step",
-      "training step of fsdp-train's MLP in every sharding mode (optionally hybrid) against "
-      "no_shard (replicated data parallel) and one rank: time, memory, bytes sent per step");
+      "training step of fsdp-train's MLP in every sharding mode and precision (optionally "
+      "hybrid) against no_shard in fp32 (replicated data parallel) and one rank: time, memory, "
+      "bytes sent per step");
   sub->add_option("--width", options->width, "width of every layer")->check(CLI::Range(1, 1 << 30));
   sub->add_option("--layers", options->layers, "number of layers")->check(CLI::Range(1, 1 << 30));
   sub->add_option("--local-batch", options->local_batch, "samples per rank and step")
       ->check(CLI::Range(1, 1 << 30));
   sub->add_option("--steps", options->steps, "timed steps per mode")->check(CLI::Range(1, 1 << 30));
+  sub->add_option("--precision", options->precisions,
+                  "the units' precisions, comma separated: fp32, bf16, fp16 (16-bit gathers and "
+                  "reductions over fp32 masters; fp16 with a loss scaler); no_shard in fp32, the "
+                  "baseline, always runs")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   sub->add_option("--shard-group-size", options->shard_group_size,
                   "also every mode hybrid-sharded: shard within groups of G consecutive ranks, "
                   "ranks / G replicas (0 or the number of ranks: not)")

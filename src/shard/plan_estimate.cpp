@@ -178,6 +178,11 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     const std::int64_t held_parameter_bytes = widened ? 0 : bytes.parameter;
     const std::int64_t held_gradient_bytes = widened ? 4 : bytes.gradient;
     widened_bytes += widened ? 4 * numel : 0;
+    // Shard groups average the reduced gradient pieces over the replicas in the pieces' dtype:
+    // under mixed precision the 16-bit reduction is widened into fp32 pieces first, so 4 bytes
+    // (PyTorch's HSDP all-reduces in reduce_dtype instead; fsdp keeps fp32 here, docs/modes.md).
+    const std::int64_t replica_gradient_bytes =
+        options.precision == Precision::mixed && bytes.gradient > 0 ? 4 : bytes.gradient;
     const std::int64_t block =
         ceil_div(numel, std::int64_t{n});  // the padded piece every ring step moves
     result.total_elements += numel;
@@ -235,7 +240,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
           (mode.gathers_per_step >= 2 ? gather : 0) * bytes.parameter;
       rank.gradient_send_bytes += reduce * bytes.gradient;
       rank.replica_gradient_send_bytes +=
-          2 * (replicas - 1) * ceil_div(reduced, replicas) * bytes.gradient;
+          2 * (replicas - 1) * ceil_div(reduced, replicas) * replica_gradient_bytes;
     }
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];

@@ -6,13 +6,19 @@
 Runs `fsdp-bench step --json` on N ranks with a small MLP (3 layers of 64, every parameter's
 size divisible by N and by G) and checks, never a time:
   * a row for every mode (full_shard with and without prefetch, shard_grad_op, shard_optimizer,
-    no_shard), for every mode again hybrid-sharded as N/G x G when G is given, and for one rank;
+    no_shard), for every mode again hybrid-sharded as N/G x G when G is given, each in fp32, bf16
+    and fp16 (the units' param_dtype and reduce_dtype), and for one rank in fp32;
   * the bytes each rank sent in every step (counted from the collectives the units issued, as
-    ring algorithms move them) equal what the estimate's formula says, less the backward gather
-    of the last unit (the runtime keeps that unit gathered), and equal the ring arithmetic done
-    here from the layer sizes alone;
+    ring algorithms move them) equal what the estimate's formula says for the row's precision
+    (fp32 or mixed), less the backward gather of the last unit (the runtime keeps that unit
+    gathered), and equal the ring arithmetic done here from the layer sizes alone: 2 bytes per
+    element gathered and reduced in bf16 and fp16, half the fp32 row's, and 4 bytes per element
+    averaged over the replicas (the units average their fp32 gradient pieces);
   * hybrid no_shard, the one known difference: the units all-reduce whole gradients over the
-    replicas where the formula counts each rank's piece, G times fewer bytes.
+    replicas where the formula counts each rank's piece, G times fewer bytes;
+  * fp16 rows: the loss scaler's overflow check is one all-reduce of an int over the shard group
+    per step, counted apart from the units' bytes;
+  * the model state per rank the tracker measured equals the formula's (no padding here).
 
 Exits 0 when everything holds ("all checks passed"), 1 with a message otherwise.
 """
@@ -21,7 +27,9 @@ import json
 import subprocess
 import sys
 
-WIDTH, LAYERS, FLOAT = 64, 3, 4
+WIDTH, LAYERS = 64, 3
+PRECISIONS = ["fp32", "bf16", "fp16"]
+FP32, HALF, INT = 4, 2, 4
 
 
 def fail(message):
@@ -33,9 +41,10 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-def ring_bytes(mode, ranks, group):
+def ring_bytes(mode, ranks, group, precision):
     """What one rank sends per step by the ring arithmetic of docs/plans.md, from the layer sizes:
-    gather, gradient, replica_gradient."""
+    gather, gradient, replica_gradient. In bf16 and fp16 the units gather and reduce 16-bit
+    elements; the replicas average fp32 pieces in every precision."""
     sizes = [WIDTH * WIDTH, WIDTH] * LAYERS  # weight and bias of each layer
     replicas = ranks // group
     one_gather = sum((group - 1) * ceil_div(n, group) for n in sizes)
@@ -52,7 +61,8 @@ def ring_bytes(mode, ranks, group):
         gradient = sum((group - 1) * ceil_div(n, group) for n in sizes)
         held = [ceil_div(n, group) for n in sizes]  # each rank's reduce-scattered piece
     replica = sum(2 * (replicas - 1) * ceil_div(n, replicas) for n in held)
-    return [FLOAT * gather, FLOAT * gradient, FLOAT * replica]
+    moved = FP32 if precision == "fp32" else HALF
+    return [moved * gather, moved * gradient, FP32 * replica]
 
 
 def main():
@@ -77,48 +87,65 @@ def main():
     for line in result.stdout.splitlines():
         if line.startswith("{"):
             row = json.loads(line)
-            rows[row["name"]] = row
+            rows[(row["name"], row["precision"])] = row
 
     modes = ["full_shard", "shard_grad_op", "shard_optimizer", "no_shard"]
-    expected = {m: (m, n) for m in modes}
-    expected["full_shard no prefetch"] = ("full_shard", n)
+    ways = {m: (m, n) for m in modes}
+    ways["full_shard no prefetch"] = ("full_shard", n)
     if g and g < n:
-        expected.update({"%s %dx%d" % (m, n // g, g): (m, g) for m in modes})
-    expected["one_rank"] = ("full_shard", 1)
+        ways.update({"%s %dx%d" % (m, n // g, g): (m, g) for m in modes})
+    expected = {(name, p): way for name, way in ways.items() for p in PRECISIONS}
+    expected[("one_rank", "fp32")] = ("full_shard", 1)
     if sorted(rows) != sorted(expected):
         fail("rows %s, expected %s" % (sorted(rows), sorted(expected)))
 
-    for name, (mode, group) in expected.items():
-        row = rows[name]
+    for (name, precision), (mode, group) in expected.items():
+        row = rows[(name, precision)]
+        label = "%s %s" % (name, precision)
         ranks = 1 if name == "one_rank" else n
         if row["shard_group_size"] != group or row["ranks"] != ranks:
             fail("%s: group %s of %s ranks, expected %d of %d" %
-                 (name, row["shard_group_size"], row["ranks"], group, ranks))
+                 (label, row["shard_group_size"], row["ranks"], group, ranks))
+        if row["formula_precision"] != ("fp32" if precision == "fp32" else "mixed"):
+            fail("%s: estimated as %s" % (label, row["formula_precision"]))
+        if row["model_state_bytes_per_rank"] != row["formula_model_state_bytes_per_rank"]:
+            fail("%s: model state %d bytes per rank, formula %d" %
+                 (label, row["model_state_bytes_per_rank"],
+                  row["formula_model_state_bytes_per_rank"]))
         sent = row["sent_bytes_per_step"]
         formula = row["formula_send_bytes_per_step"]
         measured = [sent["gather"], sent["gradient"], sent["replica_gradient"]]
         from_formula = [formula["forward_gather"] + formula["backward_gather"] -
                         formula["last_unit_backward_gather"], formula["gradient"],
                         formula["replica_gradient"]]
-        by_hand = ring_bytes(mode, ranks, group)
-        print("%-24s sent %s, formula less the kept unit %s, by hand %s" %
-              (name, measured, from_formula, by_hand))
+        by_hand = ring_bytes(mode, ranks, group, precision)
+        print("%-29s sent %s, formula less the kept unit %s, by hand %s" %
+              (label, measured, from_formula, by_hand))
         if not row["sent_same_every_step"]:
-            fail(name + ": the steps sent different bytes")
+            fail(label + ": the steps sent different bytes")
         if measured != by_hand:
-            fail("%s: sent %s, but the ring arithmetic gives %s" % (name, measured, by_hand))
+            fail("%s: sent %s, but the ring arithmetic gives %s" % (label, measured, by_hand))
+        if precision != "fp32":
+            fp32 = rows[(name, "fp32")]["sent_bytes_per_step"]
+            if [2 * sent["gather"], 2 * sent["gradient"]] != [fp32["gather"], fp32["gradient"]]:
+                fail("%s: gathered and reduced %s bytes, not half of fp32's %s" %
+                     (label, [sent["gather"], sent["gradient"]], [fp32["gather"], fp32["gradient"]]))
+        scaler = 2 * (group - 1) * INT if precision == "fp16" and ranks > 1 else 0
+        if sent["loss_scaler"] != scaler:
+            fail("%s: the loss scaler sent %d bytes, expected %d" %
+                 (label, sent["loss_scaler"], scaler))
         if mode == "no_shard" and 1 < group < ranks:
             # Known: whole gradients cross between replicas, the formula counts pieces.
             if measured[:2] != from_formula[:2] or measured[2] != group * from_formula[2]:
                 fail("%s: sent %s, formula %s; expected the formula but G = %d times its "
-                     "replica bytes" % (name, measured, from_formula, group))
+                     "replica bytes" % (label, measured, from_formula, group))
             if row["sent_equals_formula_less_kept_unit"]:
-                fail(name + ": reported equal to the formula")
+                fail(label + ": reported equal to the formula")
         else:
             if measured != from_formula or not row["sent_equals_formula_less_kept_unit"]:
-                fail("%s: sent %s, formula less the kept unit %s" % (name, measured, from_formula))
+                fail("%s: sent %s, formula less the kept unit %s" % (label, measured, from_formula))
             if mode != "full_shard" and formula["total"] != sent["total"]:
-                fail("%s: sent %d, formula %d" % (name, sent["total"], formula["total"]))
+                fail("%s: sent %d, formula %d" % (label, sent["total"], formula["total"]))
     print("all checks passed", flush=True)
 
 

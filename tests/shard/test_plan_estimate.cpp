@@ -361,6 +361,30 @@ BOOST_AUTO_TEST_CASE(shard_groups_hold_what_a_group_sized_world_holds) {
              estimate(world4, {OptimizerKind::adam, Precision::fp32}).ranks[3].send_bytes());
 }
 
+BOOST_AUTO_TEST_CASE(shard_groups_average_fp32_pieces_under_mixed_precision) {
+  // The units widen a 16-bit gradient reduction into fp32 pieces and average those over the
+  // replicas in fp32 (docs/modes.md), so the replica all-reduce moves 4 bytes per element while
+  // the in-group gathers and reductions move 2. World 4 in groups of 2, w (12 elements) and v (5),
+  // Adam: the elements of shard_groups_hold_what_a_group_sized_world_holds, at 2 or 4 bytes.
+  const std::vector<ParameterInfo> model = {param("w", {12}, "L"), param("v", {5}, "L")};
+  const ShardingPlan world4 = FullSharding().make_plan(model, 4);
+  for (ShardingMode mode : {ShardingMode::no_shard, ShardingMode::shard_optimizer,
+                            ShardingMode::shard_grad_op, ShardingMode::full_shard}) {
+    BOOST_TEST_CONTEXT("mode " << name_of(mode)) {
+      const PlanEstimate fp32 = estimate(world4, {OptimizerKind::adam, Precision::fp32, mode, 2});
+      const PlanEstimate mixed = estimate(world4, {OptimizerKind::adam, Precision::mixed, mode, 2});
+      for (int r = 0; r < 4; ++r) {
+        BOOST_TEST(mixed.ranks[r].replica_gradient_send_bytes == (r % 2 == 0 ? 40 : 32));
+        BOOST_TEST(mixed.ranks[r].replica_gradient_send_bytes ==
+                   fp32.ranks[r].replica_gradient_send_bytes);
+        BOOST_TEST(2 * mixed.ranks[r].gradient_send_bytes == fp32.ranks[r].gradient_send_bytes);
+        BOOST_TEST(2 * mixed.ranks[r].forward_gather_send_bytes ==
+                   fp32.ranks[r].forward_gather_send_bytes);
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(shard_groups_of_a_layer_wise_plan_put_the_owner_at_its_position) {
   // Units A, B, C, D of 8, 6, 4, 2 fp32 elements, one per rank of a 4-rank plan; in groups of 2
   // the owner's position is owner % 2: position 0 (ranks 0, 2) holds A and C (12 elements),

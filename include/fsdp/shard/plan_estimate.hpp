@@ -70,7 +70,8 @@ struct RankEstimate {
   std::int64_t backward_gather_send_bytes = 0;  // the same again before each backward
   std::int64_t gradient_send_bytes = 0;         // reduce-scatter, reduce or all-reduce of grads
   // Shard groups: the all-reduce of this rank's gradient piece with the ranks at the same
-  // position in the other shard groups; 0 with one group.
+  // position in the other shard groups; 0 with one group. In the pieces' dtype: fp32 (4 bytes)
+  // under Precision::mixed, where fsdp averages the widened fp32 pieces over the replicas.
   std::int64_t replica_gradient_send_bytes = 0;
   std::int64_t send_bytes() const {
     return forward_gather_send_bytes + backward_gather_send_bytes + gradient_send_bytes +
