@@ -322,6 +322,7 @@ void add_checkpoint(CLI::App& app, const CommonOptions& common) {
       ->capture_default_str();
   sub->add_option("--layers", options->layers, "parameters of equal size")->capture_default_str();
   sub->add_option("--repeats", options->repeats, "timed repeats (the median is reported)")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   sub->add_option("--dir", options->directory,
                   "where the files are written (on the file system to measure)")

@@ -129,8 +129,10 @@ void add_collectives(CLI::App& app, const CommonOptions& common) {
       "all_gather and reduce_scatter (fp32 sum) through ProcessGroup against raw MPI");
   sub->add_option("--min-bytes", options->min_bytes, "smallest message per rank (bytes)");
   sub->add_option("--max-bytes", options->max_bytes, "largest message per rank (bytes); sizes x4");
-  sub->add_option("--max-repeats", options->max_repeats, "repeats at small sizes");
-  sub->add_option("--min-repeats", options->min_repeats, "repeats at the largest sizes");
+  sub->add_option("--max-repeats", options->max_repeats, "repeats at small sizes")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--min-repeats", options->min_repeats, "repeats at the largest sizes")
+      ->check(CLI::Range(1, 1 << 20));
   sub->callback([options, &common] { run(*options, common); });
 }
 

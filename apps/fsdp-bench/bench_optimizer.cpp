@@ -93,7 +93,8 @@ void add_optimizer(CLI::App& app, const CommonOptions& common) {
   CLI::App* sub = app.add_subcommand(
       "optimizer", "AdamW step in GB/s of memory traffic against a copy in the same memory space");
   sub->add_option("--numel", options->numel, "parameter elements, sharded over the ranks");
-  sub->add_option("--repeats", options->repeats, "timed steps (the median is reported)");
+  sub->add_option("--repeats", options->repeats, "timed steps (the median is reported)")
+      ->check(CLI::Range(1, 1 << 20));
   sub->callback([options, &common] { run_optimizer(*options, common); });
 }
 

@@ -201,7 +201,8 @@ void add_sampler(CLI::App& app, const CommonOptions& common) {
       "DistributedSampler indices/s per rank and peak memory against a shuffled std::vector");
   sub->add_option("--min-size", options->min_size, "smallest dataset (samples); sizes x10");
   sub->add_option("--max-size", options->max_size, "largest dataset (samples)");
-  sub->add_option("--repeats", options->repeats, "repeats per size (median)");
+  sub->add_option("--repeats", options->repeats, "repeats per size (median)")
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--partition", options->partition, "strided or contiguous");
   sub->add_option("--baseline-max-bytes", options->baseline_max_bytes,
                   "largest vector per rank for the baseline (0: a quarter of MemAvailable / ranks "

@@ -151,7 +151,9 @@ void add_solver(CLI::App& app, const CommonOptions& common) {
       "solver", "auto-sharding solve time on transformer stacks, and its optimality report");
   sub->add_option("--nodes", options->sizes, "approximate graph sizes (nodes)")
       ->capture_default_str();
-  sub->add_option("--repeats", options->repeats, "solves per size (median)")->capture_default_str();
+  sub->add_option("--repeats", options->repeats, "solves per size (median)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   sub->add_option("--devices", options->devices, "devices of the mesh")->capture_default_str();
   sub->add_option("--batch", options->shape.batch, "stack: batch size")->capture_default_str();
   sub->add_option("--seq", options->shape.sequence, "stack: sequence length")

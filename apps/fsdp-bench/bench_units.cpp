@@ -221,7 +221,8 @@ void add_gather(CLI::App& app, const CommonOptions& common) {
   CLI::App* sub = app.add_subcommand(
       "gather", "ShardedUnit::gather of a transformer block against one raw MPI_Allgather");
   sub->add_option("--hidden", options->hidden, "block widths to measure");
-  sub->add_option("--repeats", options->repeats, "repeats per width");
+  sub->add_option("--repeats", options->repeats, "repeats per width")
+      ->check(CLI::Range(1, 1 << 20));
   sub->callback([options, &common] { run_gather(*options, common); });
 }
 

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "../common/kokkos_session.hpp"
+#include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "benchmark.hpp"
 #include "fsdp/core/error.hpp"
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
   if (failed_while_running) {
     MPI_Abort(MPI_COMM_WORLD, code);  // other ranks may be waiting in a collective
   }
+  code = fsdp_apps::output_written("fsdp-bench", code);
   MPI_Finalize();
   return code;
 }

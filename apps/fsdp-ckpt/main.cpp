@@ -13,6 +13,7 @@
 #include <string>
 
 #include "../common/kokkos_session.hpp"
+#include "../common/output_written.hpp"
 #include "../common/plural.hpp"
 #include "../common/usage_exit.hpp"
 #include "fsdp/core/error.hpp"
@@ -186,5 +187,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fsdp-ckpt: %s\n", fsdp::message_of(error).c_str());
     return kExitError;
   }
-  return kExitOk;
+  return fsdp_apps::output_written("fsdp-ckpt", kExitOk);
 }

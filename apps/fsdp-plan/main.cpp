@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
@@ -464,7 +465,7 @@ int main(int argc, char** argv) {
                     "(or --plan FILE to estimate a saved plan)");
       fsdp::require(o.world_size >= 1, "give the number of ranks: --world-size N");
     }
-    return run(o);
+    return fsdp_apps::output_written("fsdp-plan", run(o));
   } catch (const CLI::ParseError& error) {
     return fsdp_apps::usage_exit(app, error, "fsdp-plan");
   } catch (const std::exception& error) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/io/publish_file.hpp"
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
     }
     code = 1;
   }
+  code = fsdp_apps::output_written("fsdp-solve", code);
   MPI_Finalize();
   return code;
 }

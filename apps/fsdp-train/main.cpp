@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "../common/kokkos_session.hpp"
+#include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
+#include "../common/whole_number.hpp"
 #include "command_line_agreement.hpp"
 #include "dataset.hpp"
 #include "fsdp/comm/device_selection.hpp"
@@ -181,6 +183,7 @@ int main(int argc, char** argv) {
     app.add_option("--seed", o.seed,
                    "seed of the initial parameters, the sampler's shuffle and "
                    "the synthetic data")
+        ->check(fsdp_apps::whole_number_64())
         ->capture_default_str();
     app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: no clipping)")
         ->check(CLI::NonNegativeNumber)
@@ -298,6 +301,7 @@ int main(int argc, char** argv) {
       code = fsdp_train::kExitError;
     }
   }
+  code = fsdp_apps::output_written("fsdp-train", code);
   MPI_Finalize();
   return code;
 }
