@@ -28,6 +28,19 @@ struct ModeAccounting {
   bool transient_gradients = false;
 };
 
+// Every figure is a 64-bit byte count. A parameter may have up to 2^57 elements (its state and
+// traffic, at most 64 bytes per element, fit), and every sum is checked: an estimate that would
+// overflow is an error naming what overflowed, never a negative size.
+constexpr std::int64_t kMostElements = std::int64_t{1} << 57;
+
+void add_checked(std::int64_t& total, std::int64_t value, const std::string& what) {
+  if (__builtin_add_overflow(total, value, &total)) {
+    throw Error("the estimate of " + what +
+                " overflows 64 bits (more than 9.2e18 bytes); estimate fewer ranks or a "
+                "smaller model");
+  }
+}
+
 ModeAccounting accounting(ShardingMode mode) {
   ModeAccounting a;
   a.pieces = sharded_state(mode);
@@ -174,10 +187,15 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     const ParameterPlacement& where = plan.placements()[i];
     const ElementBytes bytes = element_bytes(parameter.dtype, options);
     const std::int64_t numel = parameter.numel();
+    require(numel <= kMostElements,
+            "parameter " + describe(parameter) + " has " + std::to_string(numel) +
+                " elements: its bytes of state and traffic would overflow 64 bits; the estimate "
+                "takes at most 2^57 elements per parameter");
+    const std::string what = "parameter '" + parameter.name + "'";
     const bool widened = widened_whole && bytes.gradient > 0;
     const std::int64_t held_parameter_bytes = widened ? 0 : bytes.parameter;
     const std::int64_t held_gradient_bytes = widened ? 4 : bytes.gradient;
-    widened_bytes += widened ? 4 * numel : 0;
+    add_checked(widened_bytes, widened ? 4 * numel : 0, "the widened parameters");
     // Shard groups average the reduced gradient pieces over the replicas in the pieces' dtype:
     // under mixed precision the 16-bit reduction is widened into fp32 pieces first, so 4 bytes
     // (PyTorch's HSDP all-reduces in reduce_dtype instead; fsdp keeps fp32 here, docs/modes.md).
@@ -185,9 +203,10 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
         options.precision == Precision::mixed && bytes.gradient > 0 ? 4 : bytes.gradient;
     const std::int64_t block =
         ceil_div(numel, std::int64_t{n});  // the padded piece every ring step moves
-    result.total_elements += numel;
-    result.unsharded_persistent_bytes +=
-        numel * (bytes.parameter + bytes.gradient + bytes.optimizer);
+    add_checked(result.total_elements, numel, "the model's elements");
+    add_checked(result.unsharded_persistent_bytes,
+                numel * (bytes.parameter + bytes.gradient + bytes.optimizer),
+                "the unsharded model state");
 
     for (int r = 0; r < world; ++r) {
       RankEstimate& rank = result.ranks[static_cast<std::size_t>(r)];
@@ -231,22 +250,25 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
           break;
       }
       const auto held = [&](bool in_pieces) { return in_pieces ? pieces : numel; };
-      rank.elements += held(mode.pieces.parameters);
-      rank.parameter_bytes += held(mode.pieces.parameters) * held_parameter_bytes;
-      rank.gradient_bytes += held(mode.pieces.gradients) * held_gradient_bytes;
-      rank.optimizer_bytes += held(mode.pieces.optimizer_state) * bytes.optimizer;
-      rank.forward_gather_send_bytes += (mode.gathers_per_step >= 1 ? gather : 0) * bytes.parameter;
-      rank.backward_gather_send_bytes +=
-          (mode.gathers_per_step >= 2 ? gather : 0) * bytes.parameter;
-      rank.gradient_send_bytes += reduce * bytes.gradient;
-      rank.replica_gradient_send_bytes +=
-          2 * (replicas - 1) * ceil_div(reduced, replicas) * replica_gradient_bytes;
+      add_checked(rank.elements, held(mode.pieces.parameters), what);
+      add_checked(rank.parameter_bytes, held(mode.pieces.parameters) * held_parameter_bytes, what);
+      add_checked(rank.gradient_bytes, held(mode.pieces.gradients) * held_gradient_bytes, what);
+      add_checked(rank.optimizer_bytes, held(mode.pieces.optimizer_state) * bytes.optimizer, what);
+      add_checked(rank.forward_gather_send_bytes,
+                  (mode.gathers_per_step >= 1 ? gather : 0) * bytes.parameter, what);
+      add_checked(rank.backward_gather_send_bytes,
+                  (mode.gathers_per_step >= 2 ? gather : 0) * bytes.parameter, what);
+      add_checked(rank.gradient_send_bytes, reduce * bytes.gradient, what);
+      add_checked(rank.replica_gradient_send_bytes,
+                  2 * (replicas - 1) * ceil_div(reduced, replicas) * replica_gradient_bytes, what);
     }
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];
-      unit.first += numel;
-      unit.second += numel * ((mode.transient_parameters ? bytes.parameter : 0) +
-                              (mode.transient_gradients ? held_gradient_bytes : 0));
+      add_checked(unit.first, numel, "unit '" + parameter.unit() + "'");
+      add_checked(unit.second,
+                  numel * ((mode.transient_parameters ? bytes.parameter : 0) +
+                           (mode.transient_gradients ? held_gradient_bytes : 0)),
+                  "unit '" + parameter.unit() + "'");
     }
   }
   for (const auto& [name, unit] : units) {  // ordered: the first of equal units by name
@@ -260,7 +282,25 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     result.working_set_holds.clear();  // nothing transient: no unit, or no trained element
   }
   result.widened_parameter_bytes = widened_bytes;
-  result.gathered_working_set_bytes += widened_bytes;
+  add_checked(result.gathered_working_set_bytes, widened_bytes, "the working set");
+  // Each rank's totals, and the sums over the ranks (fsdp-plan's "all" row and totals), fit too.
+  const std::string over = "the sum over " + std::to_string(world) + " ranks";
+  RankEstimate all;
+  std::int64_t persistent_all = 0, sent_all = 0;
+  for (const RankEstimate& rank : result.ranks) {
+    const std::string of_rank = "rank " + std::to_string(rank.rank) + "'s totals";
+    std::int64_t persistent = 0, sent = 0;
+    for (std::int64_t bytes : {rank.parameter_bytes, rank.gradient_bytes, rank.optimizer_bytes}) {
+      add_checked(persistent, bytes, of_rank);
+    }
+    for (std::int64_t bytes : {rank.forward_gather_send_bytes, rank.backward_gather_send_bytes,
+                               rank.gradient_send_bytes, rank.replica_gradient_send_bytes}) {
+      add_checked(sent, bytes, of_rank);
+    }
+    add_checked(persistent_all, persistent, over);
+    add_checked(sent_all, sent, over);
+    add_checked(all.elements, rank.elements, over);
+  }
   return result;
 }
 

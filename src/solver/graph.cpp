@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <set>
@@ -177,6 +178,19 @@ Graph::Graph(const std::vector<NodeDecl>& decls) {
     const detail::OpProperties& op = detail::properties_of(node.kind);
     check_input_count(node, in.size(), op);
     node.shape = op.shape(node, in);
+    // Element counts and bytes are 64-bit integers: a shape (declared or implied by the inputs)
+    // whose bytes at 8 per element, the widest dtype, would overflow is refused here, not turned
+    // into negative costs later.
+    constexpr std::int64_t kMostElements = std::numeric_limits<std::int64_t>::max() / 8;
+    std::int64_t elements = 1;
+    for (auto size : node.shape) {
+      if (size > 0 && elements > kMostElements / size) {
+        throw node_error(node.id, node.op,
+                         "shape " + shape_text(node.shape) +
+                             " has more than 2^60 elements: its size in bytes overflows 64 bits");
+      }
+      elements *= size;
+    }
     if (!declared_shape.empty() && declared_shape != node.shape) {
       throw node_error(node.id, node.op,
                        "declared shape " + shape_text(declared_shape) +

@@ -446,6 +446,25 @@ BOOST_AUTO_TEST_CASE(zero_paper_figure_1) {
   BOOST_TEST(every[3].max_send_bytes() == 3 * 63 * (psi / 64) * 2);
 }
 
+// Byte counts that would overflow 64 bits are errors naming what overflowed, never negative
+// sizes: a parameter of 2^60 elements (fp32 Adam state alone is 2^64 bytes), and the sum over
+// 1024 ranks of a model each rank holds whole.
+BOOST_AUTO_TEST_CASE(estimates_that_overflow_are_refused) {
+  const ShardingPlan huge = FullSharding().make_plan(
+      {param("w", {std::int64_t{1} << 30, std::int64_t{1} << 30}, "L")}, 4);
+  BOOST_CHECK_EXCEPTION(estimate(huge, {}), Error,
+                        (MessageHas{{"'w'", "1152921504606846976 elements", "overflow 64 bits"}}));
+  const ShardingPlan wide = FullSharding().make_plan(
+      {param("w", {std::int64_t{1} << 27, std::int64_t{1} << 30}, "L")}, 1024);
+  EstimateOptions ddp;
+  ddp.mode = ShardingMode::no_shard;
+  BOOST_CHECK_EXCEPTION(estimate(wide, ddp), Error,
+                        (MessageHas{{"the sum over 1024 ranks", "overflows 64 bits"}}));
+  const ShardingPlan four = FullSharding().make_plan(
+      {param("w", {std::int64_t{1} << 27, std::int64_t{1} << 30}, "L")}, 4);
+  BOOST_TEST(estimate(four, {}).fullest_rank().persistent_bytes() == (std::int64_t{1} << 57) * 4);
+}
+
 BOOST_AUTO_TEST_CASE(names_parse) {
   BOOST_TEST((parse_optimizer("AdamW") == OptimizerKind::adamw));
   BOOST_TEST((parse_optimizer("momentum") == OptimizerKind::sgd_momentum));

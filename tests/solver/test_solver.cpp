@@ -417,6 +417,14 @@ BOOST_AUTO_TEST_CASE(malformed_graphs_name_the_node) {
   const std::string w = R"({"id": "w", "op": "parameter", "shape": [8, 16]})";
   expect_error(parse(x + R"(, {"id": "y", "op": "frobnicate", "inputs": ["x"]})"),
                {"'y'", "unknown op 'frobnicate'", "known ops"});
+  // Sizes whose bytes overflow 64 bits: declared, and implied by the inputs (an attention
+  // score matrix of a 2^31-long sequence once printed negative FLOPs and bytes).
+  expect_error(parse(R"({"id": "x", "op": "input", "shape": [1073741824, 1073741824, 8]})"),
+               {"'x'", "more than 2^60 elements"});
+  expect_error(parse(R"({"id": "q", "op": "input", "shape": [256, 2147483647, 64]},
+                        {"id": "k", "op": "input", "shape": [256, 64, 2147483647]},
+                        {"id": "s", "op": "batched_matmul", "inputs": ["q", "k"]})"),
+               {"'s'", "(256, 2147483647, 2147483647)", "overflows 64 bits"});
   expect_error(parse(x + R"(, {"id": "y", "op": "relu", "inputs": ["nope"]})"),
                {"'y'", "'nope'", "dangling"});
   expect_error(parse(x + R"(, {"id": "a", "op": "add", "inputs": ["x", "b"]},
