@@ -1,7 +1,13 @@
 #include "fsdp/core/text.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -41,12 +47,42 @@ std::string shape_text(const std::vector<std::int64_t>& shape, const char* brack
 }
 
 std::string read_text_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  require(static_cast<bool>(in), "cannot open " + what + " '" + path + "'", ErrorKind::io);
-  std::ostringstream text;
-  text << in.rdbuf();
-  require(!in.bad(), "cannot read " + what + " '" + path + "'", ErrorKind::io);
-  return text.str();
+  // Opened without blocking (a FIFO with no writer would wait forever) and checked to be a
+  // regular file of at most kMostTextBytes before anything is read (/dev/zero never ends).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  require(fd >= 0, "cannot open " + what + " '" + path + "': " + std::strerror(errno),
+          ErrorKind::io);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat status {};
+  require(::fstat(fd, &status) == 0,
+          "cannot read " + what + " '" + path + "': " + std::strerror(errno), ErrorKind::io);
+  require(S_ISREG(status.st_mode),
+          what + " '" + path +
+              "' is not a regular file (a device, a FIFO or a directory); give "
+              "the path of a file",
+          ErrorKind::io);
+  require(status.st_size <= kMostTextBytes,
+          what + " '" + path + "' has " + std::to_string(status.st_size) +
+              " bytes; text inputs are at most " + std::to_string(kMostTextBytes) + " bytes",
+          ErrorKind::io);
+  std::string text(static_cast<std::size_t>(status.st_size), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t got = ::read(fd, text.data() + done, text.size() - done);
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    require(got > 0,
+            "cannot read " + what + " '" + path + "'" +
+                (got < 0 ? std::string(": ") + std::strerror(errno)
+                         : std::string(": it became shorter while being read")),
+            ErrorKind::io);
+    done += static_cast<std::size_t>(got);
+  }
+  return text;
 }
 
 }  // namespace fsdp

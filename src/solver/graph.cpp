@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 #include "node_error.hpp"
 #include "op_table.hpp"
 
@@ -288,12 +289,9 @@ Graph Graph::from_json(const std::string& text) {
 }
 
 Graph Graph::from_file(const std::string& path) {
-  std::ifstream file(path);
-  require(file.good(), "cannot open graph file '" + path + "'");
-  std::stringstream text;
-  text << file.rdbuf();
+  const std::string text = read_text_file(path, "graph file");
   try {
-    return from_json(text.str());
+    return from_json(text);
   } catch (const Error& error) {
     throw Error(std::string(error.what()) + " (in " + path + ")");
   }

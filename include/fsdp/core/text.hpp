@@ -18,8 +18,12 @@ std::string to_lower(std::string text);
 // brackets "()" and separator ",".
 std::string shape_text(const std::vector<std::int64_t>& shape, const char* brackets = "[]",
                        const char* separator = ", ");
-// The whole file as bytes. Throws fsdp::Error "cannot open <what> '<path>'" or "cannot read ..."
-// (what: "plan file", "model description", ...).
+// The largest text input fsdp reads (graph, model and plan JSON): 256 MiB.
+constexpr std::int64_t kMostTextBytes = std::int64_t{256} << 20;
+// The whole file as bytes: a regular file of at most kMostTextBytes (a device, a FIFO or a
+// directory is refused without reading or blocking). Throws fsdp::Error (kind io) "cannot open
+// <what> '<path>'", "... is not a regular file", "... has N bytes" or "cannot read ..." (what:
+// "plan file", "model description", "graph file", ...).
 std::string read_text_file(const std::string& path, const std::string& what);
 
 }  // namespace fsdp
