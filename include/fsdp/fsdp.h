@@ -52,8 +52,9 @@ enum fsdp_error {
   FSDP_ERROR_IO = 12
 };
 
-/* Element types of a model's parameters (one per model). */
-enum fsdp_dtype { FSDP_FLOAT32 = 1, FSDP_FLOAT64 = 2 };
+/* Element types: FSDP_FLOAT32 and FSDP_FLOAT64 for a model's parameters (one per model); the
+ * 16-bit ones only for the mixed-precision policy (fsdp_model_set_mixed_precision). */
+enum fsdp_dtype { FSDP_FLOAT32 = 1, FSDP_FLOAT64 = 2, FSDP_BFLOAT16 = 3, FSDP_FLOAT16 = 4 };
 
 /* Kinds of pattern for the hybrid strategy (fsdp_model_add_strategy_pattern). */
 enum fsdp_pattern_kind { FSDP_PATTERN_FULL_SHARD = 1, FSDP_PATTERN_LAYER_WISE = 2 };
@@ -70,6 +71,7 @@ enum fsdp_sharding_mode {
 typedef struct fsdp_model_s* fsdp_model_t;
 typedef struct fsdp_runtime_s* fsdp_runtime_t;
 typedef struct fsdp_optimizer_s* fsdp_optimizer_t;
+typedef struct fsdp_loss_scaler_s* fsdp_loss_scaler_t;
 
 /* The message of the last failed call on this thread ("" when none failed). Valid until the
  * next failing call on this thread. */
@@ -107,6 +109,14 @@ int fsdp_model_set_mode(fsdp_model_t model, int mode);
  * fsdp_model_shard fails with FSDP_ERROR_INVALID_ARGUMENT when the size does not divide the
  * communicator's. */
 int fsdp_model_set_shard_group_size(fsdp_model_t model, int shard_group_size);
+/* Before fsdp_model_shard: mixed precision (PyTorch's MixedPrecisionPolicy; docs/modes.md) for
+ * an FSDP_FLOAT32 model, in every mode. param_dtype FSDP_BFLOAT16 or FSDP_FLOAT16: each piece is
+ * rounded to 16 bits for the all-gather, and fsdp_full gives those values widened to float;
+ * reduce_dtype FSDP_BFLOAT16 or FSDP_FLOAT16: gradients are reduced in 16 bits. The pieces, the
+ * gradient pieces and the optimizer stay fp32. FSDP_FLOAT32 (or the model's own dtype): no cast,
+ * the default. FSDP_ERROR_INVALID_ARGUMENT for another value or a 16-bit dtype on an
+ * FSDP_FLOAT64 model; FSDP_ERROR_STATE after fsdp_model_shard. */
+int fsdp_model_set_mixed_precision(fsdp_model_t model, int param_dtype, int reduce_dtype);
 /* Collective over comm: makes the plan with strategy "full", "layerwise" or "hybrid" on rank 0,
  * agrees on it over the group (agree_on_plan: every rank must have added the same parameters),
  * and allocates this rank's pieces, all zero. The model keeps its own duplicate of comm.
@@ -182,6 +192,38 @@ int fsdp_optimizer_create_adamw(fsdp_model_t model, double lr, double beta1, dou
 /* Updates every piece of the optimizer's model from its reduce-scattered gradient. */
 int fsdp_optimizer_step(fsdp_optimizer_t optimizer);
 void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer);
+
+/* ---- dynamic loss scaling for 16-bit gradients (PyTorch's GradScaler; docs/modes.md) ------ */
+/* A loss scaler: multiply the loss (the gradient written in the backward scopes) by its scale;
+ * after fsdp_finish_step, fsdp_loss_scaler_unscale_and_check divides the gradient pieces by it
+ * and says whether any is infinite or NaN; skip fsdp_optimizer_step when it is (zero the
+ * gradients), and call fsdp_loss_scaler_update with the answer: the scale is multiplied by
+ * backoff_factor on an overflow and by growth_factor after growth_interval clean steps in a row.
+ * 0 for any setting gives PyTorch's default: init_scale 65536, growth_factor 2, backoff_factor
+ * 0.5, growth_interval 2000. FSDP_ERROR_LIBRARY, naming the setting, for init_scale < 0 or not
+ * finite, growth_factor <= 1, backoff_factor outside (0, 1), growth_interval < 0. Local: a
+ * scaler is not tied to a model or a communicator. */
+int fsdp_loss_scaler_create(double init_scale, double growth_factor, double backoff_factor,
+                            int64_t growth_interval, fsdp_loss_scaler_t* scaler);
+/* The scale to multiply the loss by. */
+int fsdp_loss_scaler_scale(fsdp_loss_scaler_t scaler, double* scale);
+/* Collective over the model's ranks, after fsdp_finish_step and before the optimizer step:
+ * divides every gradient piece of the model by the scale; found_inf = 1 on every rank when any
+ * element on any rank is infinite or NaN, else 0. */
+int fsdp_loss_scaler_unscale_and_check(fsdp_loss_scaler_t scaler, fsdp_model_t model,
+                                       int* found_inf);
+/* After every step, with fsdp_loss_scaler_unscale_and_check's answer (nonzero: an overflow). */
+int fsdp_loss_scaler_update(fsdp_loss_scaler_t scaler, int found_inf);
+/* The state a checkpoint needs to resume the scaler exactly: the scale, the clean steps since the
+ * last overflow or growth, the skipped steps so far. Any output pointer may be NULL. */
+int fsdp_loss_scaler_get_state(fsdp_loss_scaler_t scaler, double* scale, int64_t* clean_steps,
+                               int64_t* skipped_steps);
+/* Resumes from such a state; FSDP_ERROR_LIBRARY (and nothing changed) unless scale is positive
+ * and finite and the counters >= 0. */
+int fsdp_loss_scaler_set_state(fsdp_loss_scaler_t scaler, double scale, int64_t clean_steps,
+                               int64_t skipped_steps);
+/* Never fails. */
+void fsdp_loss_scaler_destroy(fsdp_loss_scaler_t scaler);
 
 /* ---- checkpoints: one HDF5 file, any world size and strategy (docs/checkpoints.md) -------- */
 /* Collective over the model's ranks: saves the model's parameters, and the optimizer's state,

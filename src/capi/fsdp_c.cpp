@@ -21,6 +21,7 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/checkpoint.hpp"
+#include "fsdp/optim/loss_scaler.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
@@ -178,7 +179,9 @@ struct fsdp_model_s {
   std::vector<fsdp::ParameterInfo> parameters;
   fsdp::StrategyOptions patterns;
   fsdp::ShardingMode mode = fsdp::ShardingMode::full_shard;
-  int shard_group_size = -1;  // -1: no hybrid sharding
+  int shard_group_size = -1;                   // -1: no hybrid sharding
+  fsdp::DType param_dtype = fsdp::DType::f32;  // f32: no cast (for double models too)
+  fsdp::DType reduce_dtype = fsdp::DType::f32;
   // Empty until fsdp_model_shard. Shared with the runtimes and optimizers made from the model.
   FloatOrDouble<fsdp::ShardedModel> sharded;
 
@@ -217,6 +220,11 @@ struct fsdp_runtime_s {
 
 struct fsdp_optimizer_s {
   FloatOrDouble<ModelOptimizer> typed;
+};
+
+struct fsdp_loss_scaler_s {
+  explicit fsdp_loss_scaler_s(const fsdp::LossScalerOptions& options) : scaler(options) {}
+  fsdp::LossScaler scaler;
 };
 
 // The functions have C linkage from their declarations in fsdp.h.
@@ -290,7 +298,7 @@ int fsdp_finalize(void) {
       throw fsdp::Error(fsdp::ErrorKind::state,
                         std::to_string(alive) +
                             " handle(s) are still alive; destroy every model, "
-                            "runtime and optimizer before fsdp_finalize");
+                            "runtime, optimizer and loss scaler before fsdp_finalize");
     }
     if (kokkos_initialized_here && Kokkos::is_initialized()) {
       Kokkos::finalize();
@@ -305,9 +313,13 @@ int fsdp_model_create(int dtype, fsdp_model_t* model) {
   return guarded("fsdp_model_create", [&] {
     require_argument(model != nullptr, "the output pointer is NULL");
     *model = nullptr;
-    require_argument(
-        dtype == FSDP_FLOAT32 || dtype == FSDP_FLOAT64,
-        "dtype " + std::to_string(dtype) + " is not FSDP_FLOAT32 (1) or FSDP_FLOAT64 (2)");
+    require_argument(dtype == FSDP_FLOAT32 || dtype == FSDP_FLOAT64,
+                     "dtype " + std::to_string(dtype) +
+                         " is not FSDP_FLOAT32 (1) or FSDP_FLOAT64 (2)" +
+                         (dtype == FSDP_BFLOAT16 || dtype == FSDP_FLOAT16
+                              ? "; 16-bit types are for fsdp_model_set_mixed_precision on an "
+                                "FSDP_FLOAT32 model"
+                              : ""));
     auto created = std::make_unique<fsdp_model_s>();
     created->dtype = dtype == FSDP_FLOAT32 ? fsdp::DType::f32 : fsdp::DType::f64;
     *model = created.release();
@@ -403,6 +415,53 @@ int fsdp_model_set_shard_group_size(fsdp_model_t model, int shard_group_size) {
 
 namespace {
 
+// A dtype of the mixed-precision policy (option: "param_dtype" or "reduce_dtype") for a model of
+// element type model_dtype: FSDP_FLOAT32 or the model's dtype is no cast, 16-bit types only for
+// float models (they keep fp32 masters).
+fsdp::DType mixed_precision_dtype(int dtype, const char* option, fsdp::DType model_dtype) {
+  const std::string model_name = model_dtype == fsdp::DType::f32 ? "FSDP_FLOAT32" : "FSDP_FLOAT64";
+  switch (dtype) {
+    case FSDP_FLOAT32:
+      return model_dtype;
+    case FSDP_FLOAT64:
+      require_argument(model_dtype == fsdp::DType::f64,
+                       std::string(option) +
+                           " FSDP_FLOAT64 for an FSDP_FLOAT32 model; give "
+                           "FSDP_BFLOAT16 (3), FSDP_FLOAT16 (4), or "
+                           "FSDP_FLOAT32 (1) for no cast");
+      return model_dtype;
+    case FSDP_BFLOAT16:
+    case FSDP_FLOAT16:
+      require_argument(model_dtype == fsdp::DType::f32,
+                       std::string(option) + " " +
+                           (dtype == FSDP_BFLOAT16 ? "FSDP_BFLOAT16" : "FSDP_FLOAT16") +
+                           " for an " + model_name +
+                           " model: mixed precision keeps fp32 master weights; create the model "
+                           "with FSDP_FLOAT32, or give FSDP_FLOAT32 (1) for no cast");
+      return dtype == FSDP_BFLOAT16 ? fsdp::DType::bf16 : fsdp::DType::f16;
+    default:
+      throw ApiError(
+          FSDP_ERROR_INVALID_ARGUMENT,
+          std::string(option) + " " + std::to_string(dtype) +
+              " is not FSDP_FLOAT32 (1: no cast), FSDP_BFLOAT16 (3) or FSDP_FLOAT16 (4)");
+  }
+}
+
+}  // namespace
+
+int fsdp_model_set_mixed_precision(fsdp_model_t model, int param_dtype, int reduce_dtype) {
+  return guarded("fsdp_model_set_mixed_precision", [&] {
+    require_handle(model, "model");
+    require_not_sharded(model, "the mixed-precision policy");
+    const fsdp::DType param = mixed_precision_dtype(param_dtype, "param_dtype", model->dtype);
+    const fsdp::DType reduce = mixed_precision_dtype(reduce_dtype, "reduce_dtype", model->dtype);
+    model->param_dtype = param;
+    model->reduce_dtype = reduce;
+  });
+}
+
+namespace {
+
 void shard_model(fsdp_model_t model, MPI_Comm comm, const char* strategy_name) {
   require_handle(model, "model");
   const std::string strategy = require_name(strategy_name, "the strategy name");
@@ -424,6 +483,8 @@ void shard_model(fsdp_model_t model, MPI_Comm comm, const char* strategy_name) {
   fsdp::ProcessGroup world(comm);
   fsdp::ShardedModelOptions options;
   options.unit.mode = model->mode;
+  options.unit.param_dtype = model->param_dtype;
+  options.unit.reduce_dtype = model->reduce_dtype;
   std::optional<fsdp::HybridGroups> hybrid;
   if (model->shard_group_size >= 0) {
     try {
@@ -780,6 +841,89 @@ int fsdp_optimizer_step(fsdp_optimizer_t optimizer) {
 void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer) {
   if (optimizer != nullptr) {
     delete optimizer;
+    --live_handles;
+  }
+}
+
+// ---- loss scaler ------------------------------------------------------------------------------
+
+int fsdp_loss_scaler_create(double init_scale, double growth_factor, double backoff_factor,
+                            int64_t growth_interval, fsdp_loss_scaler_t* scaler) {
+  return guarded("fsdp_loss_scaler_create", [&] {
+    require_argument(scaler != nullptr, "the output pointer is NULL");
+    *scaler = nullptr;
+    fsdp::LossScalerOptions options;  // 0: the default
+    if (init_scale != 0) {
+      options.init_scale = init_scale;
+    }
+    if (growth_factor != 0) {
+      options.growth_factor = growth_factor;
+    }
+    if (backoff_factor != 0) {
+      options.backoff_factor = backoff_factor;
+    }
+    if (growth_interval != 0) {
+      options.growth_interval = growth_interval;
+    }
+    *scaler = new fsdp_loss_scaler_s(options);  // LossScaler refuses bad settings, naming them
+    ++live_handles;
+  });
+}
+
+int fsdp_loss_scaler_scale(fsdp_loss_scaler_t scaler, double* scale) {
+  return guarded("fsdp_loss_scaler_scale", [&] {
+    require_handle(scaler, "loss scaler");
+    require_argument(scale != nullptr, "the output pointer is NULL");
+    *scale = scaler->scaler.scale();
+  });
+}
+
+int fsdp_loss_scaler_unscale_and_check(fsdp_loss_scaler_t scaler, fsdp_model_t model,
+                                       int* found_inf) {
+  return guarded("fsdp_loss_scaler_unscale_and_check", [&] {
+    require_handle(scaler, "loss scaler");
+    require_handle(model, "model");
+    require_argument(found_inf != nullptr, "the output pointer is NULL");
+    model->visit(
+        [&](auto& sharded) { *found_inf = scaler->scaler.unscale_and_check(sharded) ? 1 : 0; });
+  });
+}
+
+int fsdp_loss_scaler_update(fsdp_loss_scaler_t scaler, int found_inf) {
+  return guarded("fsdp_loss_scaler_update",
+                 [&] { require_handle(scaler, "loss scaler")->scaler.update(found_inf != 0); });
+}
+
+int fsdp_loss_scaler_get_state(fsdp_loss_scaler_t scaler, double* scale, int64_t* clean_steps,
+                               int64_t* skipped_steps) {
+  return guarded("fsdp_loss_scaler_get_state", [&] {
+    const fsdp::LossScalerState& state = require_handle(scaler, "loss scaler")->scaler.state();
+    if (scale != nullptr) {
+      *scale = state.scale;
+    }
+    if (clean_steps != nullptr) {
+      *clean_steps = state.clean_steps;
+    }
+    if (skipped_steps != nullptr) {
+      *skipped_steps = state.skipped_steps;
+    }
+  });
+}
+
+int fsdp_loss_scaler_set_state(fsdp_loss_scaler_t scaler, double scale, int64_t clean_steps,
+                               int64_t skipped_steps) {
+  return guarded("fsdp_loss_scaler_set_state", [&] {
+    fsdp::LossScalerState state;
+    state.scale = scale;
+    state.clean_steps = clean_steps;
+    state.skipped_steps = skipped_steps;
+    require_handle(scaler, "loss scaler")->scaler.set_state(state);
+  });
+}
+
+void fsdp_loss_scaler_destroy(fsdp_loss_scaler_t scaler) {
+  if (scaler != nullptr) {
+    delete scaler;
     --live_handles;
   }
 }

@@ -26,9 +26,12 @@ module fsdp
   integer, parameter, public :: FSDP_ERROR_TIMEOUT = 10
   integer, parameter, public :: FSDP_ERROR_COMMUNICATION = 11
   integer, parameter, public :: FSDP_ERROR_IO = 12
-  ! Element types (enum fsdp_dtype) and hybrid pattern kinds (enum fsdp_pattern_kind).
+  ! Element types (enum fsdp_dtype; the 16-bit ones for fsdp_model_set_mixed_precision only) and
+  ! hybrid pattern kinds (enum fsdp_pattern_kind).
   integer, parameter, public :: FSDP_FLOAT32 = 1
   integer, parameter, public :: FSDP_FLOAT64 = 2
+  integer, parameter, public :: FSDP_BFLOAT16 = 3
+  integer, parameter, public :: FSDP_FLOAT16 = 4
   integer, parameter, public :: FSDP_PATTERN_FULL_SHARD = 1
   integer, parameter, public :: FSDP_PATTERN_LAYER_WISE = 2
   ! Sharding modes (enum fsdp_sharding_mode; docs/modes.md).
@@ -50,6 +53,10 @@ module fsdp
     type(c_ptr) :: handle = c_null_ptr
   end type fsdp_optimizer
 
+  type, public :: fsdp_loss_scaler
+    type(c_ptr) :: handle = c_null_ptr
+  end type fsdp_loss_scaler
+
   ! A fill function for fsdp_model_init_with: fills the count elements of this rank's piece,
   ! starting at element `first` (0-based) of the flattened parameter; values points at count
   ! elements of the model's kind (c_f_pointer them). Returns 0, or nonzero to fail the call.
@@ -66,7 +73,7 @@ module fsdp
 
   public :: fsdp_last_error, fsdp_initialize, fsdp_finalize
   public :: fsdp_model_create, fsdp_model_add_parameter, fsdp_model_add_strategy_pattern
-  public :: fsdp_model_set_mode, fsdp_model_set_shard_group_size
+  public :: fsdp_model_set_mode, fsdp_model_set_shard_group_size, fsdp_model_set_mixed_precision
   public :: fsdp_model_shard, fsdp_model_parameter_numel, fsdp_model_parameter_piece
   public :: fsdp_model_dtype, fsdp_model_rank
   public :: fsdp_model_init_from_full, fsdp_model_init_from_root, fsdp_model_init_with
@@ -77,6 +84,9 @@ module fsdp
   public :: fsdp_optimizer_create_sgd, fsdp_optimizer_create_adam, fsdp_optimizer_create_adamw
   public :: fsdp_optimizer_step, fsdp_optimizer_destroy
   public :: fsdp_checkpoint_save, fsdp_checkpoint_load, fsdp_load_parameters
+  public :: fsdp_loss_scaler_create, fsdp_loss_scaler_scale, fsdp_loss_scaler_unscale_and_check
+  public :: fsdp_loss_scaler_update, fsdp_loss_scaler_get_state, fsdp_loss_scaler_set_state
+  public :: fsdp_loss_scaler_destroy
 
   ! A communicator as `integer` or as `type(MPI_Comm)` (mpi_f08).
   interface fsdp_model_shard
@@ -148,6 +158,12 @@ module fsdp
       type(c_ptr), value :: model
       integer(c_int), value :: size
     end function c_model_set_shard_group_size
+    integer(c_int) function c_model_set_mixed_precision(model, param_dtype, reduce_dtype) &
+        bind(c, name='fsdp_model_set_mixed_precision')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int), value :: param_dtype, reduce_dtype
+    end function c_model_set_mixed_precision
     integer(c_int) function c_model_shard(model, comm, strategy) bind(c, name='fsdp_model_shard')
       import :: c_int, c_ptr, c_char
       type(c_ptr), value :: model
@@ -324,6 +340,51 @@ module fsdp
       character(kind=c_char), intent(in) :: path(*)
     end function c_load_parameters
 
+    integer(c_int) function c_loss_scaler_create(init_scale, growth_factor, backoff_factor, &
+                                                 growth_interval, scaler) &
+        bind(c, name='fsdp_loss_scaler_create')
+      import :: c_int, c_ptr, c_double, c_int64_t
+      real(c_double), value :: init_scale, growth_factor, backoff_factor
+      integer(c_int64_t), value :: growth_interval
+      type(c_ptr), intent(out) :: scaler
+    end function c_loss_scaler_create
+    integer(c_int) function c_loss_scaler_scale(scaler, scale) &
+        bind(c, name='fsdp_loss_scaler_scale')
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: scaler
+      real(c_double), intent(out) :: scale
+    end function c_loss_scaler_scale
+    integer(c_int) function c_loss_scaler_unscale_and_check(scaler, model, found_inf) &
+        bind(c, name='fsdp_loss_scaler_unscale_and_check')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: scaler, model
+      integer(c_int), intent(out) :: found_inf
+    end function c_loss_scaler_unscale_and_check
+    integer(c_int) function c_loss_scaler_update(scaler, found_inf) &
+        bind(c, name='fsdp_loss_scaler_update')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: scaler
+      integer(c_int), value :: found_inf
+    end function c_loss_scaler_update
+    integer(c_int) function c_loss_scaler_get_state(scaler, scale, clean_steps, skipped_steps) &
+        bind(c, name='fsdp_loss_scaler_get_state')
+      import :: c_int, c_ptr, c_double, c_int64_t
+      type(c_ptr), value :: scaler
+      real(c_double), intent(out) :: scale
+      integer(c_int64_t), intent(out) :: clean_steps, skipped_steps
+    end function c_loss_scaler_get_state
+    integer(c_int) function c_loss_scaler_set_state(scaler, scale, clean_steps, skipped_steps) &
+        bind(c, name='fsdp_loss_scaler_set_state')
+      import :: c_int, c_ptr, c_double, c_int64_t
+      type(c_ptr), value :: scaler
+      real(c_double), value :: scale
+      integer(c_int64_t), value :: clean_steps, skipped_steps
+    end function c_loss_scaler_set_state
+    subroutine c_loss_scaler_destroy(scaler) bind(c, name='fsdp_loss_scaler_destroy')
+      import :: c_ptr
+      type(c_ptr), value :: scaler
+    end subroutine c_loss_scaler_destroy
+
     integer(c_size_t) function c_strlen(text) bind(c, name='strlen')
       import :: c_size_t, c_ptr
       type(c_ptr), value :: text
@@ -473,6 +534,18 @@ contains
     integer, intent(out) :: ierr
     ierr = int(c_model_set_shard_group_size(model%handle, int(size, c_int)))
   end subroutine fsdp_model_set_shard_group_size
+
+  ! Before fsdp_model_shard: mixed precision for an FSDP_FLOAT32 model. param_dtype: the dtype
+  ! the parameters are gathered in (fsdp_full gives those values as real(c_float)); reduce_dtype:
+  ! the dtype the gradients are reduced in. FSDP_BFLOAT16, FSDP_FLOAT16, or FSDP_FLOAT32 for no
+  ! cast (the default).
+  subroutine fsdp_model_set_mixed_precision(model, param_dtype, reduce_dtype, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(in) :: param_dtype, reduce_dtype
+    integer, intent(out) :: ierr
+    ierr = int(c_model_set_mixed_precision(model%handle, int(param_dtype, c_int), &
+                                           int(reduce_dtype, c_int)))
+  end subroutine fsdp_model_set_mixed_precision
 
   ! Collective over comm: agrees on the plan of strategy 'full', 'layerwise' or 'hybrid'.
   subroutine model_shard_integer(model, comm, strategy, ierr)
@@ -922,5 +995,81 @@ contains
     call c_optimizer_destroy(optimizer%handle)
     optimizer%handle = c_null_ptr
   end subroutine fsdp_optimizer_destroy
+
+  ! ---- dynamic loss scaling (docs/modes.md) ----
+
+  ! Absent settings take PyTorch's defaults: init_scale 65536, growth_factor 2, backoff_factor 0.5,
+  ! growth_interval 2000.
+  subroutine fsdp_loss_scaler_create(scaler, ierr, init_scale, growth_factor, backoff_factor, &
+                                     growth_interval)
+    type(fsdp_loss_scaler), intent(out) :: scaler
+    integer, intent(out) :: ierr
+    real(c_double), intent(in), optional :: init_scale, growth_factor, backoff_factor
+    integer, intent(in), optional :: growth_interval
+    real(c_double) :: scale, growth, backoff
+    integer(c_int64_t) :: interval
+    scale = 0  ! 0: the default
+    growth = 0
+    backoff = 0
+    interval = 0
+    if (present(init_scale)) scale = init_scale
+    if (present(growth_factor)) growth = growth_factor
+    if (present(backoff_factor)) backoff = backoff_factor
+    if (present(growth_interval)) interval = int(growth_interval, c_int64_t)
+    ierr = int(c_loss_scaler_create(scale, growth, backoff, interval, scaler%handle))
+  end subroutine fsdp_loss_scaler_create
+
+  ! The scale to multiply the loss (the gradients written in the backward scopes) by.
+  subroutine fsdp_loss_scaler_scale(scaler, scale, ierr)
+    type(fsdp_loss_scaler), intent(in) :: scaler
+    real(c_double), intent(out) :: scale
+    integer, intent(out) :: ierr
+    ierr = int(c_loss_scaler_scale(scaler%handle, scale))
+  end subroutine fsdp_loss_scaler_scale
+
+  ! Collective, after fsdp_finish_step: divides the gradient pieces by the scale; found_inf is
+  ! .true. on every rank when any element on any rank is infinite or NaN (skip the optimizer step).
+  subroutine fsdp_loss_scaler_unscale_and_check(scaler, model, found_inf, ierr)
+    type(fsdp_loss_scaler), intent(in) :: scaler
+    type(fsdp_model), intent(in) :: model
+    logical, intent(out) :: found_inf
+    integer, intent(out) :: ierr
+    integer(c_int) :: found
+    found = 0
+    ierr = int(c_loss_scaler_unscale_and_check(scaler%handle, model%handle, found))
+    found_inf = found /= 0
+  end subroutine fsdp_loss_scaler_unscale_and_check
+
+  ! After every step, with fsdp_loss_scaler_unscale_and_check's answer.
+  subroutine fsdp_loss_scaler_update(scaler, found_inf, ierr)
+    type(fsdp_loss_scaler), intent(in) :: scaler
+    logical, intent(in) :: found_inf
+    integer, intent(out) :: ierr
+    ierr = int(c_loss_scaler_update(scaler%handle, merge(1_c_int, 0_c_int, found_inf)))
+  end subroutine fsdp_loss_scaler_update
+
+  ! The state a checkpoint needs: the scale, the clean steps since the last overflow or growth,
+  ! the skipped steps so far.
+  subroutine fsdp_loss_scaler_get_state(scaler, scale, clean_steps, skipped_steps, ierr)
+    type(fsdp_loss_scaler), intent(in) :: scaler
+    real(c_double), intent(out) :: scale
+    integer(c_int64_t), intent(out) :: clean_steps, skipped_steps
+    integer, intent(out) :: ierr
+    ierr = int(c_loss_scaler_get_state(scaler%handle, scale, clean_steps, skipped_steps))
+  end subroutine fsdp_loss_scaler_get_state
+
+  subroutine fsdp_loss_scaler_set_state(scaler, scale, clean_steps, skipped_steps, ierr)
+    type(fsdp_loss_scaler), intent(in) :: scaler
+    real(c_double), intent(in) :: scale
+    integer(c_int64_t), intent(in) :: clean_steps, skipped_steps
+    integer, intent(out) :: ierr
+    ierr = int(c_loss_scaler_set_state(scaler%handle, scale, clean_steps, skipped_steps))
+  end subroutine fsdp_loss_scaler_set_state
+
+  subroutine fsdp_loss_scaler_destroy(scaler)
+    type(fsdp_loss_scaler), intent(inout) :: scaler
+    call c_loss_scaler_destroy(scaler%handle)
+    scaler%handle = c_null_ptr
+  end subroutine fsdp_loss_scaler_destroy
 
 end module fsdp
