@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "../core/json_input.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/raise_on_every_rank.hpp"
@@ -31,10 +32,10 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
+#include "fsdp/io/publish_file.hpp"
 #include "fsdp/io/row_major_boxes.hpp"
 #include "fsdp/io/tensor_checksum.hpp"
 #include "hdf5_attributes.hpp"
-#include "fsdp/io/publish_file.hpp"
 
 namespace fsdp {
 namespace {
@@ -333,7 +334,7 @@ CheckpointHeader agreed_header(ProcessGroup& group, const std::string& path) {
     Handle handle = open_file(file, MPI_COMM_NULL);
     return to_json(read_header(file, handle.get())).dump();
   });
-  return header_from_json(Json::parse(text));
+  return header_from_json(parse_json_input(text, file_text(path) + "'s header"));
 }
 
 // ---- what this rank holds: one entry per tensor, in the same order on every rank ----

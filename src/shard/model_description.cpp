@@ -5,19 +5,12 @@
 #include <set>
 #include <sstream>
 
+#include "../core/json_input.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 
 namespace fsdp {
 namespace {
-
-nlohmann::json parse_json(const std::string& text, const std::string& source) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    throw Error(std::string(source) + " is not valid JSON: " + error.what());
-  }
-}
 
 ParameterInfo parameter_from_json(const nlohmann::json& entry, std::size_t index,
                                   const std::string& source) {
@@ -37,7 +30,7 @@ ParameterInfo parameter_from_json(const nlohmann::json& entry, std::size_t index
           where + " needs a \"shape\" array of positive integers ([] for a scalar)");
   for (const nlohmann::json& extent : entry["shape"]) {
     require(extent.is_number_integer(),
-            where + ": \"shape\" must hold integers, not " + extent.dump());
+            where + ": \"shape\" must hold integers, not " + json_excerpt(extent));
     parameter.shape.push_back(extent.get<std::int64_t>());
   }
   if (entry.contains("dtype")) {
@@ -70,7 +63,7 @@ std::int64_t llama_intermediate(std::int64_t hidden) {
 
 std::vector<ParameterInfo> parameters_from_json(const std::string& text,
                                                 const std::string& source) {
-  const nlohmann::json document = parse_json(text, source);
+  const nlohmann::json document = parse_json_input(text, source);
   require(
       document.is_object() && document.contains("parameters") && document["parameters"].is_array(),
       std::string(source) +
@@ -137,7 +130,7 @@ const char* name_of(TransformerFamily family) {
 }
 
 TransformerConfig transformer_config_from_json(const std::string& text, const std::string& source) {
-  const nlohmann::json document = parse_json(text, source);
+  const nlohmann::json document = parse_json_input(text, source);
   const std::string& where = source;
   require(document.is_object() && document.contains("family") && document["family"].is_string(),
           where + " needs a \"family\": \"gpt2\" or \"llama\"");

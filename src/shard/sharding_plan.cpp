@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "../core/json_input.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/shard/shard_range.hpp"
 
@@ -220,12 +221,7 @@ std::string plan_to_json(const ShardingPlan& plan, int indent) {
 
 ShardingPlan plan_from_json(const std::string& text, const std::string& source) {
   const std::string where = "plan " + source;
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    throw Error(where + " is not valid JSON: " + error.what());
-  }
+  const nlohmann::json document = parse_json_input(text, where);
   try {
     require(document.is_object() && document.value("format", "") == kFormatName,
             where + " is not a sharding plan (its \"format\" is not \"" + kFormatName + "\")");

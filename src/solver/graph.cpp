@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "../core/json_input.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "node_error.hpp"
@@ -216,12 +217,7 @@ int Graph::index_of(const std::string& id) const {
 }
 
 Graph Graph::from_json(const std::string& text) {
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    throw Error(std::string("graph JSON does not parse: ") + error.what());
-  }
+  const nlohmann::json document = parse_json_input(text, "graph JSON");
   const nlohmann::json* list = &document;
   if (document.is_object()) {
     require(document.contains("nodes"),
@@ -293,7 +289,7 @@ Graph Graph::from_file(const std::string& path) {
   try {
     return from_json(text);
   } catch (const Error& error) {
-    throw Error(std::string(error.what()) + " (in " + path + ")");
+    throw Error(error.kind(), message_of(error) + " (in " + path + ")");
   }
 }
 

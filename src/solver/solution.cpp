@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../core/json_input.hpp"
 #include "fsdp/core/error.hpp"
 
 namespace fsdp::solver {
@@ -116,7 +117,7 @@ std::string Solution::to_json() const {
 Solution Solution::from_json(const std::string& text) {
   Solution s;
   try {
-    const nlohmann::json document = nlohmann::json::parse(text);
+    const nlohmann::json document = parse_json_input(text, "solution JSON");
     s.solver = document.at("solver").get<std::string>();
     const auto& m = document.at("machine");
     s.machine.devices = m.at("devices").get<int>();

@@ -335,6 +335,22 @@ BOOST_AUTO_TEST_CASE(model_description_json) {
                         (MessageHas{{"m.json", "empty"}}));
   BOOST_CHECK_EXCEPTION(parameters_from_json(R"([1, 2])", "m.json"), Error,
                         (MessageHas{{"\"parameters\" array"}}));
+  // Hostile nesting is refused while parsing (100,000 levels crashed the error message that
+  // printed the value), and a value quoted in a message is a short excerpt.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  BOOST_CHECK_EXCEPTION(
+      parameters_from_json(R"({"parameters": [{"name": "w", "shape": )" + deep + "}]}", "m.json"),
+      Error, (MessageHas{{"m.json nests deeper than 32 levels"}}));
+  try {
+    parameters_from_json(
+        R"({"parameters": [{"name": "w", "shape": [")" + std::string(100000, 'x') + R"("]}]})",
+        "m.json");
+    BOOST_ERROR("a string extent was accepted");
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    BOOST_TEST(message.find("must hold integers, not \"xxxx") != std::string::npos, message);
+    BOOST_TEST(message.size() < 300, message.size());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(transformer_presets_have_the_published_sizes) {

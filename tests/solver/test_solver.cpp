@@ -404,7 +404,7 @@ BOOST_AUTO_TEST_CASE(all_ranks_read_the_same_solution) {
           return SimpleSolver(machine_with(8)).solve(Graph::from_json("{\"nodes\": [}"));
         });
       },
-      {"does not parse", "rank 0"});
+      {"is not valid JSON", "rank 0"});
   const Solution broadcast = broadcast_solution(group, local, group.size() - 1);
   BOOST_TEST(broadcast.to_json() == local.to_json());
 }
@@ -417,6 +417,8 @@ BOOST_AUTO_TEST_CASE(malformed_graphs_name_the_node) {
   const std::string w = R"({"id": "w", "op": "parameter", "shape": [8, 16]})";
   expect_error(parse(x + R"(, {"id": "y", "op": "frobnicate", "inputs": ["x"]})"),
                {"'y'", "unknown op 'frobnicate'", "known ops"});
+  expect_error(parse(std::string(5000, '[') + std::string(5000, ']')),
+               {"graph JSON nests deeper than 32 levels"});
   // Sizes whose bytes overflow 64 bits: declared, and implied by the inputs (an attention
   // score matrix of a 2^31-long sequence once printed negative FLOPs and bytes).
   expect_error(parse(R"({"id": "x", "op": "input", "shape": [1073741824, 1073741824, 8]})"),
@@ -452,7 +454,7 @@ BOOST_AUTO_TEST_CASE(malformed_graphs_name_the_node) {
   expect_error(parse(R"({"id": "x", "op": "input", "shape": [4], "dtype": "fp7"})"), {"'x'"});
   expect_error(parse(R"({"id": "x", "op": "input", "shape": [4], "sharding": "[S,R]"})"),
                {"'x'", "sharding spec"});
-  expect_error([] { Graph::from_json("[1, 2"); }, {"does not parse"});
+  expect_error([] { Graph::from_json("[1, 2"); }, {"graph JSON is not valid JSON"});
   expect_error(
       [] {
         const Graph g({fp32_node("x", "input", {}, {4, 8}, "S0")});
