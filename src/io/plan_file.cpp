@@ -16,9 +16,9 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
+#include "fsdp/io/publish_file.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
 #include "hdf5_attributes.hpp"
-#include "fsdp/io/publish_file.hpp"
 
 namespace fsdp {
 namespace {
