@@ -1,13 +1,18 @@
-# Run by CTest (cmake -P): installs the build tree into a fresh prefix, builds tests/install against
-# it exactly as a user would, and runs the consumer under mpiexec.
-foreach(var BUILD_DIR SOURCE_DIR MPIEXEC NUMPROC_FLAG)
+# Run by CTest (cmake -P): fsdp used from outside, as a user would, against the installed tree.
+#   STEP=install       installs the build tree into a scratch prefix, then moves the prefix (the
+#                      package must not remember where it was installed), and checks the exported
+#                      targets (no empty $<LINK_ONLY:>, no path of this machine's NCCL).
+#   STEP=<project>     configures, builds and runs the consumer project tests/install/<project>
+#                      (`.` is the C, C++ and Fortran one) on 2 ranks.
+#   STEP=fortran_too_early  find_package(fsdp COMPONENTS Fortran) before enable_language(Fortran)
+#                      must fail, and say why.
+foreach(var STEP BUILD_DIR SOURCE_DIR MPIEXEC NUMPROC_FLAG SHARED)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "FsdpInstallTest.cmake needs -D${var}=...")
   endif()
 endforeach()
-set(prefix "${BUILD_DIR}/install-test/prefix")
-set(consumer "${BUILD_DIR}/install-test/consumer")
-file(REMOVE_RECURSE "${BUILD_DIR}/install-test")
+set(root "${BUILD_DIR}/install-test")
+set(prefix "${root}/prefix")
 
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
@@ -17,14 +22,87 @@ function(run)
   endif()
 endfunction()
 
-run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install" -B "${consumer}"
-    "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_BUILD_TYPE=Release"
-    # the Kokkos fsdp was built with, not whichever the consumer would find first
-    "-DKokkos_DIR=${Kokkos_DIR}")
-run(${CMAKE_COMMAND} --build "${consumer}")
-# The Fortran consumer first: the test passes on the C++ consumer's line, printed last.
-if(EXISTS "${consumer}/consumer_fortran")
-  run(${MPIEXEC} ${NUMPROC_FLAG} 2 "${consumer}/consumer_fortran")
+# Runs a consumer on 2 ranks; its rank 0 prints `expected`.
+function(run_consumer program expected)
+  execute_process(COMMAND ${MPIEXEC} ${NUMPROC_FLAG} 2 ${program}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message("${out}")
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "${expected}")
+    message(FATAL_ERROR "install test: ${program} on 2 ranks: exit ${rc}, expected '${expected}'")
+  endif()
+endfunction()
+
+if(STEP STREQUAL "install")
+  file(REMOVE_RECURSE "${root}")
+  run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${root}/staging")
+  file(RENAME "${root}/staging" "${prefix}")
+  file(GLOB_RECURSE exports "${prefix}/*Targets*.cmake")
+  foreach(file IN LISTS exports)
+    file(READ "${file}" text)
+    if(text MATCHES "\\$<LINK_ONLY:>")
+      message(FATAL_ERROR "install test: ${file} has an empty $<LINK_ONLY:> entry")
+    endif()
+    if(text MATCHES "nccl|CUDA::" AND SHARED)
+      message(FATAL_ERROR "install test: ${file} names NCCL or CUDA, which a shared libfsdp keeps "
+                          "private: a CPU-only consumer would need them")
+    endif()
+    string(FIND "${text}" "${root}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "install test: ${file} names the directory it was installed into")
+    endif()
+  endforeach()
+  if(EXISTS "${prefix}/bin/fsdp-plan")
+    # an installed program finds libfsdp in the moved prefix
+    run("${prefix}/bin/fsdp-plan" --preset gpt2 --world-size 2 --json OUTPUT_QUIET)
+  endif()
+  message("installed into ${prefix} (moved there after the install)")
+elseif(STEP STREQUAL "fortran_too_early")
+  execute_process(
+    COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/fortran_too_early"
+            -B "${root}/fortran_too_early" "-DCMAKE_PREFIX_PATH=${prefix}"
+            "-DKokkos_DIR=${Kokkos_DIR}"
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message("${out}")
+  string(REGEX REPLACE "[ \n]+" " " flat "${out}")
+  string(CONCAT reason "component Fortran: the Fortran language is not enabled in this project; "
+                "call enable_language\\(Fortran\\)")
+  if(rc EQUAL 0 OR NOT flat MATCHES "${reason}")
+    message(FATAL_ERROR "install test: find_package(fsdp COMPONENTS Fortran) without Fortran "
+                        "enabled did not fail with the reason (exit ${rc})")
+  endif()
+  message("fortran_too_early: the reason is given")
+else()
+  # A consumer project: . (all three languages), cxx, c or fortran.
+  if(STEP STREQUAL ".")
+    set(build "${root}/consumer-mixed")
+  else()
+    set(build "${root}/consumer-${STEP}")
+  endif()
+  file(REMOVE_RECURSE "${build}")
+  set(extra)
+  if(SHARED)
+    # A shared libfsdp keeps NCCL and CUDA to itself: a consumer configures without CUDA.
+    list(APPEND extra "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON")
+  endif()
+  run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/${STEP}" -B "${build}"
+      "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_BUILD_TYPE=Release" ${extra}
+      # the Kokkos fsdp was built with, not whichever the consumer would find first
+      "-DKokkos_DIR=${Kokkos_DIR}")
+  run(${CMAKE_COMMAND} --build "${build}")
+  set(ran FALSE)
+  if(EXISTS "${build}/consumer_fortran")
+    run_consumer("${build}/consumer_fortran" "fortran consumer: use fsdp ok")
+    set(ran TRUE)
+  endif()
+  if(EXISTS "${build}/consumer_c")
+    run_consumer("${build}/consumer_c" "c consumer: fsdp.h ok")
+    set(ran TRUE)
+  endif()
+  if(EXISTS "${build}/consumer")
+    run_consumer("${build}/consumer" "consumer: all_reduce over 2 ranks ok")
+    set(ran TRUE)
+  endif()
+  if(NOT ran)
+    message(FATAL_ERROR "install test: tests/install/${STEP} built no consumer")
+  endif()
 endif()
-run(${MPIEXEC} ${NUMPROC_FLAG} 2 "${consumer}/consumer")
