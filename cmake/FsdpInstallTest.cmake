@@ -6,6 +6,7 @@
 #                      (`.` is the C, C++ and Fortran one) on 2 ranks.
 #   STEP=fortran_too_early  find_package(fsdp COMPONENTS Fortran) before enable_language(Fortran)
 #                      must fail, and say why.
+#   STEP=pkgconfig     builds tests/install/pkgconfig with make, pkg-config and the MPI wrappers.
 foreach(var STEP BUILD_DIR SOURCE_DIR MPIEXEC NUMPROC_FLAG SHARED)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "FsdpInstallTest.cmake needs -D${var}=...")
@@ -71,6 +72,23 @@ elseif(STEP STREQUAL "fortran_too_early")
                         "enabled did not fail with the reason (exit ${rc})")
   endif()
   message("fortran_too_early: the reason is given")
+elseif(STEP STREQUAL "pkgconfig")
+  set(out_dir "${root}/pkgconfig")
+  file(REMOVE_RECURSE "${out_dir}")
+  file(MAKE_DIRECTORY "${out_dir}")
+  file(GLOB pc_dir LIST_DIRECTORIES true "${prefix}/lib*/pkgconfig" "${prefix}/lib/*/pkgconfig")
+  set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+  if(SHARED)
+    set(static OFF)
+  else()
+    set(static ON)
+  endif()
+  run(make -C "${SOURCE_DIR}/tests/install/pkgconfig" "OUT=${out_dir}" "FORTRAN=${FORTRAN}"
+      "STATIC=${static}")
+  run_consumer("${out_dir}/consumer" "consumer: all_reduce over 2 ranks ok")
+  if(FORTRAN)
+    run_consumer("${out_dir}/consumer_fortran" "fortran consumer: use fsdp ok")
+  endif()
 else()
   # A consumer project: . (all three languages), cxx, c or fortran.
   if(STEP STREQUAL ".")
