@@ -86,6 +86,7 @@ elseif(STEP STREQUAL "pkgconfig")
   run(make -C "${SOURCE_DIR}/tests/install/pkgconfig" "OUT=${out_dir}" "FORTRAN=${FORTRAN}"
       "STATIC=${static}")
   run_consumer("${out_dir}/consumer" "consumer: all_reduce over 2 ranks ok")
+  run_consumer("${out_dir}/consumer_c" "c consumer: fsdp.h ok")
   if(FORTRAN)
     run_consumer("${out_dir}/consumer_fortran" "fortran consumer: use fsdp ok")
   endif()
