@@ -6,6 +6,7 @@
 #                      (`.` is the C, C++ and Fortran one) on 2 ranks.
 #   STEP=fortran_too_early  find_package(fsdp COMPONENTS Fortran) before enable_language(Fortran)
 #                      must fail, and say why.
+#   STEP=user_guide    builds the C++ blocks of docs/user-guide.md as one program against it.
 #   STEP=pkgconfig     builds tests/install/pkgconfig with make, pkg-config and the MPI wrappers.
 foreach(var STEP BUILD_DIR SOURCE_DIR MPIEXEC NUMPROC_FLAG SHARED)
   if(NOT DEFINED ${var})
@@ -72,6 +73,44 @@ elseif(STEP STREQUAL "fortran_too_early")
                         "enabled did not fail with the reason (exit ${rc})")
   endif()
   message("fortran_too_early: the reason is given")
+elseif(STEP STREQUAL "user_guide")
+  # The ```cpp blocks of docs/user-guide.md, in order, as one program: #include lines at the top,
+  # the other lines in main(), each block marked with #line so errors name the guide's lines.
+  file(STRINGS "${SOURCE_DIR}/docs/user-guide.md" lines)
+  set(includes "#include \"reader_parts.hpp\"  // what the guide leaves to the reader\n")
+  set(body "")
+  set(in_block FALSE)
+  set(number 0)
+  set(blocks 0)
+  foreach(line IN LISTS lines)
+    math(EXPR number "${number} + 1")
+    if(NOT in_block AND line STREQUAL "```cpp")
+      set(in_block TRUE)
+      math(EXPR blocks "${blocks} + 1")
+      math(EXPR next "${number} + 1")
+      string(APPEND body "#line ${next} \"docs/user-guide.md\"\n")
+    elseif(in_block AND line STREQUAL "```")
+      set(in_block FALSE)
+    elseif(in_block AND line MATCHES "^#include")
+      string(APPEND includes "#line ${number} \"docs/user-guide.md\"\n${line}\n")
+      string(APPEND body "\n")  # keeps the #line numbering of the lines after it
+    elseif(in_block)
+      string(APPEND body "${line}\n")
+    endif()
+  endforeach()
+  if(blocks EQUAL 0)
+    message(FATAL_ERROR "install test: docs/user-guide.md has no ```cpp block")
+  endif()
+  set(build "${root}/user-guide")
+  file(REMOVE_RECURSE "${build}")
+  file(WRITE "${build}/user_guide.cpp"
+       "// Written by the test docs_user_guide from docs/user-guide.md: edit the guide.\n"
+       "${includes}\nint main(int argc, char** argv) {\n${body}  return 0;\n}\n")
+  run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/user_guide" -B "${build}"
+      "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_BUILD_TYPE=Release" "-DKokkos_DIR=${Kokkos_DIR}"
+      "-DUSER_GUIDE_SOURCE=${build}/user_guide.cpp")
+  run(${CMAKE_COMMAND} --build "${build}")
+  message("docs/user-guide.md: ${blocks} C++ blocks build against the installed fsdp")
 elseif(STEP STREQUAL "pkgconfig")
   set(out_dir "${root}/pkgconfig")
   file(REMOVE_RECURSE "${out_dir}")
