@@ -2,7 +2,7 @@
 #   spack repo add <fsdp>/spack
 #   spack install fsdp@main            # builds the branch of this checkout
 #   spack install fsdp@main +cuda +nccl cuda_arch=90
-#   spack test run fsdp                # builds tests/install against the installed package
+#   spack test run fsdp                # builds tests/install (C++, C, Fortran) against it
 import os
 
 from spack.package import *
@@ -30,15 +30,19 @@ class Fsdp(CMakePackage, CudaPackage):
     variant("nccl", default=False, description="Build the NCCL backend (needs +cuda)")
     variant("shared", default=True, description="Build a shared library")
     variant("apps", default=True, description="Build fsdp-bench and the other applications")
+    variant("fortran", default=True, description="Build the Fortran module fsdp (use fsdp)")
 
     conflicts("+nccl", when="~cuda", msg="the NCCL backend needs +cuda")
 
     depends_on("c", type="build")
     depends_on("cxx", type="build")
+    # Without it spack offers CMake no Fortran compiler, and the module is silently left out.
+    depends_on("fortran", type="build", when="+fortran")
     depends_on("cmake@3.20:", type="build")
 
     depends_on("mpi")
-    depends_on("kokkos@3.4:")
+    # Tested with Kokkos 3.4 (Debian) and 4.6; Kokkos 5 needs C++20, which fsdp does not build as.
+    depends_on("kokkos@3.4:4")
     depends_on("hdf5+mpi")
     depends_on("nlohmann-json@3:")
     depends_on("cli11")
@@ -56,6 +60,7 @@ class Fsdp(CMakePackage, CudaPackage):
         return [
             self.define_from_variant("BUILD_SHARED_LIBS", "shared"),
             self.define_from_variant("FSDP_BUILD_APPS", "apps"),
+            self.define_from_variant("FSDP_ENABLE_FORTRAN", "fortran"),
             self.define("FSDP_ENABLE_NCCL", "ON" if self.spec.satisfies("+nccl") else "OFF"),
             self.define("FSDP_BUILD_TESTS", self.run_tests),
             self.define("MPIEXEC_EXECUTABLE", self.spec["mpi"].prefix.bin.mpiexec),
@@ -73,5 +78,9 @@ class Fsdp(CMakePackage, CudaPackage):
         cmake("-S", source, "-B", build, self.define("CMAKE_PREFIX_PATH", self.prefix))
         cmake("--build", build)
         mpiexec = which(self.spec["mpi"].prefix.bin.mpiexec)
-        out = mpiexec("-n", "2", join_path(build, "consumer"), output=str.split, error=str.split)
-        assert "all_reduce over 2 ranks ok" in out
+        expected = {"consumer": "all_reduce over 2 ranks ok", "consumer_c": "c consumer: fsdp.h ok"}
+        if self.spec.satisfies("+fortran"):
+            expected["consumer_fortran"] = "fortran consumer: use fsdp ok"
+        for program, line in expected.items():
+            out = mpiexec("-n", "2", join_path(build, program), output=str.split, error=str.split)
+            assert line in out, f"{program}: {out}"
