@@ -43,6 +43,8 @@ class Fsdp(CMakePackage, CudaPackage):
     depends_on("mpi")
     # Tested with Kokkos 3.4 (Debian) and 4.6; Kokkos 5 needs C++20, which fsdp does not build as.
     depends_on("kokkos@3.4:4")
+    # a static Kokkos is built without -fPIC and cannot go into a shared libfsdp
+    depends_on("kokkos+shared", when="+shared")
     depends_on("hdf5+mpi")
     depends_on("nlohmann-json@3:")
     depends_on("cli11")
