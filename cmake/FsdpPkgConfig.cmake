@@ -126,8 +126,11 @@ function(fsdp_install_pkg_config)
 
   fsdp_pc_flags(FSDP_PC_KOKKOS_CFLAGS FSDP_PC_KOKKOS_LIBS Kokkos::kokkos)
   set(FSDP_PC_LIBS "-L\${libdir} -lfsdp ${FSDP_PC_KOKKOS_LIBS}")
+  set(FSDP_PC_FORTRAN_LIBS "-L\${libdir} -lfsdp_fortran -lfsdp")
   if(FSDP_SANITIZE)
+    # a sanitized libfsdp needs the sanitizer runtimes first in every program
     string(APPEND FSDP_PC_LIBS " -fsanitize=address,undefined")
+    string(APPEND FSDP_PC_FORTRAN_LIBS " -fsanitize=address,undefined")
   endif()
   set(FSDP_PC_LIBS_PRIVATE "")
   set(FSDP_PC_FORTRAN_LIBS_PRIVATE "")
