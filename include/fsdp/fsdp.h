@@ -162,6 +162,14 @@ void fsdp_model_destroy(fsdp_model_t model);
  * units gathered or gathering at once, the current one included (>= 1; FSDP's default is 2). */
 int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order, int prefetch,
                         int max_gathered_units, fsdp_runtime_t* runtime);
+/* fsdp_runtime_create, and the units named in keep_gathered (nkeep of them; keep_gathered may be
+ * NULL when nkeep is 0) stay gathered from their forward scope until their backward scope, like
+ * PyTorch's reshard_after_forward=False: one gather per step instead of two, the unit's whole
+ * parameters held meanwhile. The last unit of the order always stays gathered (its backward comes
+ * next). FSDP_ERROR_UNKNOWN_NAME for a name the order does not have. */
+int fsdp_runtime_create_keep_gathered(fsdp_model_t model, int nunits, const char* const* order,
+                                      int prefetch, int max_gathered_units, int nkeep,
+                                      const char* const* keep_gathered, fsdp_runtime_t* runtime);
 /* A step: for every unit in order, begin_forward .. end_forward; then for every unit in
  * reverse order, begin_backward .. end_backward; then finish_step (also after forward only:
  * evaluation). begin_* gathers the unit (or waits for its prefetch); end_forward releases it;
@@ -179,6 +187,12 @@ int fsdp_grad(fsdp_runtime_t runtime, const char* parameter, void** values, int6
 /* Moves the prefetched gathers along; call it now and then inside a long computation. */
 int fsdp_progress(fsdp_runtime_t runtime);
 void fsdp_runtime_destroy(fsdp_runtime_t runtime);
+/* What the runtime observed since it was made: scopes entered, gathers started, of those the
+ * ones started ahead of their scope (prefetch), scopes whose unit was gathered when they opened,
+ * and seconds scopes spent waiting for their unit (communication not hidden). Any pointer may be
+ * NULL. */
+int fsdp_runtime_stats(fsdp_runtime_t runtime, int64_t* scopes, int64_t* gathers,
+                       int64_t* prefetched, int64_t* ready_on_entry, double* wait_s);
 
 /* ---- optimizers: PyTorch's rules on each rank's pieces (docs/units.md) ------------------ */
 int fsdp_optimizer_create_sgd(fsdp_model_t model, double lr, double momentum, double dampening,
@@ -192,6 +206,39 @@ int fsdp_optimizer_create_adamw(fsdp_model_t model, double lr, double beta1, dou
 /* Updates every piece of the optimizer's model from its reduce-scattered gradient. */
 int fsdp_optimizer_step(fsdp_optimizer_t optimizer);
 void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer);
+
+/* ---- gradient norm and clipping (docs/units.md) ----------------------------------------- */
+/* Collective: the global L2 norm of the gradients of the model's pieces, every element counted
+ * once (replicated parameters once, padding never), into *norm on every rank. */
+int fsdp_grad_norm(fsdp_model_t model, double* norm);
+/* Collective: as fsdp_grad_norm, then when the norm exceeds max_norm (> 0) scales every gradient
+ * piece by max_norm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_. *norm (may be NULL) is
+ * the norm before clipping. Call it after fsdp_finish_step, before fsdp_optimizer_step. */
+int fsdp_clip_grad_norm(fsdp_model_t model, double max_norm, double* norm);
+
+/* ---- memory report: the bytes fsdp holds on this rank (docs/units.md) --------------------- */
+/* Categories of fsdp_memory_bytes; FSDP_MEMORY_TOTAL is their sum (its peak is the peak of the
+ * sum, not the sum of the peaks). */
+enum fsdp_memory_category {
+  FSDP_MEMORY_PARAMETER_SHARDS = 0,    /* this rank's pieces (and replicated parameters) */
+  FSDP_MEMORY_GRADIENT_SHARDS = 1,     /* their gradients */
+  FSDP_MEMORY_OPTIMIZER_STATE = 2,     /* momentum, Adam moments */
+  FSDP_MEMORY_GATHERED_PARAMETERS = 3, /* whole parameters of gathered units */
+  FSDP_MEMORY_FULL_GRADIENTS = 4,      /* whole gradients written in backward scopes */
+  FSDP_MEMORY_COMMUNICATION = 5,       /* staging buffers of collectives */
+  FSDP_MEMORY_POOL_IDLE = 6,           /* released buffers kept for the next gather */
+  FSDP_MEMORY_RESIDENT_PARAMETERS = 7, /* whole parameters kept by shard_grad_op/optimizer */
+  FSDP_MEMORY_RESIDENT_GRADIENTS = 8,  /* whole gradients kept by shard_optimizer */
+  FSDP_MEMORY_TOTAL = 9
+};
+/* The bytes of one category now and at their peak since the model was sharded or the peaks were
+ * last reset. Either pointer may be NULL. Local: no communication. */
+int fsdp_memory_bytes(fsdp_model_t model, int category, int64_t* current, int64_t* peak);
+/* The peaks restart from the current values (e.g. after initialization, to measure a step). */
+int fsdp_memory_reset_peaks(fsdp_model_t model);
+/* "parameter_shards", ..., "total" (as fsdp-bench and fsdp-train print them); NULL for a value
+ * out of range. Never fails otherwise. */
+const char* fsdp_memory_category_name(int category);
 
 /* ---- dynamic loss scaling for 16-bit gradients (PyTorch's GradScaler; docs/modes.md) ------ */
 /* A loss scaler: multiply the loss (the gradient written in the backward scopes) by its scale;

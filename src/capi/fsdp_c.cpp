@@ -6,6 +6,7 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/checkpoint.hpp"
+#include "fsdp/optim/grad_norm.hpp"
 #include "fsdp/optim/loss_scaler.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
@@ -665,9 +668,13 @@ void fsdp_model_destroy(fsdp_model_t model) {
 
 // ---- runtime ----------------------------------------------------------------------------------
 
-int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order, int prefetch,
-                        int max_gathered_units, fsdp_runtime_t* runtime) {
-  return guarded("fsdp_runtime_create", [&] {
+namespace {
+
+// fsdp_runtime_create and fsdp_runtime_create_keep_gathered, each under its own name.
+int create_runtime(const char* function, fsdp_model_t model, int nunits, const char* const* order,
+                   int prefetch, int max_gathered_units, int nkeep,
+                   const char* const* keep_gathered, fsdp_runtime_t* runtime) {
+  return guarded(function, [&] {
     require_argument(runtime != nullptr, "the output pointer is NULL");
     *runtime = nullptr;
     require_handle(model, "model");
@@ -675,6 +682,9 @@ int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order
                      "the order needs at least one unit, got " + std::to_string(nunits));
     require_argument(max_gathered_units >= 1,
                      "max_gathered_units must be >= 1, got " + std::to_string(max_gathered_units));
+    require_argument(nkeep >= 0 && (nkeep == 0 || keep_gathered != nullptr),
+                     "keep_gathered needs nkeep >= 0 names (NULL only with 0), got " +
+                         std::to_string(nkeep) + (keep_gathered == nullptr ? " and NULL" : ""));
     std::vector<std::string> units;
     for (int i = 0; i < nunits; ++i) {
       units.push_back(require_name(order[i], "a unit name of the order"));
@@ -682,6 +692,10 @@ int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order
     fsdp::RuntimeOptions options;
     options.prefetch = prefetch != 0;
     options.max_gathered_units = max_gathered_units;
+    for (int i = 0; i < nkeep; ++i) {
+      options.keep_gathered_until_backward.insert(
+          require_name(keep_gathered[i], "a unit name of keep_gathered"));
+    }
     auto created = std::make_unique<fsdp_runtime_s>();
     model->visit([&](auto& sharded) {
       using T = element_t<decltype(sharded)>;
@@ -691,6 +705,21 @@ int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order
     *runtime = created.release();
     ++live_handles;
   });
+}
+
+}  // namespace
+
+int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order, int prefetch,
+                        int max_gathered_units, fsdp_runtime_t* runtime) {
+  return create_runtime("fsdp_runtime_create", model, nunits, order, prefetch, max_gathered_units,
+                        0, nullptr, runtime);
+}
+
+int fsdp_runtime_create_keep_gathered(fsdp_model_t model, int nunits, const char* const* order,
+                                      int prefetch, int max_gathered_units, int nkeep,
+                                      const char* const* keep_gathered, fsdp_runtime_t* runtime) {
+  return create_runtime("fsdp_runtime_create_keep_gathered", model, nunits, order, prefetch,
+                        max_gathered_units, nkeep, keep_gathered, runtime);
 }
 
 namespace {
@@ -761,6 +790,27 @@ int fsdp_grad(fsdp_runtime_t runtime, const char* parameter, void** values, int6
 
 int fsdp_progress(fsdp_runtime_t runtime) {
   return guarded("fsdp_progress", [&] { on_runtime(runtime, [](auto& r) { r.progress(); }); });
+}
+
+int fsdp_runtime_stats(fsdp_runtime_t runtime, int64_t* scopes, int64_t* gathers,
+                       int64_t* prefetched, int64_t* ready_on_entry, double* wait_s) {
+  return guarded("fsdp_runtime_stats", [&] {
+    on_runtime(runtime, [&](auto& r) {
+      const fsdp::RuntimeStats& stats = r.stats();
+      const std::pair<int64_t*, std::int64_t> counts[] = {{scopes, stats.scopes},
+                                                          {gathers, stats.gathers},
+                                                          {prefetched, stats.prefetched},
+                                                          {ready_on_entry, stats.ready_on_entry}};
+      for (const auto& [out, value] : counts) {
+        if (out != nullptr) {
+          *out = value;
+        }
+      }
+      if (wait_s != nullptr) {
+        *wait_s = stats.wait_s;
+      }
+    });
+  });
 }
 
 void fsdp_runtime_destroy(fsdp_runtime_t runtime) {
@@ -846,6 +896,74 @@ void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer) {
 }
 
 // ---- loss scaler ------------------------------------------------------------------------------
+
+int fsdp_grad_norm(fsdp_model_t model, double* norm) {
+  return guarded("fsdp_grad_norm", [&] {
+    require_handle(model, "model");
+    require_argument(norm != nullptr, "the output pointer is NULL");
+    model->visit([&](auto& sharded) { *norm = fsdp::grad_norm(sharded); });
+  });
+}
+
+int fsdp_clip_grad_norm(fsdp_model_t model, double max_norm, double* norm) {
+  return guarded("fsdp_clip_grad_norm", [&] {
+    require_handle(model, "model");
+    // Checked here too so that NaN (which compares false both ways) is refused before any rank
+    // communicates; every rank is given the same max_norm, so all refuse together.
+    require_argument(std::isfinite(max_norm) && max_norm > 0,
+                     "max_norm must be a finite number > 0, got " + std::to_string(max_norm));
+    model->visit([&](auto& sharded) {
+      const double before = fsdp::clip_grad_norm(sharded, max_norm);
+      if (norm != nullptr) {
+        *norm = before;
+      }
+    });
+  });
+}
+
+namespace {
+
+static_assert(FSDP_MEMORY_TOTAL == fsdp::kMemoryCategories,
+              "enum fsdp_memory_category follows fsdp::MemoryCategory, then the total");
+
+}  // namespace
+
+int fsdp_memory_bytes(fsdp_model_t model, int category, int64_t* current, int64_t* peak) {
+  return guarded("fsdp_memory_bytes", [&] {
+    require_handle(model, "model");
+    require_argument(category >= 0 && category <= FSDP_MEMORY_TOTAL,
+                     "category must be one of FSDP_MEMORY_PARAMETER_SHARDS (0) .. "
+                     "FSDP_MEMORY_TOTAL (" +
+                         std::to_string(FSDP_MEMORY_TOTAL) + "), got " + std::to_string(category));
+    model->visit([&](auto& sharded) {
+      const fsdp::MemoryReport& report = sharded.memory();
+      const bool total = category == FSDP_MEMORY_TOTAL;
+      if (current != nullptr) {
+        *current = total ? report.total_current : report.current[category];
+      }
+      if (peak != nullptr) {
+        *peak = total ? report.total_peak : report.peak[category];
+      }
+    });
+  });
+}
+
+int fsdp_memory_reset_peaks(fsdp_model_t model) {
+  return guarded("fsdp_memory_reset_peaks", [&] {
+    require_handle(model, "model");
+    model->visit([](auto& sharded) { sharded.reset_memory_peaks(); });
+  });
+}
+
+const char* fsdp_memory_category_name(int category) {
+  if (category == FSDP_MEMORY_TOTAL) {
+    return "total";
+  }
+  if (category < 0 || category > FSDP_MEMORY_TOTAL) {
+    return nullptr;
+  }
+  return fsdp::name_of(static_cast<fsdp::MemoryCategory>(category));
+}
 
 int fsdp_loss_scaler_create(double init_scale, double growth_factor, double backoff_factor,
                             int64_t growth_interval, fsdp_loss_scaler_t* scaler) {

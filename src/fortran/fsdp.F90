@@ -39,6 +39,17 @@ module fsdp
   integer, parameter, public :: FSDP_MODE_SHARD_GRAD_OP = 2
   integer, parameter, public :: FSDP_MODE_SHARD_OPTIMIZER = 3
   integer, parameter, public :: FSDP_MODE_NO_SHARD = 4
+  ! Memory report categories (enum fsdp_memory_category; FSDP_MEMORY_TOTAL is their sum).
+  integer, parameter, public :: FSDP_MEMORY_PARAMETER_SHARDS = 0
+  integer, parameter, public :: FSDP_MEMORY_GRADIENT_SHARDS = 1
+  integer, parameter, public :: FSDP_MEMORY_OPTIMIZER_STATE = 2
+  integer, parameter, public :: FSDP_MEMORY_GATHERED_PARAMETERS = 3
+  integer, parameter, public :: FSDP_MEMORY_FULL_GRADIENTS = 4
+  integer, parameter, public :: FSDP_MEMORY_COMMUNICATION = 5
+  integer, parameter, public :: FSDP_MEMORY_POOL_IDLE = 6
+  integer, parameter, public :: FSDP_MEMORY_RESIDENT_PARAMETERS = 7
+  integer, parameter, public :: FSDP_MEMORY_RESIDENT_GRADIENTS = 8
+  integer, parameter, public :: FSDP_MEMORY_TOTAL = 9
 
   type, public :: fsdp_model
     type(c_ptr) :: handle = c_null_ptr
@@ -80,7 +91,9 @@ module fsdp
   public :: fsdp_model_zero_grad, fsdp_model_copy_parameter, fsdp_model_destroy
   public :: fsdp_runtime_create, fsdp_begin_forward, fsdp_end_forward, fsdp_begin_backward
   public :: fsdp_end_backward, fsdp_finish_step, fsdp_full, fsdp_grad, fsdp_progress
-  public :: fsdp_runtime_destroy
+  public :: fsdp_runtime_destroy, fsdp_runtime_stats
+  public :: fsdp_grad_norm, fsdp_clip_grad_norm
+  public :: fsdp_memory_bytes, fsdp_memory_reset_peaks, fsdp_memory_category_name
   public :: fsdp_optimizer_create_sgd, fsdp_optimizer_create_adam, fsdp_optimizer_create_adamw
   public :: fsdp_optimizer_step, fsdp_optimizer_destroy
   public :: fsdp_checkpoint_save, fsdp_checkpoint_load, fsdp_load_parameters
@@ -232,15 +245,26 @@ module fsdp
       type(c_ptr), value :: model
     end subroutine c_model_destroy
 
-    integer(c_int) function c_runtime_create(model, nunits, order, prefetch, max_gathered_units, &
-                                             runtime) bind(c, name='fsdp_runtime_create')
+    integer(c_int) function c_runtime_create_keep_gathered(model, nunits, order, prefetch, &
+                                                           max_gathered_units, nkeep, &
+                                                           keep_gathered, runtime) &
+        bind(c, name='fsdp_runtime_create_keep_gathered')
       import :: c_int, c_ptr
       type(c_ptr), value :: model
       integer(c_int), value :: nunits
       type(c_ptr), intent(in) :: order(*)
-      integer(c_int), value :: prefetch, max_gathered_units
+      integer(c_int), value :: prefetch, max_gathered_units, nkeep
+      type(c_ptr), intent(in) :: keep_gathered(*)
       type(c_ptr), intent(out) :: runtime
-    end function c_runtime_create
+    end function c_runtime_create_keep_gathered
+    integer(c_int) function c_runtime_stats(runtime, scopes, gathers, prefetched, &
+                                            ready_on_entry, wait_s) &
+        bind(c, name='fsdp_runtime_stats')
+      import :: c_int, c_ptr, c_int64_t, c_double
+      type(c_ptr), value :: runtime
+      integer(c_int64_t), intent(out) :: scopes, gathers, prefetched, ready_on_entry
+      real(c_double), intent(out) :: wait_s
+    end function c_runtime_stats
     integer(c_int) function c_begin_forward(runtime, unit) bind(c, name='fsdp_begin_forward')
       import :: c_int, c_ptr, c_char
       type(c_ptr), value :: runtime
@@ -385,6 +409,35 @@ module fsdp
       type(c_ptr), value :: scaler
     end subroutine c_loss_scaler_destroy
 
+    integer(c_int) function c_grad_norm(model, norm) bind(c, name='fsdp_grad_norm')
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: model
+      real(c_double), intent(out) :: norm
+    end function c_grad_norm
+    integer(c_int) function c_clip_grad_norm(model, max_norm, norm) &
+        bind(c, name='fsdp_clip_grad_norm')
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: model
+      real(c_double), value :: max_norm
+      real(c_double), intent(out) :: norm
+    end function c_clip_grad_norm
+    integer(c_int) function c_memory_bytes(model, category, current, peak) &
+        bind(c, name='fsdp_memory_bytes')
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: model
+      integer(c_int), value :: category
+      integer(c_int64_t), intent(out) :: current, peak
+    end function c_memory_bytes
+    integer(c_int) function c_memory_reset_peaks(model) bind(c, name='fsdp_memory_reset_peaks')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+    end function c_memory_reset_peaks
+    type(c_ptr) function c_memory_category_name(category) &
+        bind(c, name='fsdp_memory_category_name')
+      import :: c_int, c_ptr
+      integer(c_int), value :: category
+    end function c_memory_category_name
+
     integer(c_size_t) function c_strlen(text) bind(c, name='strlen')
       import :: c_size_t, c_ptr
       type(c_ptr), value :: text
@@ -401,6 +454,46 @@ contains
     character(kind=c_char, len=:), allocatable :: c
     c = trim(text) // c_null_char
   end function c_string
+
+  ! A NUL-terminated C string as a Fortran string ('' for a NULL pointer).
+  function f_string(text) result(f)
+    type(c_ptr), intent(in) :: text
+    character(len=:), allocatable :: f
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, n
+    if (.not. c_associated(text)) then
+      f = ''
+      return
+    end if
+    n = int(c_strlen(text))
+    call c_f_pointer(text, chars, [n])
+    allocate (character(len=n) :: f)
+    do i = 1, n
+      f(i:i) = chars(i)
+    end do
+  end function f_string
+
+  ! names as C strings: each NUL-terminated, one after the other in buffer, pointers(i) at the
+  ! i-th. The pointers stay valid while buffer lives (both at least one element long).
+  subroutine c_strings(names, buffer, pointers)
+    character(len=*), intent(in) :: names(:)
+    character(kind=c_char), allocatable, target, intent(out) :: buffer(:)
+    type(c_ptr), allocatable, intent(out) :: pointers(:)
+    integer :: i, j, at, n
+    allocate (buffer(max(1, sum([(len_trim(names(i)) + 1, i = 1, size(names))]))))
+    allocate (pointers(max(1, size(names))))
+    pointers = c_null_ptr
+    at = 1
+    do i = 1, size(names)
+      n = len_trim(names(i))
+      pointers(i) = c_loc(buffer(at))
+      do j = 1, n
+        buffer(at + j - 1) = names(i)(j:j)
+      end do
+      buffer(at + n) = c_null_char
+      at = at + n + 1
+    end do
+  end subroutine c_strings
 
   ! Records message as fsdp_last_error() and returns code: for failures the module detects.
   integer function set_error(code, message)
@@ -452,16 +545,7 @@ contains
   ! The message of the last failed call ('' when none failed).
   function fsdp_last_error() result(message)
     character(len=:), allocatable :: message
-    type(c_ptr) :: text
-    character(kind=c_char), pointer :: chars(:)
-    integer :: i, n
-    text = c_last_error()
-    n = int(c_strlen(text))
-    call c_f_pointer(text, chars, [n])
-    allocate (character(len=n) :: message)
-    do i = 1, n
-      message(i:i) = chars(i)
-    end do
+    message = f_string(c_last_error())
   end function fsdp_last_error
 
   ! After MPI_Init: initializes Kokkos unless the application already did.
@@ -719,31 +803,30 @@ contains
   ! ---- runtime ----
 
   ! order: every unit once, in forward execution order. prefetch (default .true.) and
-  ! max_gathered_units (default 2) as in the C++ RuntimeOptions.
-  subroutine fsdp_runtime_create(runtime, model, order, ierr, prefetch, max_gathered_units)
+  ! max_gathered_units (default 2) as in the C++ RuntimeOptions; the units in keep_gathered (default
+  ! none) stay gathered from their forward scope until their backward scope (one gather a step
+  ! instead of two, their whole parameters held meanwhile).
+  subroutine fsdp_runtime_create(runtime, model, order, ierr, prefetch, max_gathered_units, &
+                                 keep_gathered)
     type(fsdp_runtime), intent(out) :: runtime
     type(fsdp_model), intent(in) :: model
     character(len=*), intent(in) :: order(:)
     integer, intent(out) :: ierr
     logical, intent(in), optional :: prefetch
     integer, intent(in), optional :: max_gathered_units
-    ! The names one after the other, each NUL-terminated, in one buffer that outlives the call.
-    character(kind=c_char), allocatable, target :: buffer(:)
-    type(c_ptr), allocatable :: pointers(:)
-    integer(c_int) :: c_prefetch, c_limit, dtype
-    integer :: i, j, at, n
-    allocate (buffer(max(1, sum([(len_trim(order(i)) + 1, i = 1, size(order))]))))
-    allocate (pointers(max(1, size(order))))
-    at = 1
-    do i = 1, size(order)
-      n = len_trim(order(i))
-      pointers(i) = c_loc(buffer(at))
-      do j = 1, n
-        buffer(at + j - 1) = order(i)(j:j)
-      end do
-      buffer(at + n) = c_null_char
-      at = at + n + 1
-    end do
+    character(len=*), intent(in), optional :: keep_gathered(:)
+    character(kind=c_char), allocatable, target :: order_buffer(:), keep_buffer(:)
+    type(c_ptr), allocatable :: order_pointers(:), keep_pointers(:)
+    character(len=1) :: none(0)
+    integer(c_int) :: c_prefetch, c_limit, dtype, nkeep
+    call c_strings(order, order_buffer, order_pointers)
+    if (present(keep_gathered)) then
+      call c_strings(keep_gathered, keep_buffer, keep_pointers)
+      nkeep = int(size(keep_gathered), c_int)
+    else
+      call c_strings(none, keep_buffer, keep_pointers)
+      nkeep = 0
+    end if
     c_prefetch = 1
     if (present(prefetch)) then
       if (.not. prefetch) c_prefetch = 0
@@ -753,8 +836,9 @@ contains
     ierr = int(c_model_dtype(model%handle, dtype))
     if (ierr /= FSDP_SUCCESS) return
     runtime%dtype = int(dtype)
-    ierr = int(c_runtime_create(model%handle, int(size(order), c_int), pointers, c_prefetch, &
-                                c_limit, runtime%handle))
+    ierr = int(c_runtime_create_keep_gathered(model%handle, int(size(order), c_int), &
+                                              order_pointers, c_prefetch, c_limit, nkeep, &
+                                              keep_pointers, runtime%handle))
   end subroutine fsdp_runtime_create
 
   subroutine fsdp_begin_forward(runtime, unit, ierr)
@@ -865,6 +949,71 @@ contains
     call c_runtime_destroy(runtime%handle)
     runtime%handle = c_null_ptr
   end subroutine fsdp_runtime_destroy
+
+  ! What the runtime observed since it was made (any of the outputs may be left out): scopes
+  ! entered, gathers started, of those the ones started ahead of their scope, scopes whose unit
+  ! was gathered when they opened, and seconds spent waiting for gathers.
+  subroutine fsdp_runtime_stats(runtime, ierr, scopes, gathers, prefetched, ready_on_entry, wait_s)
+    type(fsdp_runtime), intent(in) :: runtime
+    integer, intent(out) :: ierr
+    integer(c_int64_t), intent(out), optional :: scopes, gathers, prefetched, ready_on_entry
+    real(c_double), intent(out), optional :: wait_s
+    integer(c_int64_t) :: counts(4)
+    real(c_double) :: waited
+    ierr = int(c_runtime_stats(runtime%handle, counts(1), counts(2), counts(3), counts(4), waited))
+    if (ierr /= FSDP_SUCCESS) return
+    if (present(scopes)) scopes = counts(1)
+    if (present(gathers)) gathers = counts(2)
+    if (present(prefetched)) prefetched = counts(3)
+    if (present(ready_on_entry)) ready_on_entry = counts(4)
+    if (present(wait_s)) wait_s = waited
+  end subroutine fsdp_runtime_stats
+
+  ! ---- gradient norm and clipping ----
+
+  ! Collective: the global L2 norm of the model's gradient pieces, every element counted once.
+  subroutine fsdp_grad_norm(model, norm, ierr)
+    type(fsdp_model), intent(in) :: model
+    real(c_double), intent(out) :: norm
+    integer, intent(out) :: ierr
+    ierr = int(c_grad_norm(model%handle, norm))
+  end subroutine fsdp_grad_norm
+
+  ! Collective: scales the gradient pieces by max_norm / (norm + 1e-6) when the norm exceeds
+  ! max_norm (> 0); norm (optional) is the norm before clipping.
+  subroutine fsdp_clip_grad_norm(model, max_norm, ierr, norm)
+    type(fsdp_model), intent(in) :: model
+    real(c_double), intent(in) :: max_norm
+    integer, intent(out) :: ierr
+    real(c_double), intent(out), optional :: norm
+    real(c_double) :: before
+    ierr = int(c_clip_grad_norm(model%handle, max_norm, before))
+    if (ierr == FSDP_SUCCESS .and. present(norm)) norm = before
+  end subroutine fsdp_clip_grad_norm
+
+  ! ---- memory report ----
+
+  ! The bytes of one category (FSDP_MEMORY_*) on this rank now and at their peak.
+  subroutine fsdp_memory_bytes(model, category, current, peak, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(in) :: category
+    integer(c_int64_t), intent(out) :: current, peak
+    integer, intent(out) :: ierr
+    ierr = int(c_memory_bytes(model%handle, int(category, c_int), current, peak))
+  end subroutine fsdp_memory_bytes
+
+  subroutine fsdp_memory_reset_peaks(model, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(out) :: ierr
+    ierr = int(c_memory_reset_peaks(model%handle))
+  end subroutine fsdp_memory_reset_peaks
+
+  ! 'parameter_shards', ..., 'total'; '' for a category out of range.
+  function fsdp_memory_category_name(category) result(name)
+    integer, intent(in) :: category
+    character(len=:), allocatable :: name
+    name = f_string(c_memory_category_name(int(category, c_int)))
+  end function fsdp_memory_category_name
 
   ! ---- optimizers (PyTorch's rules; defaults as PyTorch's) ----
 

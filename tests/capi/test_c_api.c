@@ -1089,6 +1089,257 @@ static void test_checkpoints(void) {
   }
 }
 
+/* ---- gradient norm and clipping, the memory report, units kept gathered ---------------- */
+
+static int64_t memory_current(fsdp_model_t model, int category) {
+  int64_t current = -1;
+  CHECK_OK(fsdp_memory_bytes(model, category, &current, NULL));
+  return current;
+}
+
+/* The reference gradient of step 0 (averaged over the ranks) and its L2 norm. */
+static double reference_gradient(int world, Parameters* g) {
+  Parameters p;
+  initial_parameters(&p);
+  memset(g, 0, sizeof *g);
+  for (int r = 0; r < world; ++r) {
+    batch_gradient(&p, r, 0, g);
+  }
+  double sum = 0.0;
+  for (int i = 0; i < NPARAM; ++i) {
+    for (int64_t e = 0; e < parameter_numel[i]; ++e) {
+      parameter_of(g, i)[e] /= world;
+      sum += parameter_of(g, i)[e] * parameter_of(g, i)[e];
+    }
+  }
+  return sqrt(sum);
+}
+
+static void test_clipping(void) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  Parameters g;
+  const double expected = reference_gradient(world, &g);
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  init_model(model, FSDP_FLOAT64);
+  fsdp_runtime_t runtime = NULL;
+  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
+  fsdp_optimizer_t sgd = NULL;
+  CHECK_OK(fsdp_optimizer_create_sgd(model, 0.5, 0.0, 0.0, 0, 0.0, &sgd));
+  api_step(runtime, FSDP_FLOAT64, world_rank, 0);
+
+  double norm = -1.0;
+  CHECK_OK(fsdp_grad_norm(model, &norm));
+  CHECK(fabs(norm - expected) <= 1e-12 * expected, "grad norm %.17g, by hand %.17g", norm,
+        expected);
+  /* A max_norm above the norm changes nothing. */
+  CHECK_OK(fsdp_clip_grad_norm(model, 2.0 * expected, &norm));
+  CHECK_OK(fsdp_grad_norm(model, &norm));
+  CHECK(fabs(norm - expected) <= 1e-12 * expected, "clipping above the norm changed it: %.17g",
+        norm);
+  /* Refused before anything changes or communicates. */
+  const double refused[] = {0.0, -1.0, NAN, INFINITY};
+  for (int r = 0; r < 4; ++r) {
+    CHECK_CODE(fsdp_clip_grad_norm(model, refused[r], &norm), FSDP_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(fsdp_last_error(), "max_norm must be a finite number > 0") != NULL, "message: %s",
+          fsdp_last_error());
+  }
+  CHECK_CODE(fsdp_grad_norm(model, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_grad_norm(NULL, &norm), FSDP_ERROR_INVALID_ARGUMENT);
+
+  /* Half the norm: the returned norm is the one before, the gradient is scaled, and the SGD step
+   * that follows moves each parameter by lr * coefficient * gradient. */
+  const double max_norm = 0.5 * expected;
+  double before = -1.0;
+  CHECK_OK(fsdp_clip_grad_norm(model, max_norm, &before));
+  CHECK(fabs(before - expected) <= 1e-12 * expected, "clip returned %.17g, the norm is %.17g",
+        before, expected);
+  const double coefficient = max_norm / (expected + 1e-6);
+  CHECK_OK(fsdp_grad_norm(model, &norm));
+  CHECK(fabs(norm - coefficient * expected) <= 1e-12 * expected, "clipped norm %.17g, want %.17g",
+        norm, coefficient * expected);
+  CHECK_OK(fsdp_optimizer_step(sgd));
+  Parameters got, p;
+  initial_parameters(&p);
+  copy_all(model, &got);
+  for (int i = 0; i < NPARAM; ++i) {
+    for (int64_t e = 0; e < parameter_numel[i]; ++e) {
+      const double want = parameter_of(&p, i)[e] - 0.5 * coefficient * parameter_of(&g, i)[e];
+      CHECK(fabs(parameter_of(&got, i)[e] - want) <= 1e-14,
+            "%s[%lld] = %.17g after a clipped step, "
+            "expected %.17g",
+            parameter_names[i], (long long)e, parameter_of(&got, i)[e], want);
+    }
+  }
+  fsdp_optimizer_destroy(sgd);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: clipping: ok\n");
+  }
+}
+
+static void test_memory_report(void) {
+  CHECK(strcmp(fsdp_memory_category_name(FSDP_MEMORY_PARAMETER_SHARDS), "parameter_shards") == 0,
+        "name %s", fsdp_memory_category_name(FSDP_MEMORY_PARAMETER_SHARDS));
+  CHECK(
+      strcmp(fsdp_memory_category_name(FSDP_MEMORY_RESIDENT_GRADIENTS), "resident_gradients") == 0,
+      "name %s", fsdp_memory_category_name(FSDP_MEMORY_RESIDENT_GRADIENTS));
+  CHECK(strcmp(fsdp_memory_category_name(FSDP_MEMORY_TOTAL), "total") == 0, "name %s",
+        fsdp_memory_category_name(FSDP_MEMORY_TOTAL));
+  CHECK(fsdp_memory_category_name(-1) == NULL && fsdp_memory_category_name(10) == NULL,
+        "names out of range");
+
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  init_model(model, FSDP_FLOAT64);
+  /* This rank's pieces: 1/N of the parameters plus padding (< N elements per parameter). */
+  int64_t all = memory_current(model, FSDP_MEMORY_PARAMETER_SHARDS);
+  CHECK(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS,
+        "MPI_Allreduce");
+  int64_t bytes = 0;
+  for (int i = 0; i < NPARAM; ++i) {
+    bytes += parameter_numel[i] * 8;
+  }
+  CHECK(all >= bytes && all <= bytes + NPARAM * (world - 1) * 8,
+        "the pieces hold %lld bytes over the ranks; the parameters are %lld", (long long)all,
+        (long long)bytes);
+  const int64_t pieces = memory_current(model, FSDP_MEMORY_PARAMETER_SHARDS);
+  CHECK(memory_current(model, FSDP_MEMORY_GRADIENT_SHARDS) == pieces, "gradient pieces %lld",
+        (long long)memory_current(model, FSDP_MEMORY_GRADIENT_SHARDS));
+  CHECK(memory_current(model, FSDP_MEMORY_OPTIMIZER_STATE) == 0, "optimizer state before one");
+
+  fsdp_runtime_t runtime = NULL;
+  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 0, 2, &runtime));
+  fsdp_optimizer_t adam = NULL;
+  CHECK_OK(fsdp_optimizer_create_adam(model, 0.01, 0.9, 0.999, 1e-8, 0.0, &adam));
+  CHECK_OK(fsdp_memory_reset_peaks(model));
+  int64_t total = 0, total_peak = 0;
+  CHECK_OK(fsdp_memory_bytes(model, FSDP_MEMORY_TOTAL, &total, &total_peak));
+  CHECK(total_peak == total, "after reset_peaks the peak %lld is not the current %lld",
+        (long long)total_peak, (long long)total);
+  /* A gathered unit counts its whole parameters (l0: HIDDEN*IN + HIDDEN doubles, at least). */
+  CHECK_OK(fsdp_begin_forward(runtime, "l0"));
+  CHECK(memory_current(model, FSDP_MEMORY_GATHERED_PARAMETERS) >= (HIDDEN * IN + HIDDEN) * 8,
+        "gathered l0: %lld bytes",
+        (long long)memory_current(model, FSDP_MEMORY_GATHERED_PARAMETERS));
+  CHECK_OK(fsdp_end_forward(runtime, "l0"));
+  CHECK_OK(fsdp_begin_forward(runtime, "l1"));
+  CHECK_OK(fsdp_end_forward(runtime, "l1"));
+  CHECK_OK(fsdp_finish_step(runtime));
+  CHECK(memory_current(model, FSDP_MEMORY_GATHERED_PARAMETERS) == 0, "gathered after the step");
+  int64_t gathered_peak = 0;
+  CHECK_OK(fsdp_memory_bytes(model, FSDP_MEMORY_GATHERED_PARAMETERS, NULL, &gathered_peak));
+  CHECK(gathered_peak >= (HIDDEN * IN + HIDDEN) * 8, "gathered peak %lld",
+        (long long)gathered_peak);
+  CHECK_OK(fsdp_memory_bytes(model, FSDP_MEMORY_TOTAL, NULL, &total_peak));
+  CHECK(total_peak >= total + (HIDDEN * IN + HIDDEN) * 8, "total peak %lld, current %lld",
+        (long long)total_peak, (long long)total);
+  /* Adam holds two moments per element of the real pieces (padding has none) once it has
+   * stepped. */
+  api_step(runtime, FSDP_FLOAT64, world_rank, 0);
+  CHECK_OK(fsdp_optimizer_step(adam));
+  int64_t real_elements = 0;
+  for (int i = 0; i < NPARAM; ++i) {
+    int64_t first = 0, count = 0;
+    CHECK_OK(fsdp_model_parameter_piece(model, parameter_names[i], &first, &count));
+    real_elements += count;
+  }
+  CHECK(memory_current(model, FSDP_MEMORY_OPTIMIZER_STATE) == 2 * 8 * real_elements,
+        "Adam state %lld bytes for %lld elements of pieces",
+        (long long)memory_current(model, FSDP_MEMORY_OPTIMIZER_STATE), (long long)real_elements);
+  int64_t sum = 0;
+  for (int c = 0; c < FSDP_MEMORY_TOTAL; ++c) {
+    sum += memory_current(model, c);
+  }
+  CHECK(sum == memory_current(model, FSDP_MEMORY_TOTAL), "categories add to %lld, total %lld",
+        (long long)sum, (long long)memory_current(model, FSDP_MEMORY_TOTAL));
+
+  CHECK_CODE(fsdp_memory_bytes(model, 10, &total, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "got 10") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_memory_bytes(model, -1, &total, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_memory_reset_peaks(NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  {
+    fsdp_model_t unsharded = NULL;
+    CHECK_OK(fsdp_model_create(FSDP_FLOAT64, &unsharded));
+    CHECK_CODE(fsdp_memory_bytes(unsharded, FSDP_MEMORY_TOTAL, &total, NULL), FSDP_ERROR_STATE);
+    fsdp_model_destroy(unsharded);
+  }
+  fsdp_optimizer_destroy(adam);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: memory report: ok\n");
+  }
+}
+
+/* Gathers and the gathered bytes of one training step, l0 kept gathered or not. Without
+ * prefetch: with it, l0's backward gather starts in l1's forward scope either way. */
+static void step_keeping(int keep, int64_t* gathers, int64_t* gathered_in_l1, Parameters* after) {
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  init_model(model, FSDP_FLOAT64);
+  fsdp_runtime_t runtime = NULL;
+  const char* const kept[1] = {"l0"};
+  CHECK_OK(fsdp_runtime_create_keep_gathered(model, 2, unit_order, 0, 2, keep, kept, &runtime));
+  fsdp_optimizer_t sgd = NULL;
+  CHECK_OK(fsdp_optimizer_create_sgd(model, 0.1, 0.0, 0.0, 0, 0.0, &sgd));
+  CHECK_OK(fsdp_begin_forward(runtime, "l0"));
+  CHECK_OK(fsdp_end_forward(runtime, "l0"));
+  CHECK_OK(fsdp_begin_forward(runtime, "l1"));
+  *gathered_in_l1 = memory_current(model, FSDP_MEMORY_GATHERED_PARAMETERS);
+  CHECK_OK(fsdp_end_forward(runtime, "l1"));
+  CHECK_OK(fsdp_finish_step(runtime)); /* an evaluation step: nothing stays gathered */
+  CHECK(memory_current(model, FSDP_MEMORY_GATHERED_PARAMETERS) == 0, "gathered after the step");
+  int64_t scopes = -1, before = -1, prefetched = -1, ready = -1;
+  double wait_s = -1.0;
+  CHECK_OK(fsdp_runtime_stats(runtime, &scopes, &before, &prefetched, &ready, &wait_s));
+  CHECK(scopes == 2 && before == 2 && prefetched == 0 && ready >= 0 && wait_s >= 0.0,
+        "after a forward step: %lld scopes, %lld gathers, %lld prefetched, %lld ready, %g s",
+        (long long)scopes, (long long)before, (long long)prefetched, (long long)ready, wait_s);
+  api_step(runtime, FSDP_FLOAT64, world_rank, 0);
+  CHECK_OK(fsdp_runtime_stats(runtime, NULL, gathers, NULL, NULL, NULL));
+  *gathers -= before;
+  CHECK_OK(fsdp_optimizer_step(sgd));
+  copy_all(model, after);
+  fsdp_optimizer_destroy(sgd);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+}
+
+static void test_keep_gathered(void) {
+  int64_t gathers = 0, kept_gathers = 0, gathered = 0, kept_gathered = 0;
+  Parameters plain, kept;
+  step_keeping(0, &gathers, &gathered, &plain);
+  step_keeping(1, &kept_gathers, &kept_gathered, &kept);
+  /* l1 is last: it stays gathered into its backward either way; l0 is gathered again for its
+   * backward unless kept. */
+  CHECK(gathers == 3 && kept_gathers == 2, "a training step gathers %lld times, %lld keeping l0",
+        (long long)gathers, (long long)kept_gathers);
+  CHECK(kept_gathered >= gathered + (HIDDEN * IN + HIDDEN) * 8,
+        "in l1's forward scope %lld bytes are gathered keeping l0, %lld without",
+        (long long)kept_gathered, (long long)gathered);
+  CHECK(memcmp(&plain, &kept, sizeof plain) == 0, "keeping l0 gathered changed the result");
+
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  fsdp_runtime_t runtime = NULL;
+  const char* const unknown[1] = {"decoder"};
+  CHECK_CODE(fsdp_runtime_create_keep_gathered(model, 2, unit_order, 1, 2, 1, unknown, &runtime),
+             FSDP_ERROR_UNKNOWN_NAME);
+  CHECK(runtime == NULL && strstr(fsdp_last_error(), "'decoder'") != NULL &&
+            strstr(fsdp_last_error(), "fsdp_runtime_create_keep_gathered") != NULL,
+        "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_runtime_create_keep_gathered(model, 2, unit_order, 1, 2, 1, NULL, &runtime),
+             FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_runtime_create_keep_gathered(model, 2, unit_order, 1, 2, -1, unknown, &runtime),
+             FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_runtime_stats(NULL, NULL, NULL, NULL, NULL, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: keep gathered: ok\n");
+  }
+}
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -1108,6 +1359,9 @@ int main(int argc, char** argv) {
   test_init_with_and_sgd_rule();
   test_errors();
   test_checkpoints();
+  test_clipping();
+  test_memory_report();
+  test_keep_gathered();
 
   CHECK_OK(fsdp_finalize());
   MPI_Finalize();

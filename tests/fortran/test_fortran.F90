@@ -197,6 +197,7 @@ program test_fortran
   call sgd_rule_single_precision()
   call error_paths()
   call checkpoints()
+  call clipping_memory_keep_gathered()
 
   call fsdp_finalize(ierr)
   call check_ok(ierr, 'fsdp_finalize')
@@ -782,6 +783,104 @@ contains
     call remove_scratch(path)
     if (world_rank == 0) print '(a)', 'test_fortran: checkpoints: ok'
   end subroutine checkpoints
+
+  ! Gradient clipping against the norm by hand, the memory report, and a unit kept gathered from
+  ! its forward to its backward scope (one gather fewer a step, the same result).
+  subroutine clipping_memory_keep_gathered()
+    type(fsdp_model) :: model
+    type(fsdp_runtime) :: runtime, keeping
+    type(fsdp_optimizer) :: sgd
+    real(c_double) :: w0(n_in, n_hidden), b0(n_hidden), w1(n_hidden, n_out), b1(n_out)
+    real(c_double) :: gw0(n_in, n_hidden), gb0(n_hidden), gw1(n_hidden, n_out), gb1(n_out)
+    real(c_double) :: got(n_all), expected(n_all), norm, by_hand, before, coefficient
+    real(c_double), parameter :: lr = 0.5d0
+    integer(c_int64_t) :: current, peak, pieces, gathers, kept_gathers, sum_of
+    integer :: r, c
+
+    call make_model(model, FSDP_FLOAT64, 'full', .false.)
+    call initial(w0, b0, w1, b1)
+    call init_parameter(model, 'l0.w', [w0], .false., .false.)
+    call init_parameter(model, 'l0.b', b0, .false., .false.)
+    call init_parameter(model, 'l1.w', [w1], .false., .false.)
+    call init_parameter(model, 'l1.b', b1, .false., .false.)
+    call fsdp_runtime_create(runtime, model, ['l0', 'l1'], ierr)
+    call check_ok(ierr, 'fsdp_runtime_create')
+    call fsdp_runtime_create(keeping, model, ['l0', 'l1'], ierr, keep_gathered=['l0'])
+    call check_ok(ierr, 'fsdp_runtime_create keep_gathered')
+    call fsdp_optimizer_create_sgd(sgd, model, lr, ierr)
+    call check_ok(ierr, 'fsdp_optimizer_create_sgd')
+
+    ! The memory report: names, and the gradient pieces as large as the parameter pieces.
+    call check(fsdp_memory_category_name(FSDP_MEMORY_OPTIMIZER_STATE) == 'optimizer_state', &
+               'name of FSDP_MEMORY_OPTIMIZER_STATE: ' // &
+               fsdp_memory_category_name(FSDP_MEMORY_OPTIMIZER_STATE))
+    call check(fsdp_memory_category_name(FSDP_MEMORY_TOTAL) == 'total', 'name of the total')
+    call check(fsdp_memory_category_name(10) == '', 'no name for category 10')
+    call fsdp_memory_bytes(model, FSDP_MEMORY_PARAMETER_SHARDS, pieces, peak, ierr)
+    call check_ok(ierr, 'fsdp_memory_bytes')
+    call fsdp_memory_bytes(model, FSDP_MEMORY_GRADIENT_SHARDS, current, peak, ierr)
+    call check_ok(ierr, 'fsdp_memory_bytes')
+    call check(current == pieces .and. pieces > 0, 'gradient pieces as large as the parameters')
+    call fsdp_memory_bytes(model, 10, current, peak, ierr)
+    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'fsdp_memory_bytes category 10')
+    call fsdp_memory_reset_peaks(model, ierr)
+    call check_ok(ierr, 'fsdp_memory_reset_peaks')
+
+    ! One step keeping l0 gathered; the same step with the plain runtime gathers once more.
+    call api_step(keeping, 0)
+    call fsdp_runtime_stats(keeping, ierr, gathers=kept_gathers)
+    call check_ok(ierr, 'fsdp_runtime_stats')
+    call fsdp_model_zero_grad(model, ierr)
+    call check_ok(ierr, 'zero_grad')
+    call api_step(runtime, 0)
+    call fsdp_runtime_stats(runtime, ierr, gathers=gathers)
+    call check_ok(ierr, 'fsdp_runtime_stats')
+    call check(kept_gathers == 2 .and. gathers == 3, 'a step keeping l0 gathered gathers twice, ' &
+               // 'otherwise three times')
+    call fsdp_memory_bytes(model, FSDP_MEMORY_GATHERED_PARAMETERS, current, peak, ierr)
+    call check_ok(ierr, 'fsdp_memory_bytes')
+    call check(current == 0 .and. peak >= 8 * (n_in * n_hidden + n_hidden + n_hidden * n_out), &
+               'both units were gathered at once keeping l0')
+    sum_of = 0
+    do c = FSDP_MEMORY_PARAMETER_SHARDS, FSDP_MEMORY_RESIDENT_GRADIENTS
+      call fsdp_memory_bytes(model, c, current, peak, ierr)
+      call check_ok(ierr, 'fsdp_memory_bytes')
+      sum_of = sum_of + current
+    end do
+    call fsdp_memory_bytes(model, FSDP_MEMORY_TOTAL, current, peak, ierr)
+    call check(ierr == FSDP_SUCCESS .and. current == sum_of, 'the total is the sum')
+
+    ! The norm of the gradient averaged over the ranks, then clipping to half of it.
+    gw0 = 0
+    gb0 = 0
+    gw1 = 0
+    gb1 = 0
+    do r = 0, world_size - 1
+      call batch_gradient(w0, b0, w1, b1, r, 0, gw0, gb0, gw1, gb1)
+    end do
+    expected = [gw0, gb0, gw1, gb1] / world_size
+    by_hand = sqrt(sum(expected**2))
+    call fsdp_grad_norm(model, norm, ierr)
+    call check_ok(ierr, 'fsdp_grad_norm')
+    call check(abs(norm - by_hand) <= 1d-12 * by_hand, 'the norm of the gradient')
+    call fsdp_clip_grad_norm(model, -1.0_c_double, ierr)
+    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'fsdp_clip_grad_norm max_norm -1')
+    call fsdp_clip_grad_norm(model, 0.5d0 * by_hand, ierr, norm=before)
+    call check_ok(ierr, 'fsdp_clip_grad_norm')
+    call check(abs(before - by_hand) <= 1d-12 * by_hand, 'clip returns the norm before')
+    call fsdp_optimizer_step(sgd, ierr)
+    call check_ok(ierr, 'optimizer step')
+    coefficient = 0.5d0 * by_hand / (by_hand + 1d-6)
+    call copy_all(model, got)
+    expected = [w0, b0, w1, b1] - lr * coefficient * expected
+    call check(maxval(abs(got - expected)) <= 1d-14, 'a clipped SGD step')
+
+    call fsdp_optimizer_destroy(sgd)
+    call fsdp_runtime_destroy(keeping)
+    call fsdp_runtime_destroy(runtime)
+    call fsdp_model_destroy(model)
+    if (world_rank == 0) print '(a)', 'test_fortran: clipping, memory, keep gathered: ok'
+  end subroutine clipping_memory_keep_gathered
 
 end program test_fortran
 
