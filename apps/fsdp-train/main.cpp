@@ -198,9 +198,16 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0.0, 1.0))
         ->capture_default_str();
     app.add_flag("--json", o.json, "print one JSON object per line instead of a table");
-    app.add_flag("--check", o.check,
-                 "after training, train again unsharded on rank 0 and compare the parameters "
-                 "(exit code 2 beyond the tolerance: 1e-4 relative in fp32, 1e-9 in fp64)");
+    CLI::Option* check =
+        app.add_flag("--check", o.check,
+                     "after training, train again unsharded on rank 0 and compare the parameters "
+                     "(exit code 5 beyond the tolerance)");
+    app.add_option("--check-tolerance", o.check_tolerance,
+                   "--check's tolerance: the largest relative parameter difference (default 1e-4 "
+                   "in fp32, 1e-9 in fp64), or with --mixed-precision the difference of the last "
+                   "epoch's mean loss in nats (default 5e-3)")
+        ->check(CLI::Range(0.0, 1e300))
+        ->needs(check);
     app.add_flag("--expect-loss-drop", o.expect_loss_drop,
                  "exit with code 3 unless the last epoch's mean loss is below the first step's");
     app.add_option("--init-from", o.init_from,

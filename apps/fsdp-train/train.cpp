@@ -689,7 +689,9 @@ class Run {
     fsdp_apps::barrier_without_spinning(group_);
     group_.broadcast(result, 3, 0);
     const bool mixed = !o_.mixed_precision.empty();
-    const double tolerance = check_tolerance(mixed ? o_.mixed_precision : o_.dtype);
+    const double tolerance = o_.check_tolerance >= 0
+                                 ? o_.check_tolerance
+                                 : check_tolerance(mixed ? o_.mixed_precision : o_.dtype);
     const double loss_difference = std::abs(final_loss - result[2]);
     const bool pass = mixed ? loss_difference <= tolerance : result[0] <= tolerance;
     const std::string worst = std::next(sharded.begin(), static_cast<long>(result[1]))->first;

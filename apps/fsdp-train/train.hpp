@@ -41,6 +41,7 @@ struct TrainOptions {
   double eval_fraction = 0.2;
   bool json = false;
   bool check = false;
+  double check_tolerance = -1.0;  // < 0: check_tolerance(dtype)
   bool expect_loss_drop = false;
   // Checkpoints (docs/train.md): where, how often, how many to keep, and whether to continue
   // from the newest one there.
@@ -80,10 +81,11 @@ void on_every_rank(fsdp::ProcessGroup& group, const std::string& task, Work&& wo
 // Exit codes of fsdp-train.
 constexpr int kExitOk = 0;
 constexpr int kExitError = 1;
-constexpr int kExitCheckFailed = 2;
+// 2 is a usage error (fsdp_apps::kExitUsage).
 constexpr int kExitLossDidNotDrop = 3;
 // --time-budget ran out before the last epoch: a checkpoint was saved, resume with --resume.
 constexpr int kExitOutOfTime = 4;
+constexpr int kExitCheckFailed = 5;
 
 // --check tolerance on the largest relative parameter difference, by element type. fp32: the
 // sharded run averages N per-rank mean gradients where the unsharded one takes one mean over the
