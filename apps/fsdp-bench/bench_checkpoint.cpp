@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../common/barrier_without_spinning.hpp"
+#include "../common/plural.hpp"
 #include "benchmark.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
@@ -293,19 +294,20 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
   }
   emit(common, world.rank(), result, [&] {
     std::printf(
-        "checkpoint: %.2f GB of fp32 parameters (%d x [%lld, %lld]) on %d ranks, median of "
+        "checkpoint: %.2f GB of fp32 parameters (%d x [%lld, %lld]) on %s, median of "
         "%d\n",
         bytes / 1e9, o.layers, static_cast<long long>(parameters[0].shape[0]),
-        static_cast<long long>(kColumns), n, o.repeats);
+        static_cast<long long>(kColumns), fsdp_apps::count_of(n, "rank").c_str(), o.repeats);
     std::printf("  save %.2f s, %.2f GB/s; POSIX pwrite+fsync %.2f GB/s: ratio %.2f (goal 0.7)\n",
                 save, bytes / save / 1e9, bytes / write / 1e9, write / save);
     std::printf("  load %.2f s, %.2f GB/s; POSIX pread %.2f GB/s: ratio %.2f (goal 0.7)\n", load,
                 bytes / load / 1e9, bytes / read / 1e9, read / load);
     if (n >= 2) {
       std::printf(
-          "  %d ranks load the file of %d ranks in %.2f s, their own in %.2f s: %.2fx "
+          "  %s load the file of %s in %.2f s, their own in %.2f s: %.2fx "
           "(goal 1.2x or less)\n",
-          n - 1, n, reshard, same, reshard / same);
+          fsdp_apps::count_of(n - 1, "rank").c_str(), fsdp_apps::count_of(n, "rank").c_str(),
+          reshard, same, reshard / same);
     }
   });
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/plural.hpp"
 #include "benchmark.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/memory_space.hpp"
@@ -75,9 +76,9 @@ void run_optimizer(const OptimizerOptions& o, const CommonOptions& common) {
       {"step_gb_per_s", step_gbs},   {"copy_gb_per_s", copy_gbs},
       {"ratio", step_gbs / copy_gbs}};
   emit(common, group.rank(), result, [&] {
-    std::printf(
-        "optimizer: AdamW step on %lld fp32 elements per rank (%d ranks, %s), median of %d\n",
-        static_cast<long long>(piece), group.size(), MemorySpace::name(), o.repeats);
+    std::printf("optimizer: AdamW step on %lld fp32 elements per rank (%s, %s), median of %d\n",
+                static_cast<long long>(piece), fsdp_apps::count_of(group.size(), "rank").c_str(),
+                MemorySpace::name(), o.repeats);
     std::printf("  step %.2f ms: %.1f GB/s of memory traffic (7 x 4 B per element)\n",
                 step_time * 1e3, step_gbs);
     std::printf("  copy of %.0f MB in the same space: %.1f GB/s (read + write)\n",

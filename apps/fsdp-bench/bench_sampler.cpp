@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/plural.hpp"
 #include "benchmark.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/data/distributed_sampler.hpp"
@@ -97,12 +98,13 @@ void run(const SamplerBenchOptions& options, const CommonOptions& common) {
 
   if (group.rank() == 0 && !common.json) {
     std::printf(
-        "fsdp-bench sampler: %d ranks (%d on this node), %s partition, shuffle, median of %d "
-        "repeats of the slowest rank. 'sampler' iterates this rank's indices of one epoch; "
+        "fsdp-bench sampler: %s (%d on this node), %s partition, shuffle, median of %s "
+        "of the slowest rank. 'sampler' iterates this rank's indices of one epoch; "
         "'vector' allocates, fills and shuffles the whole dataset on every rank, then iterates "
         "this rank's share. Memory: peak RSS added during the work, largest rank. The vector "
         "baseline is skipped above %.2f GB per rank.\n",
-        ranks, ranks_on_node, options.partition.c_str(), options.repeats, baseline_cap / 1e9);
+        fsdp_apps::count_of(ranks, "rank").c_str(), ranks_on_node, options.partition.c_str(),
+        fsdp_apps::count_of(options.repeats, "repeat").c_str(), baseline_cap / 1e9);
     std::printf("%14s %12s %14s %12s %14s %12s %9s\n", "dataset", "per rank", "sampler idx/s",
                 "sampler kB", "vector idx/s", "vector kB", "ratio");
   }

@@ -15,6 +15,7 @@
 #endif
 
 #include "../common/barrier_without_spinning.hpp"
+#include "../common/plural.hpp"
 #include "../fsdp-train/mlp.hpp"
 #include "benchmark.hpp"
 #include "counting_backend.hpp"
@@ -445,16 +446,18 @@ void run(const StepOptions& options, const CommonOptions& common) {
   const double one_rank_s = medians[count - 1];
   if (group.rank() == 0 && !common.json) {
     std::printf(
-        "fsdp-bench step: %d ranks, MLP of %d layers %lld wide (%.1f MB fp32), local batch %lld, "
-        "Adam; median of %d steps of the slowest rank; ratios to %s fp32; per rank: the largest\n"
+        "fsdp-bench step: %s, MLP of %d layers %lld wide (%.1f MB fp32), local batch %lld, "
+        "Adam; median of %s of the slowest rank; ratios to %s fp32; per rank: the largest\n"
         "prec: the units' param_dtype and reduce_dtype over fp32 masters (fp16 with a loss "
         "scaler); state form: fsdp::estimate's model state (mixed for bf16 and fp16)\n"
         "sent: bytes of the collectives the units issued, as ring algorithms move them; formula: "
         "fsdp::estimate (docs/plans.md); exact: sent equals the formula less the last unit's "
         "backward gather, which the runtime skips, on every rank and step\n",
-        n, options.layers, static_cast<long long>(options.width),
+        fsdp_apps::count_of(n, "rank").c_str(), options.layers,
+        static_cast<long long>(options.width),
         static_cast<double>(shape.parameter_count()) * 4 / 1e6,
-        static_cast<long long>(options.local_batch), options.steps, rows[baseline].name.c_str());
+        static_cast<long long>(options.local_batch),
+        fsdp_apps::count_of(options.steps, "step").c_str(), rows[baseline].name.c_str());
     std::printf("%-24s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s\n", "mode", "prec",
                 "step (ms)", "/no_shard", "1 rank/it", "peak MB", "/no_shard", "state MB",
                 "state form", "RSS+ MB", "sent MB", "formula MB", "sent/form", "exact", "wait ms");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "../common/plural.hpp"
 #include "benchmark.hpp"
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
@@ -50,10 +51,10 @@ void run_gather(const GatherOptions& options, const CommonOptions& common) {
   const int n = group.size();
   if (group.rank() == 0 && !common.json) {
     std::printf(
-        "fsdp-bench gather: %d ranks; a transformer block (12 parameters, fp32) gathered "
+        "fsdp-bench gather: %s; a transformer block (12 parameters, fp32) gathered "
         "by ShardedUnit::gather against one MPI_Allgather of the same bytes; median of "
         "the slowest rank; ratio = raw time / unit time\n",
-        n);
+        fsdp_apps::count_of(n, "rank").c_str());
     std::printf("%8s %12s %14s %14s %10s\n", "hidden", "unit bytes", "unit (ms)", "raw (ms)",
                 "ratio");
   }
@@ -168,11 +169,11 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
   group.all_gather(mine.data(), all.data(), mine.size());
   if (group.rank() == 0 && !common.json) {
     std::printf(
-        "fsdp-bench memory: %d ranks, %d layers of %lld x %lld fp32 (%.1f MB of "
+        "fsdp-bench memory: %s, %d layers of %lld x %lld fp32 (%.1f MB of "
         "parameters), strategy %s, Adam; one training step\n",
-        n, options.layers, static_cast<long long>(options.hidden),
-        static_cast<long long>(options.hidden), planned.total_elements * 4 / 1e6,
-        options.strategy.c_str());
+        fsdp_apps::count_of(n, "rank").c_str(), options.layers,
+        static_cast<long long>(options.hidden), static_cast<long long>(options.hidden),
+        planned.total_elements * 4 / 1e6, options.strategy.c_str());
     std::printf(
         "resident: the kernel's peak resident set (VmHWM) of the process; added: minus "
         "its resident set before the model was built%s\n",

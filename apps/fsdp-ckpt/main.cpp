@@ -102,8 +102,8 @@ void print_header(const std::string& file, const fsdp::CheckpointHeader& h) {
   }
   if (!h.optimizer.empty()) {
     const fsdp::OptimizerSettings& s = h.optimizer_settings;
-    std::printf("  optimizer %s after %lld steps: lr %g, weight_decay %g", h.optimizer.c_str(),
-                static_cast<long long>(h.optimizer_steps), s.lr, s.weight_decay);
+    std::printf("  optimizer %s after %s: lr %g, weight_decay %g", h.optimizer.c_str(),
+                fsdp_apps::count_of(h.optimizer_steps, "step").c_str(), s.lr, s.weight_decay);
     if (h.optimizer == "sgd") {
       std::printf(", momentum %g, dampening %g, nesterov %s\n", s.momentum, s.dampening,
                   s.nesterov ? "yes" : "no");

@@ -783,11 +783,11 @@ class Run {
       std::printf("transport: %s\n", group_.transport_name());
       std::printf("data: %s\n", data_.train.description.c_str());
       std::printf(
-          "train %lld samples, eval %lld; global batch %lld (%lld per rank), %lld steps per "
+          "train %lld samples, eval %lld; global batch %lld (%lld per rank), %s per "
           "epoch\n\n",
           static_cast<long long>(data_.train.samples), static_cast<long long>(data_.eval.samples),
           static_cast<long long>(o_.batch_size), static_cast<long long>(local_batch_),
-          static_cast<long long>(steps));
+          fsdp_apps::count_of(steps, "step").c_str());
       std::printf("%5s %6s %9s %9s %9s %10s %24s\n", "epoch", "steps", "loss", "train acc",
                   "eval acc", "samples/s", "model state/rank (ratio)");
     }
