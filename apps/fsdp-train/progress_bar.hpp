@@ -1,9 +1,12 @@
 // fsdp-train's progress within an epoch, on rank 0's terminal: a bar with steps/s and the time
 // left in the epoch, redrawn at most kRedrawsPerSecond times a second, erased before the next
 // line of the table. Off when stdout is not a terminal (redirected to a file, or under srun
-// without --pty; mpiexec gives rank 0 a pseudo-terminal when it runs on one).
+// without --pty), and when the terminal has no size: Open MPI's mpiexec gives every rank a
+// pseudo-terminal of 0 columns whether its own output is a terminal or a file (open-mpi/ompi
+// issue 7868), so a bar there would fill log files with redraws.
 #pragma once
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,7 +22,7 @@ class ProgressBar {
   static constexpr int kWidth = 30;
 
   // enabled: the caller's decision (rank 0, not --json); the bar also needs a terminal.
-  explicit ProgressBar(bool enabled) : on_(enabled && ::isatty(STDOUT_FILENO) != 0) {}
+  explicit ProgressBar(bool enabled) : on_(enabled && sized_terminal()) {}
 
   void start_epoch(std::int64_t epoch, std::int64_t epochs, std::int64_t steps) {
     epoch_ = epoch;
@@ -62,6 +65,11 @@ class ProgressBar {
   }
 
  private:
+  static bool sized_terminal() {
+    struct winsize size {};
+    return ::isatty(STDOUT_FILENO) != 0 && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 &&
+           size.ws_col > 0;
+  }
   using Clock = std::chrono::steady_clock;
   bool on_;
   bool visible_ = false;
