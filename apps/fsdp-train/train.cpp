@@ -16,6 +16,7 @@
 #include "../common/plural.hpp"
 #include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 #include "fsdp/data/distributed_sampler.hpp"
 #include "fsdp/io/checkpoint.hpp"
 #include "fsdp/io/checkpoint_directory.hpp"
@@ -397,7 +398,10 @@ class Run {
             std::to_string(scaler->state().skipped_steps);
       }
       const double save_start = MPI_Wtime();
-      const std::string file = checkpoints->save(model, &optimizer, state);
+      // save raises its failures on every rank (a full disk, a directory gone): reported once.
+      std::string file;
+      on_every_rank(group_, "save a checkpoint",
+                    [&] { file = checkpoints->save(model, &optimizer, state); });
       clock.saved(MPI_Wtime() - save_start);
       progress.clear();
       print_checkpoint(file, state);
@@ -728,17 +732,7 @@ class Run {
 
   // ---- printing (rank 0) ----
 
-  static std::string human(double bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int unit = 0;
-    while (bytes >= 1024 && unit < 4) {
-      bytes /= 1024;
-      ++unit;
-    }
-    char text[32];
-    std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
-    return text;
-  }
+  static std::string human(double bytes) { return fsdp::bytes_text(bytes, 1); }
 
   void print_header(const fsdp::ShardingPlan& plan, std::int64_t steps) {
     if (rank_ != 0) {

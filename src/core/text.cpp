@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -82,6 +83,18 @@ std::string read_text_file(const std::string& path, const std::string& what) {
             ErrorKind::io);
     done += static_cast<std::size_t>(got);
   }
+  return text;
+}
+
+std::string bytes_text(double bytes, int decimals) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 5) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f %s", unit == 0 ? 0 : decimals, bytes, units[unit]);
   return text;
 }
 

@@ -679,12 +679,6 @@ template <class T>
 void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
                          const Optimizer<T>* optimizer, const CheckpointState& state) {
   ProcessGroup& group = model.group();
-  // The root creates the temporary (a name of its own beside path), so the common failures (no
-  // directory, no permission) are reported before anyone enters a collective HDF5 call, and
-  // every rank learns its name.
-  const std::string tmp =
-      on_root(group, "prepare " + file_text(path), [&] { return temporary_beside(path); });
-
   CheckpointHeader header;
   header.format_version = kCheckpointFormatVersion;
   header.library_version = FSDP_VERSION_STRING;
@@ -720,6 +714,32 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
     return p.optimizer_state()[k].view();
   });
   const std::vector<std::uint64_t> sums = checksums(group, pieces);
+
+  // What the file will take: the tensors, and HDF5's metadata (measured: 13 KB for fsdp-train's
+  // 18 datasets and header, about 0.7 KB per dataset; counted here as 2 KiB each, with 16 KiB
+  // for the superblock and groups, and the header's attributes).
+  long long file_bytes = 16384 + static_cast<long long>(header.plan_json.size()) +
+                         static_cast<long long>(to_json(header).dump().size());
+  for (const Piece<T>& piece : pieces) {
+    long long numel = 1;
+    for (const std::int64_t extent : piece.shape) {
+      numel *= extent;
+    }
+    file_bytes += 2048 + numel * static_cast<long long>(sizeof(T));
+  }
+  // The root creates the temporary (a name of its own beside path) and checks that the file fits,
+  // so the common failures (no directory, no permission, no space) are reported before anyone
+  // enters a collective HDF5 call, and every rank learns its name.
+  const std::string tmp = on_root(group, "prepare " + file_text(path), [&] {
+    std::string name = temporary_beside(path);
+    try {
+      require_space(name, file_bytes);
+    } catch (...) {
+      std::remove(name.c_str());
+      throw;
+    }
+    return name;
+  });
 
   const int crash = crash_rank();
   std::exception_ptr failure;

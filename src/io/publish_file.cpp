@@ -1,6 +1,7 @@
 #include "fsdp/io/publish_file.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 
 namespace fsdp {
 namespace {
@@ -41,6 +43,54 @@ std::string temporary_beside(const std::string& target) {
   return name;
 }
 
+namespace {
+
+std::string directory_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash + 1);
+}
+
+}  // namespace
+
+void require_space(const std::string& file, long long bytes) {
+  const int fd = ::open(file.c_str(), O_WRONLY);
+  if (fd < 0) {
+    throw Error(ErrorKind::io, "cannot open '" + file + "' (" + std::strerror(errno) + ")");
+  }
+  const int allocated = bytes > 0 ? ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : 0;
+  // Gives the space back: the writer that follows (HDF5) truncates the file anyway.
+  const bool released = ::ftruncate(fd, 0) == 0;
+  const bool closed = ::close(fd) == 0;
+  if (allocated == EOPNOTSUPP || allocated == EINVAL) {
+    // No fallocate here (some network and parallel file systems): the free space must do.
+    struct statvfs space {};
+    if (::statvfs(directory_of(file).c_str(), &space) == 0) {
+      const long double free = static_cast<long double>(space.f_bavail) * space.f_frsize;
+      if (free < static_cast<long double>(bytes)) {
+        throw Error(ErrorKind::io, "not enough space for '" + file + "': it needs " +
+                                       bytes_text(static_cast<double>(bytes)) +
+                                       ", its file system has " +
+                                       bytes_text(static_cast<double>(free)) +
+                                       " free; free some space or write elsewhere");
+      }
+    }
+  } else if (allocated != 0) {
+    struct statvfs space {};
+    const std::string free =
+        ::statvfs(directory_of(file).c_str(), &space) == 0
+            ? bytes_text(static_cast<double>(space.f_bavail) * static_cast<double>(space.f_frsize))
+            : std::string("an unknown amount");
+    throw Error(ErrorKind::io, "not enough space for '" + file + "': it needs " +
+                                   bytes_text(static_cast<double>(bytes)) + " (" +
+                                   std::strerror(allocated) + "), its file system has " + free +
+                                   " free; free some space or write elsewhere");
+  }
+  if (!released || !closed) {
+    throw Error(ErrorKind::io, "cannot truncate '" + file + "' after checking its space (" +
+                                   std::strerror(errno) + ")");
+  }
+}
+
 void publish_file(const std::string& from, const std::string& to) {
   if (!sync_path(from, O_RDONLY)) {
     throw Error(ErrorKind::io, "cannot sync '" + from + "' to disk before renaming it");
@@ -49,8 +99,7 @@ void publish_file(const std::string& from, const std::string& to) {
     throw Error(ErrorKind::io, "cannot rename '" + from + "' to '" + to + "'");
   }
   // The rename is durable only once the directory entry is.
-  const std::size_t slash = to.find_last_of('/');
-  const std::string directory = slash == std::string::npos ? "." : to.substr(0, slash + 1);
+  const std::string directory = directory_of(to);
   if (!sync_path(directory, O_RDONLY | O_DIRECTORY)) {
     throw Error(ErrorKind::io,
                 "cannot sync directory '" + directory + "' after renaming '" + to + "'");

@@ -18,6 +18,9 @@ std::string to_lower(std::string text);
 // brackets "()" and separator ",".
 std::string shape_text(const std::vector<std::int64_t>& shape, const char* brackets = "[]",
                        const char* separator = ", ");
+// Bytes in the largest binary unit that keeps the figure >= 1, with `decimals` digits after the
+// point: "7.42 MiB" (decimals 2), "43.0 KiB" (1); plain bytes have none: "512 B".
+std::string bytes_text(double bytes, int decimals = 2);
 // The largest text input fsdp reads (graph, model and plan JSON): 256 MiB.
 constexpr std::int64_t kMostTextBytes = std::int64_t{256} << 20;
 // The whole file as bytes: a regular file of at most kMostTextBytes (a device, a FIFO or a
