@@ -160,13 +160,17 @@ void require_same_configuration(const Configuration& configuration, ProcessGroup
     return;
   }
   // Some rank differs, and every rank knows it: find the first difference for the message. With
-  // replicas, a rank reports what its shard group found, else what its replica group found; the
-  // lowest finding over the shard group and then over the replicas reaches every rank alike.
+  // replicas, a rank reports what its shard group found, else what its replica group found (at
+  // the same setting, a shard group's finding comes first); the lowest finding over the shard
+  // group and then over the replicas is the same on every rank, since every replica group has
+  // one rank of each shard group.
   std::optional<Disagreement> found = difference_in(group, configuration, "rank");
   if (replicas != nullptr) {
     std::optional<Disagreement> across = difference_in(*replicas, configuration, "replica");
-    if (!found) {
-      found = std::move(across);
+    if (found) {
+      found->index = 2 * found->index;
+    } else if (across) {
+      found = Disagreement{2 * across->index + 1, across->message};
     }
     found = first_disagreement(*replicas, first_disagreement(group, found));
   }
