@@ -209,7 +209,10 @@ BOOST_AUTO_TEST_CASE(a_unit_of_another_name_fails_on_every_rank) {
   auto pool = std::make_shared<BufferPool<double>>(tracker, 0);
   const std::string name = group.rank() == last_rank(group) ? "b" : "a";
   fails_on_every_rank(
-      group, [&] { ShardedUnit<double> unit(name, group, plan, {0, 1}, tracker, pool); },
+      group,
+      [&] {
+        ShardedUnit<double> unit(name, group, plan, {0, 1}, tracker, pool);
+      },
       "ranks disagree on the unit: name is a on rank 0 but b on rank " + last_text(group));
 }
 
@@ -224,7 +227,10 @@ BOOST_AUTO_TEST_CASE(a_runtime_with_other_options_fails_on_every_rank) {
   RuntimeOptions options;
   options.prefetch = !last;
   fails_on_every_rank(
-      group, [&] { Runtime<double> runtime(model, {"a", "b"}, options); },
+      group,
+      [&] {
+        Runtime<double> runtime(model, {"a", "b"}, options);
+      },
       "ranks disagree on the runtime options: prefetch is true on rank 0 but false on rank " +
           last_text(group));
   const std::vector<std::string> order =
@@ -306,6 +312,9 @@ BOOST_AUTO_TEST_CASE(hybrid_shard_groups_that_disagree_fail_on_every_rank) {
   RuntimeOptions runtime;
   runtime.max_gathered_units = group.rank() == 0 ? 1 : 2;
   fails_on_every_rank(
-      group, [&] { Runtime<double> scopes(model, {"a", "b"}, runtime); },
+      group,
+      [&] {
+        Runtime<double> scopes(model, {"a", "b"}, runtime);
+      },
       "max_gathered_units is 1 on rank 0 but 2 on rank 1");
 }
