@@ -1,5 +1,6 @@
 // fsdp-bench collectives: ProcessGroup::all_gather and reduce_scatter against raw MPI_Allgather and
-// MPI_Reduce_scatter_block on the same buffers, interleaved in the same run.
+// MPI_Reduce_scatter_block, and against the same group with the collective signature check off,
+// on the same buffers, interleaved in the same run.
 #include <Kokkos_Core.hpp>
 #include <cstdio>
 #include <memory>
@@ -37,45 +38,51 @@ const char* transport_of(const ProcessGroup& group) {
   return name_of(group.transport_for<Kokkos::HostSpace>());
 }
 
-template <class Raw, class Wrapped>
+// Times raw MPI, the group, and the group with the collective signature check off
+// (FSDP_CHECK_COLLECTIVES=0), rotating which goes first so that none always finds the caches warm.
+template <class Raw, class Wrapped, class Unchecked>
 void measure(const char* operation, std::size_t bytes, int repeats, ProcessGroup& group,
-             const CommonOptions& common, Raw&& raw, Wrapped&& wrapped) {
-  std::vector<double> raw_s, wrapped_s;
+             const CommonOptions& common, Raw&& raw, Wrapped&& wrapped, Unchecked&& unchecked) {
+  constexpr int kWays = 3;  // raw, wrapped, unchecked
+  std::vector<double> seconds[kWays];
   for (int i = 0; i < repeats + 1; ++i) {  // the first round warms up and is dropped
-    double t_raw = 0, t_wrapped = 0;
-    // Alternate which goes first so that neither always finds the caches warm.
-    for (int half = 0; half < 2; ++half) {
-      const bool raw_now = (half == 0) == (i % 2 == 0);
+    for (int turn = 0; turn < kWays; ++turn) {
+      const int way = (turn + i) % kWays;
       check(MPI_Barrier(group.mpi_comm()), "MPI_Barrier");
       const double start = MPI_Wtime();
-      if (raw_now) {
+      if (way == 0) {
         raw();
-        t_raw = MPI_Wtime() - start;
-      } else {
+      } else if (way == 1) {
         wrapped();
-        t_wrapped = MPI_Wtime() - start;
+      } else {
+        unchecked();
+      }
+      if (i > 0) {
+        seconds[way].push_back(MPI_Wtime() - start);
       }
     }
-    if (i > 0) {
-      raw_s.push_back(t_raw);
-      wrapped_s.push_back(t_wrapped);
-    }
   }
-  const double raw_median = median(slowest_rank(raw_s, group.mpi_comm()));
-  const double wrapped_median = median(slowest_rank(wrapped_s, group.mpi_comm()));
+  const double raw_median = median(slowest_rank(seconds[0], group.mpi_comm()));
+  const double wrapped_median = median(slowest_rank(seconds[1], group.mpi_comm()));
+  const double unchecked_median = median(slowest_rank(seconds[2], group.mpi_comm()));
   const double ratio = raw_median / wrapped_median;  // wrapper throughput / raw throughput
+  // What the signature check adds to the group's time: 0.01 is 1 %.
+  const double check_cost = wrapped_median / unchecked_median - 1;
   nlohmann::json result = {{"benchmark", "collectives"},
                            {"operation", operation},
                            {"ranks", group.size()},
                            {"bytes_per_rank", bytes},
                            {"repeats", repeats},
                            {"process_group_s", wrapped_median},
+                           {"unchecked_process_group_s", unchecked_median},
                            {"raw_mpi_s", raw_median},
                            {"throughput_ratio", ratio},
+                           {"check_cost", check_cost},
                            {"transport", transport_of(group)}};
   emit(common, group.rank(), result, [&] {
-    std::printf("%-15s %12zu %8d %14.6f %14.6f %10.3f\n", operation, bytes, repeats,
-                wrapped_median * 1e3, raw_median * 1e3, ratio);
+    std::printf("%-15s %12zu %8d %14.6f %14.6f %14.6f %10.3f %+10.2f%%\n", operation, bytes,
+                repeats, wrapped_median * 1e3, unchecked_median * 1e3, raw_median * 1e3, ratio,
+                check_cost * 100);
   });
 }
 
@@ -83,15 +90,20 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
   require(options.min_bytes >= sizeof(float) && options.min_bytes <= options.max_bytes,
           "fsdp-bench collectives: need 4 <= --min-bytes <= --max-bytes");
   ProcessGroup group(MPI_COMM_WORLD);
+  // The baseline of the signature check's cost: the same group without it.
+  CollectiveOptions unchecked_options = CollectiveOptions::from_environment();
+  unchecked_options.check_arguments = false;
+  ProcessGroup unchecked(MPI_COMM_WORLD, unchecked_options);
   const int n = group.size();
   if (group.rank() == 0 && !common.json) {
     std::printf(
         "fsdp-bench collectives: %s, median of repeats of the slowest rank, ratio = "
-        "raw MPI time / ProcessGroup time (1.0 = as fast as raw MPI)\n",
+        "raw MPI time / ProcessGroup time (1.0 = as fast as raw MPI); check: what the "
+        "collective signature check adds to the group's time (group / unchecked - 1)\n",
         fsdp_apps::count_of(n, "rank").c_str());
     std::printf("transport: %s\n", transport_of(group));
-    std::printf("%-15s %12s %8s %14s %14s %10s\n", "operation", "bytes/rank", "repeats",
-                "group (ms)", "raw MPI (ms)", "ratio");
+    std::printf("%-15s %12s %8s %14s %14s %14s %10s %11s\n", "operation", "bytes/rank", "repeats",
+                "group (ms)", "unchecked (ms)", "raw MPI (ms)", "ratio", "check");
   }
   for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 4) {
     const std::size_t count = bytes / sizeof(float);
@@ -108,7 +120,7 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
                               group.mpi_comm()),
                 "MPI_Allgather");
         },
-        [&] { group.all_gather(chunk, full); });
+        [&] { group.all_gather(chunk, full); }, [&] { unchecked.all_gather(chunk, full); });
     measure(
         "reduce_scatter", bytes, repeats, group, common,
         [&] {
@@ -116,7 +128,8 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
                                          group.mpi_comm()),
                 "MPI_Reduce_scatter_block");
         },
-        [&] { group.reduce_scatter(full, chunk, ReduceOp::sum); });
+        [&] { group.reduce_scatter(full, chunk, ReduceOp::sum); },
+        [&] { unchecked.reduce_scatter(full, chunk, ReduceOp::sum); });
   }
 }
 

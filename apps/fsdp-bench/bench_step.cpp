@@ -42,6 +42,9 @@ struct StepOptions {
   int shard_group_size = 0;  // > 0 and < ranks: also every mode hybrid-sharded over groups of G
   // The units' precisions: fp32, bf16, fp16 (16-bit gathers and reductions over fp32 masters).
   std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
+  // The collective signature check (FSDP_CHECK_COLLECTIVES): "on" (the library's default),
+  // "off", or "both": every way over all ranks also without it, to measure what it costs.
+  std::string collective_check = "on";
 };
 
 // One way of training: a row of the table.
@@ -54,6 +57,7 @@ struct Way {
   bool prefetch = true;
   int shard_group_size = 1;  // G; the group's size: no replicas
   bool one_rank = false;     // rank 0 alone, the whole global batch
+  bool checked = true;       // collectives check their signature (CollectiveOptions)
   // "fp32", "bf16", "fp16"; and the estimate's name for it: fp32 or mixed.
   const char* precision_name() const { return dtype == DType::f32 ? "fp32" : name_of(dtype); }
   Precision precision() const { return dtype == DType::f32 ? Precision::fp32 : Precision::mixed; }
@@ -277,6 +281,19 @@ std::vector<Way> ways(const StepOptions& options, int ranks) {
       }
     }
   }
+  if (options.collective_check != "on") {
+    // Off: every way without the check; both: each followed by its twin without it.
+    std::vector<Way> unchecked;
+    for (Way way : result) {
+      if (options.collective_check == "both") {
+        unchecked.push_back(way);
+        way.name += " unchecked";
+      }
+      way.checked = false;
+      unchecked.push_back(way);
+    }
+    result = std::move(unchecked);
+  }
   result.push_back({"one_rank", ShardingMode::full_shard, DType::f32, true, 1, true});
   return result;
 }
@@ -316,9 +333,11 @@ void run(const StepOptions& options, const CommonOptions& common) {
     }
     PeakMemory window;
     try {
+      CollectiveOptions collective_options = CollectiveOptions::from_environment();
+      collective_options.check_arguments = way.checked;
       trainers[k] = std::make_unique<Trainer>(
-          way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD), shape,
-          way.one_rank ? options.local_batch * n : options.local_batch);
+          way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD, collective_options),
+          shape, way.one_rank ? options.local_batch * n : options.local_batch);
     } catch (const Error& error) {
       if (error.kind() != ErrorKind::usage) {
         throw;
@@ -458,7 +477,8 @@ void run(const StepOptions& options, const CommonOptions& common) {
         static_cast<double>(shape.parameter_count()) * 4 / 1e6,
         static_cast<long long>(options.local_batch),
         fsdp_apps::count_of(options.steps, "step").c_str(), rows[baseline].name.c_str());
-    std::printf("%-24s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s\n", "mode", "prec",
+    std::printf("%-32s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s
+", "mode", "prec",
                 "step (ms)", "/no_shard", "1 rank/it", "peak MB", "/no_shard", "state MB",
                 "state form", "RSS+ MB", "sent MB", "formula MB", "sent/form", "exact", "wait ms");
   }
@@ -474,6 +494,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"precision", way.precision_name()},
         {"formula_precision", name_of(way.precision())},
         {"prefetch", way.prefetch},
+        {"collective_check", way.checked},
         {"ranks", world},
         {"shard_group_size", way.shard_group_size},
         {"replicas", world / way.shard_group_size},
@@ -522,7 +543,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
         std::snprintf(ratio, sizeof ratio, "%.3f", x[8] / x[13]);
       }
       std::printf(
-          "%-24s %4s %9.2f %9.3f %9.3f %8.2f %9.3f %8.2f %10.2f %8s %9.2f %10.2f %9s %5s %8.2f\n",
+          "%-32s %4s %9.2f %9.3f %9.3f %8.2f %9.3f %8.2f %10.2f %8s %9.2f %10.2f %9s %5s %8.2f\n",
           way.name.c_str(), way.precision_name(), medians[k] * 1e3, medians[k] / medians[baseline],
           one_rank_s / medians[k], x[0] / 1e6, x[0] / base[0], x[1] / 1e6, x[15] / 1e6, added,
           x[8] / 1e6, x[13] / 1e6, ratio, agree[2 * k] == 1 && agree[2 * k + 1] == 1 ? "yes" : "no",
@@ -562,6 +583,11 @@ void add_step(CLI::App& app, const CommonOptions& common) {
                   "baseline, always runs")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  sub->add_option("--collective-check", options->collective_check,
+                  "the collectives' signature check: on (the default, as the library), off, or "
+                  "both (every way also without it, named '... unchecked')")
+      ->check(CLI::IsMember({"on", "off", "both"}))
       ->capture_default_str();
   sub->add_option("--shard-group-size", options->shard_group_size,
                   "also every mode hybrid-sharded: shard within groups of G consecutive ranks, "

@@ -149,8 +149,9 @@ class CountingBackend final : public Backend {
 };
 
 // A group on MPI whose collectives count their bytes (CountingBackend); its splits do too.
-inline ProcessGroup counting_group(MPI_Comm comm) {
-  return ProcessGroup(std::make_shared<CountingBackend>(ProcessGroup(comm).backend()));
+inline ProcessGroup counting_group(
+    MPI_Comm comm, const CollectiveOptions& options = CollectiveOptions::from_environment()) {
+  return ProcessGroup(std::make_shared<CountingBackend>(ProcessGroup(comm, options).backend()));
 }
 
 // The bytes a group made by counting_group (or split from one) sent so far; zero for a group on

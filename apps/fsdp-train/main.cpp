@@ -259,8 +259,10 @@ int main(int argc, char** argv) {
     for (CLI::Option* option : {samples, dim, classes, write}) {
       option->excludes(data);
     }
-    fsdp::ProcessGroup group(MPI_COMM_WORLD);
     try {
+      // Collective: the ranks also agree here on checking collectives (FSDP_CHECK_COLLECTIVES),
+      // which the command line cannot show.
+      fsdp::ProcessGroup group(MPI_COMM_WORLD);
       // Every rank parses its own command line; a rank that cannot still takes part in the
       // agreement below (with its error as its options), so no rank is left waiting.
       std::string parsed;
@@ -299,11 +301,20 @@ int main(int argc, char** argv) {
                  ? fsdp_apps::kExitUsage
                  : fsdp_train::kExitError;
     } catch (const std::exception& error) {
-      // Not known to have happened on every rank: the others may be waiting in a collective.
-      std::fprintf(stderr, "fsdp-train: rank %d of %d: %s\n", rank, size, error.what());
-      std::fflush(stderr);
-      if (size > 1) {
-        MPI_Abort(MPI_COMM_WORLD, fsdp_train::kExitError);
+      const auto* ours = dynamic_cast<const fsdp::Error*>(&error);
+      if (ours != nullptr && ours->kind() == fsdp::ErrorKind::mismatch) {
+        // Ranks that disagree (on a collective, on the settings of a model, runtime, optimizer
+        // or sampler, on checking collectives) are told so on every rank alike: rank 0 speaks.
+        if (rank == 0) {
+          std::fprintf(stderr, "fsdp-train: %s\n", ours->message());
+        }
+      } else {
+        // Not known to have happened on every rank: the others may be waiting in a collective.
+        std::fprintf(stderr, "fsdp-train: rank %d of %d: %s\n", rank, size, error.what());
+        std::fflush(stderr);
+        if (size > 1) {
+          MPI_Abort(MPI_COMM_WORLD, fsdp_train::kExitError);
+        }
       }
       code = fsdp_train::kExitError;
     }

@@ -3,19 +3,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <vector>
 
 #include "backoff.hpp"
 #include "fsdp/core/error.hpp"
+#include "hash.hpp"
 #include "mpi_types.hpp"
 
 namespace fsdp {
 namespace {
 
 constexpr int kNoticeTag = 7301;
-constexpr std::size_t kSignatureFields = 7;
 constexpr int kMaxRanksNamed = 8;
 
 using Clock = std::chrono::steady_clock;
@@ -34,6 +35,12 @@ std::string rank_list(const std::vector<int>& ranks) {
     text << " and " << ranks.size() - kMaxRanksNamed << " more";
   }
   return text.str();
+}
+
+// With per-rank counts (all_gather_v, scatter_v) ranks legitimately pass different counts; all
+// else must be identical.
+bool count_may_differ(Collective collective) {
+  return collective == Collective::all_gather_v || collective == Collective::scatter_v;
 }
 
 }  // namespace
@@ -63,19 +70,34 @@ const char* name_of(Collective collective) {
 CollectiveCall uneven_call(Collective collective, const std::vector<std::size_t>& counts,
                            std::size_t my_count, DType dtype, int root) {
   CollectiveCall call{collective, dtype, static_cast<std::int64_t>(my_count), root};
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over the counts' bytes
+  std::uint64_t hash = detail::kFnvOffsetBasis;
   for (std::size_t count : counts) {
-    for (int byte = 0; byte < 8; ++byte) {
-      hash ^= (static_cast<std::uint64_t>(count) >> (8 * byte)) & 0xffu;
-      hash *= 1099511628211ull;
-    }
+    hash = detail::fnv1a_word(count, hash);
   }
   call.layout = hash >> 1;  // fits the int64 of the signature exchange
   return call;
 }
 
 CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options)
-    : comm_(detail::Communicator::duplicate(comm, "CollectiveGuard")), options_(options) {}
+    : comm_(detail::Communicator::duplicate(comm, "CollectiveGuard")), options_(options) {
+  // A rank that checks exchanges a signature before each collective; one that does not goes
+  // straight into it. Mixed, they would pair a signature with data: agree first, on every rank.
+  // The lowest rank that checks and the lowest that does not, in one all-reduce (the duplicate
+  // above has just synchronized every rank, so this cannot wait for long).
+  const std::int64_t none = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t rank = comm_.rank();
+  std::int64_t lowest[2] = {options_.check_arguments ? rank : none,
+                            options_.check_arguments ? none : rank};
+  mpi::check(MPI_Allreduce(MPI_IN_PLACE, lowest, 2, MPI_INT64_T, MPI_MIN, comm_.get()),
+             "MPI_Allreduce (collective check agreement)", comm_.rank());
+  if (lowest[0] != none && lowest[1] != none) {
+    throw Error(ErrorKind::mismatch,
+                "ranks disagree on checking collectives: rank " + std::to_string(lowest[0]) +
+                    " checks every collective's signature but rank " + std::to_string(lowest[1]) +
+                    " does not (FSDP_CHECK_COLLECTIVES=0 or CollectiveOptions::check_arguments "
+                    "false); give every rank the same FSDP_CHECK_COLLECTIVES");
+  }
+}
 
 CollectiveGuard::~CollectiveGuard() {
   // After a timeout, notices may still be in flight on comm_: leave it to MPI_Finalize/Abort.
@@ -94,8 +116,7 @@ void CollectiveGuard::ensure_usable(Collective collective) const {
 
 std::string CollectiveGuard::describe(const CollectiveCall& call) const {
   std::ostringstream text;
-  const bool uneven =
-      call.collective == Collective::all_gather_v || call.collective == Collective::scatter_v;
+  const bool uneven = count_may_differ(call.collective);
   text << name_of(call.collective) << "(";
   if (call.collective != Collective::barrier) {
     text << (uneven ? "my_count=" : "count=") << call.count << ", dtype=" << name_of(call.dtype);
@@ -130,6 +151,41 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
                                                call.reduce,
                                                static_cast<std::int64_t>(call.layout),
                                                problem.empty() ? 0 : 1};
+  if (same_on_every_rank(id, mine)) {
+    // Every rank found the same: nothing wrong, or every rank's own arguments wrong.
+    if (!problem.empty()) {
+      throw Error(problem);
+    }
+    return id;
+  }
+  explain_difference(id, mine, problem);
+  return id;
+}
+
+// The cheap check, on by default in every build: the least and the greatest hash of the
+// signature over the ranks, in one all-reduce of two words (min of (h, ~h) is (least h, ~greatest
+// h)). O(log N) latency and 16 bytes whatever the group size; the full exchange below runs only
+// when they differ, to say how.
+bool CollectiveGuard::same_on_every_rank(const OperationId& id,
+                                         const std::int64_t (&signature)[kSignatureFields]) {
+  std::uint64_t hash = detail::kFnvOffsetBasis;
+  for (std::size_t i = 0; i < kSignatureFields; ++i) {
+    const bool per_rank = i == kCountField && count_may_differ(id.collective);
+    hash = detail::fnv1a_word(per_rank ? 0 : static_cast<std::uint64_t>(signature[i]), hash);
+  }
+  std::int64_t range[2] = {static_cast<std::int64_t>(hash), ~static_cast<std::int64_t>(hash)};
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, range, 2, MPI_INT64_T, MPI_MIN, comm_.get(), &request),
+             "MPI_Iallreduce (collective signature check)", comm_.rank());
+  wait(id, request);
+  return range[0] == ~range[1];
+}
+
+// Every rank comes here together (the hashes differed): all-gather the signatures, and throw on
+// every rank naming what each rank called.
+void CollectiveGuard::explain_difference(const OperationId& id,
+                                         const std::int64_t (&mine)[kSignatureFields],
+                                         const std::string& problem) {
   std::vector<std::int64_t> all(kSignatureFields * static_cast<std::size_t>(comm_.size()));
   MPI_Request request = MPI_REQUEST_NULL;
   mpi::check(MPI_Iallgather(mine, kSignatureFields, MPI_INT64_T, all.data(), kSignatureFields,
@@ -164,13 +220,11 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
                     "collective");
   }
 
-  // With per-rank counts ranks legitimately pass different counts; all else must be identical.
-  const bool count_may_differ =
-      call.collective == Collective::all_gather_v || call.collective == Collective::scatter_v;
+  const bool uneven = count_may_differ(id.collective);
   std::map<std::string, std::vector<int>> ranks_by_call;
   for (int r = 0; r < comm_.size(); ++r) {
     CollectiveCall c = call_of(r);
-    if (count_may_differ) {
+    if (uneven) {
       c.count = 0;
     }
     ranks_by_call[describe(c)].push_back(r);
@@ -184,10 +238,9 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
            << description << ";";
     }
     text << " every rank must call the same collective with the same "
-         << (count_may_differ ? "counts vector" : "count") << ", dtype, root and op";
+         << (uneven ? "counts vector" : "count") << ", dtype, root and op";
     throw Error(ErrorKind::mismatch, text.str());
   }
-  return id;
 }
 
 // Not MPI_Wait, even without a timeout: Open MPI's wait busy-polls unless told to yield

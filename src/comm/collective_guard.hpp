@@ -78,6 +78,12 @@ class CollectiveGuard {
   void ensure_usable(Collective collective) const;
 
  private:
+  // A signature: collective, dtype, count, root, reduce op, layout, "my arguments are invalid".
+  static constexpr std::size_t kSignatureFields = 7;
+  static constexpr std::size_t kCountField = 2;
+  bool same_on_every_rank(const OperationId& id, const std::int64_t (&signature)[kSignatureFields]);
+  void explain_difference(const OperationId& id, const std::int64_t (&mine)[kSignatureFields],
+                          const std::string& problem);
   [[noreturn]] void fail_after_timeout(const OperationId& id);
   std::string describe(const CollectiveCall& call) const;
 

@@ -28,9 +28,6 @@ void read_switch(const char* variable, bool& value) {
 
 CollectiveOptions CollectiveOptions::from_environment() {
   CollectiveOptions options;
-#ifndef NDEBUG
-  options.check_arguments = true;
-#endif
   read_switch("FSDP_CHECK_COLLECTIVES", options.check_arguments);
   read_switch("FSDP_STAGE_HOST_BUFFERS", options.stage_host_buffers);
   if (const char* value = std::getenv("FSDP_COLLECTIVE_TIMEOUT_S")) {

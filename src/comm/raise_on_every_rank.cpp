@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "control_words.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
 #include "fsdp/core/error.hpp"
 
@@ -27,12 +28,13 @@ void raise_on_every_rank(ProcessGroup& group, const std::string& task,
       message = "unknown error";
     }
   }
-  int failed = failure ? group.rank() : INT_MAX;
-  group.all_reduce(&failed, 1, ReduceOp::min);
-  if (failed == INT_MAX) {
+  std::int64_t lowest = failure ? group.rank() : INT_MAX;
+  detail::all_reduce_words(group, &lowest, 1, ReduceOp::min);
+  if (lowest == INT_MAX) {
     return;
   }
-  group.broadcast(&kind, 1, failed);
+  const int failed = static_cast<int>(lowest);
+  detail::broadcast_words(group, &kind, 1, failed);
   broadcast_string(group, message, failed);
   throw Error(static_cast<ErrorKind>(kind),
               (group.size() > 1 ? "rank " + std::to_string(failed) + " " : std::string()) +

@@ -4,6 +4,7 @@
 #include <array>
 #include <vector>
 
+#include "fsdp/comm/configuration_agreement.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/shard/shard_range.hpp"
@@ -23,14 +24,6 @@ void check_arguments(std::int64_t dataset_size, int replicas, int rank) {
                                             " is out of range for " + std::to_string(replicas) +
                                             " replicas: it must be in [0, " +
                                             std::to_string(replicas - 1) + "]");
-}
-
-std::string describe(std::int64_t dataset_size, const SamplerOptions& options) {
-  return "dataset_size=" + std::to_string(dataset_size) +
-         " partition=" + name_of(options.partition) +
-         " shuffle=" + (options.shuffle ? "true" : "false") +
-         " drop_last=" + (options.drop_last ? "true" : "false") +
-         " balance=" + (options.balance == ContiguousBalance::pad ? "pad" : "uneven");
 }
 
 // Separates the contiguous partition's per-block permutations of one epoch from each other.
@@ -85,46 +78,22 @@ DistributedSampler::DistributedSampler(const ProcessGroup& group, std::int64_t d
       permutation_(1, 0, 0) {
   // Agree first, check after: every rank then checks the same values and throws together, instead
   // of one rank throwing while the others wait in the broadcast.
-  agree_with_rank0(dataset_size);
+  agree_with_ranks(dataset_size);
   check_arguments(dataset_size, replicas_, rank_);
   validate_options();
   start_epoch(0, 0);
 }
 
-void DistributedSampler::agree_with_rank0(std::int64_t dataset_size) {
-  const auto as_word = [](auto value) { return static_cast<std::int64_t>(value); };
-  const std::array<std::int64_t, 6> local = {
-      dataset_size,
-      as_word(options_.partition),
-      as_word(options_.shuffle),
-      as_word(options_.drop_last),
-      as_word(options_.balance),
-      as_word(seed_),  // bit pattern; rank 0's wins
-  };
-  std::array<std::int64_t, 6> root = local;
-  group_->broadcast(root.data(), root.size(), 0);
-  const bool same = std::equal(local.begin(), local.end() - 1, root.begin());
-  std::vector<std::int64_t> differs(static_cast<std::size_t>(replicas_));
-  const std::int64_t mine = same ? 0 : 1;
-  group_->all_gather(&mine, differs.data(), 1);
-  std::string ranks;
-  for (int r = 0; r < replicas_; ++r) {
-    if (differs[static_cast<std::size_t>(r)] != 0) {
-      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    }
-  }
-  SamplerOptions root_options = options_;
-  root_options.partition = static_cast<Partition>(root[1]);
-  root_options.shuffle = root[2] != 0;
-  root_options.drop_last = root[3] != 0;
-  root_options.balance = static_cast<ContiguousBalance>(root[4]);
-  require(ranks.empty(),
-          kWho + "ranks disagree on the dataset or the sampler options: rank 0 has " +
-              describe(root[0], root_options) + "; rank(s) " + ranks + " differ (this is rank " +
-              std::to_string(rank_) + " with " + describe(dataset_size, options_) +
-              "); every rank must pass the same values");
-  seed_ = static_cast<std::uint64_t>(root[5]);
-  options_.seed = seed_;
+void DistributedSampler::agree_with_ranks(std::int64_t dataset_size) {
+  require_same_configuration(
+      Configuration("sampler options")
+          .integer("dataset_size", dataset_size)
+          .text("partition", name_of(options_.partition))
+          .flag("shuffle", options_.shuffle)
+          .flag("drop_last", options_.drop_last)
+          .text("balance", options_.balance == ContiguousBalance::pad ? "pad" : "uneven")
+          .text("seed", std::to_string(options_.seed)),
+      *group_);
 }
 
 void DistributedSampler::validate_options() const {

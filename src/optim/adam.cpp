@@ -19,7 +19,21 @@ Adam<T>::Adam(AdamOptions options) : options_(options) {
 }
 
 template <class T>
+void Adam<T>::agree_with_ranks(ShardedModel<T>& model) {
+  require_same_settings(model,
+                        Configuration("optimizer settings")
+                            .text("optimizer", options_.decoupled_weight_decay ? "adamw" : "adam")
+                            .number("lr", options_.lr)
+                            .number("beta1", options_.beta1)
+                            .number("beta2", options_.beta2)
+                            .number("eps", options_.eps)
+                            .number("weight_decay", options_.weight_decay),
+                        agreed_);
+}
+
+template <class T>
 void Adam<T>::step(ShardedModel<T>& model) {
+  agree_with_ranks(model);
   require_grads(model, options_.decoupled_weight_decay ? "AdamW" : "Adam");
   ++steps_;
   const double t = static_cast<double>(steps_);

@@ -66,6 +66,11 @@ void Optimizer<T>::step(ShardedModel<T>& model) {
 }
 
 template <class T>
+void Optimizer<T>::agree_with_ranks(ShardedModel<T>& model) {
+  std::visit([&](auto& rule) { rule.agree_with_ranks(model); }, rule_);
+}
+
+template <class T>
 OptimizerKind Optimizer<T>::kind() const {
   if (const auto* sgd = std::get_if<Sgd<T>>(&rule_)) {
     return sgd->options().momentum > 0 ? OptimizerKind::sgd_momentum : OptimizerKind::sgd;

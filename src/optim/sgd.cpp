@@ -17,6 +17,16 @@ template void require_grads(ShardedModel<float>&, const char*);
 template void require_grads(ShardedModel<double>&, const char*);
 
 template <class T>
+void require_same_settings(ShardedModel<T>& model, const Configuration& settings, bool& agreed) {
+  if (!agreed) {
+    require_same_configuration(settings, model.group(), model.replicas());
+    agreed = true;
+  }
+}
+template void require_same_settings(ShardedModel<float>&, const Configuration&, bool&);
+template void require_same_settings(ShardedModel<double>&, const Configuration&, bool&);
+
+template <class T>
 Sgd<T>::Sgd(SgdOptions options) : options_(options) {
   require(options_.lr >= 0, "SGD lr must be >= 0, got " + std::to_string(options_.lr));
   require(options_.momentum >= 0,
@@ -28,7 +38,21 @@ Sgd<T>::Sgd(SgdOptions options) : options_(options) {
 }
 
 template <class T>
+void Sgd<T>::agree_with_ranks(ShardedModel<T>& model) {
+  require_same_settings(model,
+                        Configuration("optimizer settings")
+                            .text("optimizer", "sgd")
+                            .number("lr", options_.lr)
+                            .number("momentum", options_.momentum)
+                            .number("dampening", options_.dampening)
+                            .flag("nesterov", options_.nesterov)
+                            .number("weight_decay", options_.weight_decay),
+                        agreed_);
+}
+
+template <class T>
 void Sgd<T>::step(ShardedModel<T>& model) {
+  agree_with_ranks(model);
   require_grads(model, "SGD");
   const bool first = steps_ == 0;
   const T lr = static_cast<T>(options_.lr);

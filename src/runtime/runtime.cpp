@@ -1,8 +1,10 @@
 #include "fsdp/runtime/runtime.hpp"
-#include "fsdp/core/text.hpp"
 
 #include <algorithm>
 #include <chrono>
+
+#include "fsdp/comm/configuration_agreement.hpp"
+#include "fsdp/core/text.hpp"
 
 namespace fsdp {
 namespace {
@@ -16,6 +18,19 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 template <class T>
 Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, RuntimeOptions options)
     : model_(model), order_(std::move(order)), options_(std::move(options)) {
+  // First, so that ranks given different orders or options fail together: a rank that prefetches
+  // and one that does not would start gathers the other never matches.
+  Configuration configuration("runtime options");
+  configuration.integer("units in the execution order", static_cast<std::int64_t>(order_.size()));
+  for (std::size_t i = 0; i < order_.size(); ++i) {
+    configuration.text("execution order[" + std::to_string(i) + "]", order_[i]);
+  }
+  configuration.flag("prefetch", options_.prefetch)
+      .integer("max_gathered_units", options_.max_gathered_units)
+      .text("keep_gathered_until_backward",
+            join(std::vector<std::string>(options_.keep_gathered_until_backward.begin(),
+                                          options_.keep_gathered_until_backward.end())));
+  require_same_configuration(configuration, model_.group(), model_.replicas());
   require(options_.max_gathered_units >= 1,
           "RuntimeOptions::max_gathered_units must be >= 1, got " +
               std::to_string(options_.max_gathered_units));

@@ -1,10 +1,8 @@
 #include "fsdp/shard/plan_agreement.hpp"
 
-#include <cstring>
-#include <limits>
 #include <optional>
 
-#include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/first_disagreement.hpp"
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/core/error.hpp"
 
@@ -29,16 +27,13 @@ ShardingPlan agree_on_plan(const std::function<ShardingPlan()>& make_on_root,
   }
 
   // 3. The lowest (parameter index, rank) with a problem wins, so every rank reports the same
-  // one; its rank broadcasts the message. All ranks enter both collectives whatever happened.
-  const std::int64_t size = group.size();
-  const std::int64_t none = std::numeric_limits<std::int64_t>::max();
-  std::int64_t key = problem ? static_cast<std::int64_t>(problem->index) * size + rank : none;
-  group.all_reduce(&key, 1, ReduceOp::min);
-  if (key != none) {
-    const int culprit = static_cast<int>(key % size);
-    std::string message = rank == culprit ? problem->message : "";
-    broadcast_string(group, message, culprit);
-    throw Error("ranks disagree on the sharding plan: " + message);
+  // one. All ranks enter the same collectives whatever happened.
+  std::optional<Disagreement> mine;
+  if (problem) {
+    mine = Disagreement{problem->index, problem->message};
+  }
+  if (const std::optional<Disagreement> first = first_disagreement(group, mine)) {
+    throw Error("ranks disagree on the sharding plan: " + first->message);
   }
   // 4. The plan's world size is the same on every rank, so this check needs no collective.
   require(plan->world_size() == group.size(),

@@ -1,7 +1,11 @@
 #include "fsdp/unit/sharded_model.hpp"
-#include "fsdp/core/text.hpp"
 
 #include <algorithm>
+#include <numeric>
+
+#include "fsdp/core/text.hpp"
+#include "units_configuration.hpp"
+
 namespace fsdp {
 namespace {
 
@@ -35,6 +39,13 @@ ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan,
   // Buffers in a space the group cannot move (host memory on an NCCL group) fail here, with what
   // to do, rather than in the first collective.
   group_.require_transport_for_buffers();
+  // Every rank of the model (over the replicas too) was given the same plan and options, before
+  // anything that could fail on some ranks only: one all-reduce of a hash when they were.
+  std::vector<std::size_t> all(plan_.parameters().size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  require_same_configuration(
+      detail::units_configuration(Configuration("model"), dtype_of<T>(), plan_, all, options.unit),
+      group_, replicas());
   require(plan_.world_size() == group_.size(),
           "the plan (strategy '" + plan_.strategy() + "') was made for " +
               std::to_string(plan_.world_size()) + " ranks but the process group has " +
@@ -55,8 +66,9 @@ ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan,
     for (std::size_t i : members[unit]) {
       unit_of_parameter_[parameters[i].name] = units_.size();
     }
-    units_.push_back(std::make_unique<ShardedUnit<T>>(unit, group_, unit_plan, members[unit],
-                                                      tracker_, pool_, options.unit));
+    // The model has checked the units' configuration: they need not check it again each.
+    units_.push_back(std::unique_ptr<ShardedUnit<T>>(new ShardedUnit<T>(
+        unit, group_, unit_plan, members[unit], tracker_, pool_, options.unit, false)));
   }
   std::int64_t largest = 0;
   for (const auto& unit : units_) {

@@ -1,6 +1,7 @@
 #include "fsdp/unit/sharded_unit.hpp"
 #include "fsdp/core/half_conversion.hpp"
 #include "fsdp/core/text.hpp"
+#include "units_configuration.hpp"
 
 #include <utility>
 
@@ -126,6 +127,15 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
                             const std::vector<std::size_t>& indices,
                             std::shared_ptr<MemoryTracker> tracker,
                             std::shared_ptr<BufferPool<T>> pool, const UnitOptions& options)
+    : ShardedUnit(std::move(name), std::move(group), plan, indices, std::move(tracker),
+                  std::move(pool), options, true) {}
+
+template <class T>
+ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const ShardingPlan& plan,
+                            const std::vector<std::size_t>& indices,
+                            std::shared_ptr<MemoryTracker> tracker,
+                            std::shared_ptr<BufferPool<T>> pool, const UnitOptions& options,
+                            bool check_agreement)
     : name_(std::move(name)),
       group_(std::move(group)),
       mode_(options.mode),
@@ -134,6 +144,13 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
       reduce_dtype_(options.reduce_dtype),
       tracker_(std::move(tracker)),
       pool_(std::move(pool)) {
+  // First, so that ranks given different units fail together instead of some failing below.
+  if (check_agreement) {
+    require_same_configuration(
+        detail::units_configuration(Configuration("unit").text("name", name_), dtype_of<T>(), plan,
+                                    indices, options),
+        group_, replicas());
+  }
   require(!indices.empty(), "unit '" + name_ + "' has no parameters");
   require(plan.world_size() == group_.size(),
           "the plan was made for " + std::to_string(plan.world_size()) +

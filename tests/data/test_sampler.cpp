@@ -505,7 +505,7 @@ BOOST_AUTO_TEST_CASE(ranks_agree_through_the_group) {
   const int n_ranks = group.size();
   for (Partition partition : {Partition::strided, Partition::contiguous}) {
     SamplerOptions options = options_with(partition, true, false);
-    options.seed = 1000 + static_cast<std::uint64_t>(group.rank());  // rank 0's seed is used
+    options.seed = 1000;
     DistributedSampler sampler(group, 1001, options);
     BOOST_TEST(sampler.seed() == 1000u);
     BOOST_TEST(sampler.replicas() == n_ranks);
@@ -548,9 +548,20 @@ BOOST_AUTO_TEST_CASE(ranks_that_disagree_on_the_dataset_all_throw) {
     return;
   }
   const std::int64_t size = group.rank() == 1 ? 999 : 1000;
+  BOOST_CHECK_EXCEPTION(DistributedSampler(group, size), Error, [](const Error& error) {
+    return error.kind() == ErrorKind::mismatch &&
+           message_has({"ranks disagree on the sampler options: dataset_size is 1000 on rank 0 but "
+                        "999 on rank 1; every rank must pass the same sampler options"})(error);
+  });
+  // A seed of its own on one rank (from its clock, say) would shuffle differently there: the
+  // ranks would visit overlapping samples and miss others. The last rank's differs.
+  SamplerOptions options;
+  options.seed = group.rank() == group.size() - 1 ? 8 : 7;
+  const std::string last = std::to_string(group.size() - 1);
   BOOST_CHECK_EXCEPTION(
-      DistributedSampler(group, size), Error,
-      message_has({"ranks disagree", "rank 0 has dataset_size=1000", "rank(s) 1 differ"}));
+      DistributedSampler(group, 1000, options), Error,
+      message_has(
+          {"ranks disagree on the sampler options: seed is 7 on rank 0 but 8 on rank " + last}));
   // And a bad argument everywhere throws everywhere, after the agreement.
   BOOST_CHECK_EXCEPTION(DistributedSampler(group, 0), Error,
                         message_has({"dataset_size must be at least 1"}));

@@ -72,9 +72,10 @@ class DistributedSampler {
   // 0 <= rank < replicas.
   DistributedSampler(std::int64_t dataset_size, int replicas, int rank,
                      const SamplerOptions& options = {});
-  // replicas and rank from group; collective over group. options.seed is rank 0's; dataset_size
-  // and the other options must match rank 0's on every rank, else every rank throws fsdp::Error.
-  // set_epoch and restore then broadcast from rank 0 too (and are collective).
+  // replicas and rank from group; collective over group. dataset_size and the options (the seed
+  // too) must be the same on every rank, else every rank throws fsdp::Error (ErrorKind::mismatch)
+  // naming the first that differs ("seed is 1 on rank 0 but 2 on rank 1"). set_epoch and restore
+  // broadcast rank 0's values (and are collective).
   DistributedSampler(const ProcessGroup& group, std::int64_t dataset_size,
                      const SamplerOptions& options = {});
 
@@ -141,7 +142,7 @@ class DistributedSampler {
 
  private:
   void validate_options() const;
-  void agree_with_rank0(std::int64_t dataset_size);
+  void agree_with_ranks(std::int64_t dataset_size);
   void start_epoch(std::int64_t epoch, std::int64_t samples_consumed);
 
   std::int64_t index_unchecked(std::int64_t i) const {

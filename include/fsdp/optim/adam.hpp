@@ -37,8 +37,13 @@ class Adam {
  public:
   // Errors: lr < 0, eps <= 0, betas outside [0, 1), weight_decay < 0.
   explicit Adam(AdamOptions options);
-  // Error (before anything changes) when a unit has no reduce-scattered gradients.
+  // Error (before anything changes) when a unit has no reduce-scattered gradients. The first
+  // step is collective over the model's ranks: they check that each was given the same options.
   void step(ShardedModel<T>& model);
+  // Collective over the model's group and replicas: every rank's rule (Adam or AdamW) and options
+  // are the same, else every rank throws fsdp::Error (ErrorKind::mismatch) naming the first that
+  // differs. The first step() calls it; call it earlier to fail before training. Checks once.
+  void agree_with_ranks(ShardedModel<T>& model);
   std::int64_t step_count() const { return steps_; }
   // Resuming from a checkpoint: the steps already taken (>= 0), which the rule's next step
   // continues from (bias correction, the first momentum step).
@@ -48,6 +53,7 @@ class Adam {
  private:
   AdamOptions options_;
   std::int64_t steps_ = 0;
+  bool agreed_ = false;
 };
 
 extern template class Adam<float>;

@@ -34,8 +34,11 @@ class Optimizer {
   // Errors: a name not in optimizer_names() (ErrorKind::usage, listing them); settings
   // the rule refuses (its constructor's errors).
   Optimizer(const std::string& name, const OptimizerSettings& settings);
-  // The rule's step (Sgd<T>::step, Adam<T>::step).
+  // The rule's step (Sgd<T>::step, Adam<T>::step); the first is collective (agree_with_ranks).
   void step(ShardedModel<T>& model);
+  // The rule's agree_with_ranks: collective over the model's ranks, which must all have been given
+  // the same name and settings, else every rank throws fsdp::Error naming the first that differs.
+  void agree_with_ranks(ShardedModel<T>& model);
   const std::string& name() const { return name_; }
   const OptimizerSettings& settings() const { return settings_; }
   // Steps taken; set_step_count resumes from a checkpoint (>= 0).

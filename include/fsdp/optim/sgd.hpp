@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "fsdp/comm/configuration_agreement.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 
 namespace fsdp {
@@ -26,8 +27,13 @@ class Sgd {
   // Errors: lr < 0, momentum < 0, weight_decay < 0, nesterov without momentum or with dampening.
   explicit Sgd(SgdOptions options);
   // Updates every piece from its gradient piece. Error (before anything changes) when a unit has
-  // no reduce-scattered gradients since the last zero_grad.
+  // no reduce-scattered gradients since the last zero_grad. The first step is collective over
+  // the model's ranks: they check that each was given the same options (agree_with_ranks).
   void step(ShardedModel<T>& model);
+  // Collective over the model's group and replicas: every rank's rule and options are the same,
+  // else every rank throws fsdp::Error (ErrorKind::mismatch) naming the first that differs. The
+  // first step() calls it; call it earlier to fail before training starts. Checks once.
+  void agree_with_ranks(ShardedModel<T>& model);
   std::int64_t step_count() const { return steps_; }
   // Resuming from a checkpoint: the steps already taken (>= 0), which the rule's next step
   // continues from (bias correction, the first momentum step).
@@ -37,6 +43,7 @@ class Sgd {
  private:
   SgdOptions options_;
   std::int64_t steps_ = 0;
+  bool agreed_ = false;
 };
 
 extern template class Sgd<float>;
@@ -45,5 +52,11 @@ extern template class Sgd<double>;
 // Throws Error naming the first unit without gradients; used by every optimizer's step().
 template <class T>
 void require_grads(ShardedModel<T>& model, const char* optimizer);
+
+// Collective over the model's group and replicas: every rank passed the same optimizer settings
+// (configuration_agreement.hpp), once per optimizer (agreed is its flag); used by every
+// optimizer's agree_with_ranks().
+template <class T>
+void require_same_settings(ShardedModel<T>& model, const Configuration& settings, bool& agreed);
 
 }  // namespace fsdp

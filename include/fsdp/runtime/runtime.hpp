@@ -42,7 +42,9 @@ template <class T>
 class Runtime {
  public:
   // order: every unit of the model exactly once, in forward execution order (backward runs it in
-  // reverse). Errors name unknown, repeated and missing units.
+  // reverse). Errors name unknown, repeated and missing units. Collective over the model's group
+  // and replicas: every rank must pass the same order and options, else every rank throws
+  // fsdp::Error (ErrorKind::mismatch) naming the first that differs.
   Runtime(ShardedModel<T>& model, std::vector<std::string> order, RuntimeOptions options = {});
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

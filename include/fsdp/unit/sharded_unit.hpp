@@ -49,6 +49,9 @@ struct UnitOptions {
   DType reduce_dtype = DType::f32;
 };
 
+template <class T>
+class ShardedModel;
+
 // Communication is batched per unit, never one collective per small parameter: one all_gather for
 // all its small sharded parameters (each rank's pieces packed in one flat buffer), one all_gather
 // per large sharded parameter (into place, no copy), one broadcast per owner of its whole
@@ -61,6 +64,9 @@ class ShardedUnit {
 
   // The parameters plan.parameters()[i] for i in indices, all of unit `name`.
   // Gathered buffers come from pool (shared by the units of a model) and go back to it.
+  // Collective over group (and options.replicas): every rank must pass the same name, plan
+  // entries and options, else every rank throws fsdp::Error (ErrorKind::mismatch) naming the
+  // first that differs (fsdp/comm/configuration_agreement.hpp).
   ShardedUnit(std::string name, ProcessGroup group, const ShardingPlan& plan,
               const std::vector<std::size_t>& indices, std::shared_ptr<MemoryTracker> tracker,
               std::shared_ptr<BufferPool<T>> pool, const UnitOptions& options = {});
@@ -124,6 +130,11 @@ class ShardedUnit {
 
  private:
   friend class ShardedParameter<T>;
+  friend class ShardedModel<T>;  // makes its units without a check each (it checked them all)
+  ShardedUnit(std::string name, ProcessGroup group, const ShardingPlan& plan,
+              const std::vector<std::size_t>& indices, std::shared_ptr<MemoryTracker> tracker,
+              std::shared_ptr<BufferPool<T>> pool, const UnitOptions& options,
+              bool check_agreement);
   struct OwnerBuffers {       // of the whole parameters of one owner rank (UnitLayout::owners)
     TrackedView<T> storage;   // the owner's persistent copy
     TrackedView<T> gathered;  // everyone else's copy while gathered

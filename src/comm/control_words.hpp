@@ -1,0 +1,20 @@
+// Small control messages (flags, lengths, hashes, text) between the ranks of a ProcessGroup, on
+// any backend: host memory where the backend moves host memory (MPI; no Kokkos needed), a View in
+// fsdp::MemorySpace where it moves device memory only (NCCL). Agreement checks, on_root and
+// raise_on_every_rank run on the same groups as the model, so they must travel where it does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "fsdp/comm/process_group.hpp"
+
+namespace fsdp::detail {
+
+// Collective over group: words[0..count) reduced element-wise with op, in place, on every rank.
+void all_reduce_words(ProcessGroup& group, std::int64_t* words, std::size_t count, ReduceOp op);
+// Collective over group: root's words[0..count) replace the others'.
+void broadcast_words(ProcessGroup& group, std::int64_t* words, std::size_t count, int root);
+
+}  // namespace fsdp::detail
