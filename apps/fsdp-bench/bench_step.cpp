@@ -477,8 +477,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
         static_cast<double>(shape.parameter_count()) * 4 / 1e6,
         static_cast<long long>(options.local_batch),
         fsdp_apps::count_of(options.steps, "step").c_str(), rows[baseline].name.c_str());
-    std::printf("%-32s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s
-", "mode", "prec",
+    std::printf("%-32s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s\n", "mode", "prec",
                 "step (ms)", "/no_shard", "1 rank/it", "peak MB", "/no_shard", "state MB",
                 "state form", "RSS+ MB", "sent MB", "formula MB", "sent/form", "exact", "wait ms");
   }
