@@ -11,6 +11,7 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
+#include "fsdp/io/hdf5_storage.hpp"
 #include "fsdp/io/publish_file.hpp"
 
 namespace fsdp_train {
@@ -88,58 +89,6 @@ OpenDataset open_dataset(const fsdp::hdf5::Checker& h5, hid_t file, const std::s
   h5.check_status(H5Sget_simple_extent_dims(space.get(), opened.extents.data(), nullptr),
                   "H5Sget_simple_extent_dims", object);
   return opened;
-}
-
-// The values must be in the file, all of them. HDF5 reads elements that were never written as
-// the fill value (zeros): a file whose writer stopped half way would be trained on. Values kept
-// outside the file (external raw files, a virtual dataset's source files) can be anything of any
-// size, a device or a FIFO, and a missing source reads as fill values too.
-void require_stored_in_file(const fsdp::hdf5::Checker& h5, hid_t dataset, const std::string& name,
-                            const char* what) {
-  const std::string object = "dataset '" + name + "'";
-  const std::string named = object + " in '" + h5.path() + "' (" + what + ")";
-  Handle creation(h5.check(H5Dget_create_plist(dataset), "H5Dget_create_plist", object), H5Pclose);
-  const H5D_layout_t layout = H5Pget_layout(creation.get());
-  h5.check_status(layout < 0 ? -1 : 0, "H5Pget_layout", object);
-  const int external_files = H5Pget_external_count(creation.get());
-  h5.check_status(external_files, "H5Pget_external_count", object);
-  if (layout == H5D_VIRTUAL || external_files > 0) {
-    throw fsdp::Error(named + " keeps its values outside the file (" +
-                      (layout == H5D_VIRTUAL ? "a virtual dataset" : "external storage") +
-                      "); fsdp-train reads values stored in the file itself: copy them into it");
-  }
-  // Contiguous and compact storage is there whole or not at all; chunked storage chunk by chunk,
-  // so every chunk of the extent must be in the file (HDF5's space status compares bytes, which
-  // compression makes fewer).
-  bool complete = false;
-  if (layout == H5D_CHUNKED) {
-    Handle space(h5.check(H5Dget_space(dataset), "H5Dget_space", object), H5Sclose);
-    hsize_t extents[H5S_MAX_RANK] = {};
-    hsize_t chunk[H5S_MAX_RANK] = {};
-    const int rank = H5Sget_simple_extent_dims(space.get(), extents, nullptr);
-    h5.check_status(rank, "H5Sget_simple_extent_dims", object);
-    h5.check_status(H5Pget_chunk(creation.get(), H5S_MAX_RANK, chunk), "H5Pget_chunk", object);
-    hsize_t expected = 1;
-    bool countable = true;
-    for (int d = 0; d < rank; ++d) {
-      const hsize_t along = extents[d] / chunk[d] + (extents[d] % chunk[d] != 0 ? 1 : 0);
-      countable = countable && (along == 0 || expected <= UINT64_MAX / along);
-      expected *= along;
-    }
-    hsize_t stored = 0;
-    h5.check_status(H5Dget_num_chunks(dataset, space.get(), &stored), "H5Dget_num_chunks", object);
-    complete = countable && stored == expected;
-  } else {
-    H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
-    h5.check_status(H5Dget_space_status(dataset, &status), "H5Dget_space_status", object);
-    complete = status == H5D_SPACE_STATUS_ALLOCATED;
-  }
-  if (!complete) {
-    throw fsdp::Error(named +
-                      " was not completely written: the file does not hold all of its values, "
-                      "and HDF5 would read the missing ones as fill values (did the program "
-                      "writing it stop half way?)");
-  }
 }
 
 // Writes one dataset of `rank` dimensions (extents) stored as file_type from memory of
@@ -250,8 +199,10 @@ Dataset read_hdf5(const std::string& path, const std::string& features, const st
                       ", " + std::to_string(fx[1]) + "]: reading it would take " + sizes +
                       " of memory");
   }
-  require_stored_in_file(h5, feature_set.dataset.get(), features, "features, --features");
-  require_stored_in_file(h5, label_set.dataset.get(), labels, "labels, --labels");
+  fsdp::hdf5::require_stored_in_file(h5, feature_set.dataset.get(),
+                                     "dataset '" + features + "' (features, --features)");
+  fsdp::hdf5::require_stored_in_file(h5, label_set.dataset.get(),
+                                     "dataset '" + labels + "' (labels, --labels)");
   Dataset data;
   data.samples = static_cast<std::int64_t>(fx[0]);
   data.dim = static_cast<std::int64_t>(fx[1]);
