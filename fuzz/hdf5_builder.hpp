@@ -248,7 +248,10 @@ inline BuiltDataset build_dataset(FuzzInput& in, hid_t parent, const std::string
   std::vector<hsize_t> chunk;
   if (chunked) {
     for (hsize_t d : out.dims) {
-      const hsize_t c = static_cast<hsize_t>(in.number(1, 8));
+      // At most 8 chunks along a written dimension: libhdf5 needs memory per chunk it writes
+      // (a million chunks of one byte took gigabytes).
+      const hsize_t fewest = within_budget ? (d + 7) / 8 : 1;
+      const hsize_t c = std::max(static_cast<hsize_t>(in.number(1, 8)), fewest);
       chunk.push_back(unlimited || d == 0 ? c : std::min(c, d));
     }
     built_status(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()));
