@@ -2,7 +2,8 @@
 file(GLOB_RECURSE sources RELATIVE "${SOURCE_DIR}"
      "${SOURCE_DIR}/include/*.hpp" "${SOURCE_DIR}/include/*.h" "${SOURCE_DIR}/src/*.cpp"
      "${SOURCE_DIR}/src/*.hpp" "${SOURCE_DIR}/apps/*.cpp" "${SOURCE_DIR}/apps/*.hpp"
-     "${SOURCE_DIR}/tests/*.cpp" "${SOURCE_DIR}/tests/*.hpp" "${SOURCE_DIR}/tests/*.c")
+     "${SOURCE_DIR}/tests/*.cpp" "${SOURCE_DIR}/tests/*.hpp" "${SOURCE_DIR}/tests/*.c"
+     "${SOURCE_DIR}/fuzz/*.cpp" "${SOURCE_DIR}/fuzz/*.hpp")
 set(bad "")
 foreach(source IN LISTS sources)
   execute_process(COMMAND "${CLANG_FORMAT}" --dry-run --Werror "${SOURCE_DIR}/${source}"

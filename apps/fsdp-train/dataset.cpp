@@ -11,6 +11,7 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
+#include "fsdp/io/hdf5_storage.hpp"
 #include "fsdp/io/publish_file.hpp"
 
 namespace fsdp_train {
@@ -49,10 +50,15 @@ std::string names_in(const fsdp::hdf5::Checker& h5, hid_t file) {
   return "the file has " + fsdp::join(names);
 }
 
-// Opens dataset `name`, checks its rank and type class, returns its extents.
-std::vector<hsize_t> open_dataset(const fsdp::hdf5::Checker& h5, hid_t file,
-                                  const std::string& name, int rank, H5T_class_t type_class,
-                                  const char* what, hid_t* dataset_out) {
+struct OpenDataset {
+  Handle dataset;
+  std::vector<hsize_t> extents;
+};
+
+// Opens dataset `name` and checks its rank and type class. The dataset is closed on every path,
+// a refusal included: one left open keeps the file open until HDF5's exit handler.
+OpenDataset open_dataset(const fsdp::hdf5::Checker& h5, hid_t file, const std::string& name,
+                         int rank, H5T_class_t type_class, const char* what) {
   const htri_t exists = H5Lexists(file, name.c_str(), H5P_DEFAULT);
   h5.check_status(exists, "H5Lexists", "'" + name + "'");
   if (exists == 0) {
@@ -60,8 +66,10 @@ std::vector<hsize_t> open_dataset(const fsdp::hdf5::Checker& h5, hid_t file,
                       names_in(h5, file));
   }
   const std::string object = "dataset '" + name + "'";
-  const hid_t dataset = h5.check(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "H5Dopen2", object);
-  *dataset_out = dataset;
+  OpenDataset opened{
+      Handle(h5.check(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "H5Dopen2", object), H5Dclose),
+      {}};
+  const hid_t dataset = opened.dataset.get();
   Handle type(h5.check(H5Dget_type(dataset), "H5Dget_type", object), H5Tclose);
   const H5T_class_t stored = H5Tget_class(type.get());
   h5.check_status(stored == H5T_NO_CLASS ? -1 : 0, "H5Tget_class", object);
@@ -77,10 +85,10 @@ std::vector<hsize_t> open_dataset(const fsdp::hdf5::Checker& h5, hid_t file,
                       std::to_string(dims) + " dimensions; it must have " + std::to_string(rank) +
                       (rank == 2 ? " ([samples, features])" : " ([samples])"));
   }
-  std::vector<hsize_t> extents(static_cast<std::size_t>(rank));
-  h5.check_status(H5Sget_simple_extent_dims(space.get(), extents.data(), nullptr),
+  opened.extents.resize(static_cast<std::size_t>(rank));
+  h5.check_status(H5Sget_simple_extent_dims(space.get(), opened.extents.data(), nullptr),
                   "H5Sget_simple_extent_dims", object);
-  return extents;
+  return opened;
 }
 
 // Writes one dataset of `rank` dimensions (extents) stored as file_type from memory of
@@ -160,11 +168,12 @@ Dataset read_hdf5(const std::string& path, const std::string& features, const st
   }
   Handle file(h5.check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen", "the file"),
               H5Fclose);
-  hid_t id = -1;
-  const auto fx = open_dataset(h5, file.get(), features, 2, H5T_FLOAT, "features, --features", &id);
-  Handle feature_set(id, H5Dclose);
-  const auto lx = open_dataset(h5, file.get(), labels, 1, H5T_INTEGER, "labels, --labels", &id);
-  Handle label_set(id, H5Dclose);
+  const OpenDataset feature_set =
+      open_dataset(h5, file.get(), features, 2, H5T_FLOAT, "features, --features");
+  const OpenDataset label_set =
+      open_dataset(h5, file.get(), labels, 1, H5T_INTEGER, "labels, --labels");
+  const std::vector<hsize_t>& fx = feature_set.extents;
+  const std::vector<hsize_t>& lx = label_set.extents;
   if (fx[0] != lx[0]) {
     throw fsdp::Error("shape mismatch in '" + path + "': features '" + features + "' has " +
                       std::to_string(fx[0]) + " samples (rows) but labels '" + labels + "' has " +
@@ -190,17 +199,21 @@ Dataset read_hdf5(const std::string& path, const std::string& features, const st
                       ", " + std::to_string(fx[1]) + "]: reading it would take " + sizes +
                       " of memory");
   }
+  fsdp::hdf5::require_stored_in_file(h5, feature_set.dataset.get(),
+                                     "dataset '" + features + "' (features, --features)");
+  fsdp::hdf5::require_stored_in_file(h5, label_set.dataset.get(),
+                                     "dataset '" + labels + "' (labels, --labels)");
   Dataset data;
   data.samples = static_cast<std::int64_t>(fx[0]);
   data.dim = static_cast<std::int64_t>(fx[1]);
   data.features.resize(static_cast<std::size_t>(data.samples * data.dim));
   data.labels.resize(static_cast<std::size_t>(data.samples));
-  h5.check_status(H5Dread(feature_set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                          data.features.data()),
+  h5.check_status(H5Dread(feature_set.dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
+                          H5P_DEFAULT, data.features.data()),
                   "H5Dread", "dataset '" + features + "'");
-  h5.check_status(
-      H5Dread(label_set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.labels.data()),
-      "H5Dread", "dataset '" + labels + "'");
+  h5.check_status(H5Dread(label_set.dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                          data.labels.data()),
+                  "H5Dread", "dataset '" + labels + "'");
   std::int64_t largest = 0;
   for (std::size_t i = 0; i < data.labels.size(); ++i) {
     if (data.labels[i] < 0 || data.labels[i] >= kMaxClasses) {

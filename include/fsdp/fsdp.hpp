@@ -50,6 +50,8 @@
 #include "fsdp/io/tensor_checksum.hpp"
 // left out: fsdp/io/hdf5_handle.hpp (RAII for HDF5's C API) includes <hdf5.h>; include it
 // yourself, and find and link HDF5 yourself (a shared libfsdp keeps HDF5 private)
+// left out: fsdp/io/hdf5_storage.hpp (are a dataset's values all in its file) includes <hdf5.h>,
+// as hdf5_handle.hpp does
 
 // unit: sharded units and models
 #include "fsdp/unit/buffer_pool.hpp"

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -32,6 +33,7 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
+#include "fsdp/io/hdf5_storage.hpp"
 #include "fsdp/io/publish_file.hpp"
 #include "fsdp/io/row_major_boxes.hpp"
 #include "fsdp/io/tensor_checksum.hpp"
@@ -136,6 +138,14 @@ std::vector<std::int64_t> dataset_shape(const hdf5::Checker& file, hid_t dataset
   if (rank > 0) {
     file.check_status(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr),
                       "H5Sget_simple_extent_dims", what);
+  }
+  // libhdf5 1.10 refuses to open a dataset this large; a tensor's extent is an int64 anyway.
+  for (hsize_t extent : dims) {
+    if (extent > static_cast<hsize_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw Error(ErrorKind::io, file.file() + ": " + what + " has an extent of " +
+                                     std::to_string(extent) +
+                                     ", more than any tensor's (2^63 - 1 at most)");
+    }
   }
   return std::vector<std::int64_t>(dims.begin(), dims.end());
 }
@@ -946,8 +956,15 @@ void for_each_tensor(const std::string& path, const std::string& prefix, Fn&& fn
     Handle dataset(
         file.check(H5Dopen2(handle.get(), tensor.name.c_str(), H5P_DEFAULT), "H5Dopen2", what),
         H5Dclose);
+    // What the file declares is allocated only when the file holds it (a few bytes declared
+    // 2^32 fp64 elements, 32 GiB; found by fuzz_checkpoint_structured).
+    hdf5::require_stored_in_file(file, dataset.get(), what);
     std::int64_t numel = 1;
     for (std::int64_t extent : tensor.shape) {
+      if (extent != 0 && numel > std::numeric_limits<std::int64_t>::max() / extent) {
+        throw Error(ErrorKind::io, file.file() + ": " + what + " has shape " +
+                                       shape_text(tensor.shape) + ": more elements than 2^63");
+      }
       numel *= extent;
     }
     if (tensor.dtype == "fp32") {

@@ -84,7 +84,21 @@ std::string read_string_attribute(const Checker& file, hid_t object, const char*
   if (H5Tget_class(stored.get()) != H5T_STRING || variable == 0) {
     throw Error(ErrorKind::io, file.file() + ": " + what + " is not a variable-length string");
   }
+  // One string: H5Aread writes a pointer per element, and there is room for one (two strings
+  // overflowed the stack; found by fuzz_checkpoint_structured).
+  Handle space(file.check(H5Aget_space(attribute.get()), "H5Aget_space", what), H5Sclose);
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  file.check_status(points < 0 ? -1 : 0, "H5Sget_simple_extent_npoints", what);
+  if (points != 1) {
+    throw Error(ErrorKind::io, file.file() + ": " + what + " should hold one string, it holds " +
+                                   std::to_string(points));
+  }
+  // Read in the stored character set: libhdf5 converts ASCII to UTF-8 or refuses to, depending on
+  // which conversions the process made before.
+  const H5T_cset_t cset = H5Tget_cset(stored.get());
+  file.check_status(cset < 0 ? -1 : 0, "H5Tget_cset", what);
   Handle type = string_type(file);
+  file.check_status(H5Tset_cset(type.get(), cset), "H5Tset_cset", what);
   char* text = nullptr;
   file.check_status(H5Aread(attribute.get(), type.get(), &text), "H5Aread", what);
   std::string value = text ? text : "";

@@ -145,32 +145,35 @@ TransformerConfig transformer_config_from_json(const std::string& text, const st
   for (const auto& item : document.items()) {
     const std::string& key = item.key();
     const nlohmann::json& value = item.value();
-    const auto integer = [&]() {
-      require(value.is_number_integer(), where + ": \"" + key + "\" must be an integer");
-      return value.get<std::int64_t>();
-    };
+    // Whole numbers of the field's type (4294967298 layers were 2, 3.5 was refused by no rule);
+    // transformer_parameters checks the ranges.
+    const std::string field = where + ": \"" + key + "\"";
     if (key == "family") {
       continue;
     } else if (key == "layers") {
-      config.layers = static_cast<int>(integer());
+      config.layers = json_integer<int>(value, field);
     } else if (key == "hidden") {
-      config.hidden = integer();
+      config.hidden = json_integer<std::int64_t>(value, field);
     } else if (key == "heads") {
-      config.heads = static_cast<int>(integer());
+      config.heads = json_integer<int>(value, field);
     } else if (key == "vocab") {
-      config.vocab = integer();
+      config.vocab = json_integer<std::int64_t>(value, field);
     } else if (key == "max_positions") {
-      config.max_positions = integer();
+      config.max_positions = json_integer<std::int64_t>(value, field);
     } else if (key == "kv_heads") {
-      config.kv_heads = static_cast<int>(integer());
+      config.kv_heads = json_integer<int>(value, field);
     } else if (key == "intermediate") {
-      config.intermediate = integer();
+      config.intermediate = json_integer<std::int64_t>(value, field);
     } else if (key == "tie_embeddings") {
-      require(value.is_boolean(), where + ": \"tie_embeddings\" must be true or false");
+      require(value.is_boolean(), field + " must be true or false");
       config.tie_embeddings = value.get<bool>();
     } else if (key == "dtype") {
-      require(value.is_string(), where + ": \"dtype\" must be a string such as \"bf16\"");
-      config.dtype = parse_dtype(value.get<std::string>());
+      require(value.is_string(), field + " must be a string such as \"bf16\"");
+      try {
+        config.dtype = parse_dtype(value.get<std::string>());
+      } catch (const Error& error) {
+        throw Error(field + ": " + message_of(error));
+      }
     } else {
       throw Error(where + ": unknown field \"" + key +
                   "\"; the fields are family, layers, hidden, heads, vocab, max_positions, "
@@ -182,9 +185,23 @@ TransformerConfig transformer_config_from_json(const std::string& text, const st
 
 std::vector<ParameterInfo> transformer_parameters(const TransformerConfig& c) {
   const std::string what = std::string(name_of(c.family)) + " preset: ";
-  require(c.layers >= 1, what + "layers must be >= 1, got " + std::to_string(c.layers));
-  require(c.hidden >= 1 && c.heads >= 1 && c.vocab >= 1,
-          what + "hidden, heads and vocab must be >= 1");
+  // Far beyond any real transformer, and small enough that the list stays small (12 parameters a
+  // layer: 2,000,000,000 layers filled all memory) and that no size computed here (at most
+  // 8 * hidden) overflows; each parameter's element count is checked where it is used.
+  constexpr std::int64_t kMostLayers = std::int64_t{1} << 16;
+  constexpr std::int64_t kMostWidth = std::int64_t{1} << 40;
+  const auto in_range = [&](const char* name, std::int64_t value, std::int64_t lo, std::int64_t hi,
+                            const char* zero) {
+    require(value >= lo && value <= hi, what + name + " must be from " + std::to_string(lo) +
+                                            " to " + std::to_string(hi) + zero + ", got " +
+                                            std::to_string(value));
+  };
+  in_range("layers", c.layers, 1, kMostLayers, "");
+  in_range("hidden", c.hidden, 1, kMostWidth, "");
+  in_range("heads", c.heads, 1, kMostWidth, "");
+  in_range("vocab", c.vocab, 1, kMostWidth, "");
+  in_range("intermediate", c.intermediate, 0, kMostWidth, " (0: the family's default)");
+  in_range("kv_heads", c.kv_heads, 0, c.heads, " (0: heads)");
   require(c.hidden % c.heads == 0, what + "hidden (" + std::to_string(c.hidden) +
                                        ") must be a multiple of heads (" + std::to_string(c.heads) +
                                        ")");
@@ -196,7 +213,7 @@ std::vector<ParameterInfo> transformer_parameters(const TransformerConfig& c) {
   const std::int64_t h = c.hidden;
   if (c.family == TransformerFamily::gpt2) {
     const std::int64_t inner = c.intermediate > 0 ? c.intermediate : 4 * h;
-    require(c.max_positions >= 1, what + "max_positions must be >= 1");
+    in_range("max_positions", c.max_positions, 1, kMostWidth, "");
     add("transformer.wte.weight", {c.vocab, h}, "embeddings");
     add("transformer.wpe.weight", {c.max_positions, h}, "embeddings");
     for (int i = 0; i < c.layers; ++i) {

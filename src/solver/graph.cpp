@@ -250,20 +250,20 @@ Graph Graph::from_json(const std::string& text) {
         decl.inputs = item["inputs"].get<std::vector<std::string>>();
       }
       if (item.contains("shape")) {
-        decl.shape = item["shape"].get<std::vector<std::int64_t>>();
+        decl.shape = json_integers<std::int64_t>(item["shape"], "\"shape\"");
       }
       if (item.contains("dtype")) {
         decl.dtype = parse_dtype(item["dtype"].get<std::string>());
       }
       if (item.contains("axes")) {
-        decl.axes = item["axes"].get<std::vector<int>>();
+        decl.axes = json_integers<int>(item["axes"], "\"axes\"");
       }
       if (item.contains("axis")) {
-        decl.axes = {item["axis"].get<int>()};
+        decl.axes = {json_integer<int>(item["axis"], "\"axis\"")};
       }
       const char* perm = item.contains("permutation") ? "permutation" : "perm";
       if (item.contains(perm)) {
-        decl.permutation = item[perm].get<std::vector<int>>();
+        decl.permutation = json_integers<int>(item[perm], std::string("\"") + perm + "\"");
       }
       const char* keep = item.contains("keep_dims") ? "keep_dims" : "keepdims";
       if (item.contains(keep)) {
@@ -277,7 +277,7 @@ Graph Graph::from_json(const std::string& text) {
                   "permutation: lists of integers, dtype/sharding: strings, keep_dims: bool): " +
                   error.what());
     } catch (const Error& error) {
-      throw Error(named + ": " + error.what());
+      throw Error(named + ": " + message_of(error));
     }
     decls.push_back(std::move(decl));
   }

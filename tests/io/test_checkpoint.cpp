@@ -484,6 +484,77 @@ BOOST_AUTO_TEST_CASE(files_that_are_not_checkpoints_say_so) {
                         error_of(ErrorKind::io, "has format version 2"));
 }
 
+// Found by fuzz_checkpoint_structured: a string attribute of two strings overflowed the stack
+// (H5Aread wrote two pointers where there was room for one). Checkpoints written by other tools
+// may use ASCII strings: they read the same in any process.
+BOOST_AUTO_TEST_CASE(string_attributes_hold_one_string_in_either_character_set) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("strings.h5");
+  {
+    auto model = make_model<double>(world(), "full");
+    save_checkpoint<double>(path, model, nullptr, CheckpointState{});
+  }
+  if (world().rank() != 0) {
+    return;  // ~ScratchDirectory waits for rank 0
+  }
+  const auto rewrite = [&](const char* name, H5T_cset_t cset, std::vector<const char*> texts) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    BOOST_REQUIRE(file >= 0);
+    BOOST_REQUIRE(H5Adelete(file, name) >= 0);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    BOOST_REQUIRE(H5Tset_size(type, H5T_VARIABLE) >= 0);
+    BOOST_REQUIRE(H5Tset_cset(type, cset) >= 0);
+    const hsize_t count = texts.size();
+    const hid_t space = H5Screate_simple(1, &count, nullptr);
+    const hid_t attribute = H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    BOOST_REQUIRE(attribute >= 0);
+    BOOST_REQUIRE(H5Awrite(attribute, type, texts.data()) >= 0);
+    BOOST_REQUIRE(H5Aclose(attribute) >= 0 && H5Sclose(space) >= 0 && H5Tclose(type) >= 0);
+    BOOST_REQUIRE(H5Fclose(file) >= 0);
+  };
+  rewrite("library_version", H5T_CSET_ASCII, {"0.0.1"});
+  BOOST_TEST(read_checkpoint_header(path).library_version == "0.0.1");
+  rewrite("library_version", H5T_CSET_UTF8, {"0.0.1", "0.0.2"});
+  BOOST_CHECK_EXCEPTION(read_checkpoint_header(path), Error,
+                        error_of(ErrorKind::io,
+                                 "attribute library_version should hold one "
+                                 "string, it holds 2"));
+}
+
+// Found by fuzz_checkpoint_structured: verify_checkpoint allocated what a tensor's shape
+// declared (a few bytes declared 32 GiB) before reading it.
+BOOST_AUTO_TEST_CASE(declared_tensors_must_be_stored) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("declared.h5");
+  {
+    auto model = make_model<double>(world(), "full");
+    save_checkpoint<double>(path, model, nullptr, CheckpointState{});
+  }
+  if (world().rank() != 0) {
+    return;  // ~ScratchDirectory waits for rank 0
+  }
+  // model/l1.w replaced by a chunked dataset of `extents` that was never written.
+  const auto declare = [&](std::vector<hsize_t> extents, std::vector<hsize_t> chunk) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    BOOST_REQUIRE(file >= 0);
+    BOOST_REQUIRE(H5Ldelete(file, "model/l1.w", H5P_DEFAULT) >= 0);
+    const int rank = static_cast<int>(extents.size());
+    const hid_t space = H5Screate_simple(rank, extents.data(), nullptr);
+    const hid_t creation = H5Pcreate(H5P_DATASET_CREATE);
+    BOOST_REQUIRE(H5Pset_chunk(creation, rank, chunk.data()) >= 0);
+    const hid_t dataset =
+        H5Dcreate2(file, "model/l1.w", H5T_IEEE_F64LE, space, H5P_DEFAULT, creation, H5P_DEFAULT);
+    BOOST_REQUIRE(dataset >= 0);
+    BOOST_REQUIRE(H5Dclose(dataset) >= 0 && H5Pclose(creation) >= 0 && H5Sclose(space) >= 0);
+    BOOST_REQUIRE(H5Fclose(file) >= 0);
+  };
+  declare({hsize_t{1} << 20, hsize_t{1} << 20}, {1024, 1024});  // 8 TiB
+  BOOST_TEST(read_checkpoint_header(path).tensors.size() == parameters().size());
+  BOOST_CHECK_EXCEPTION(verify_checkpoint(path), Error,
+                        error_of(ErrorKind::io, "dataset model/l1.w in checkpoint '" + path +
+                                                    "' was not completely written"));
+}
+
 BOOST_AUTO_TEST_CASE(saving_where_nothing_can_be_written_fails_on_every_rank) {
   auto model = make_model<double>(world(), "full");
   BOOST_CHECK_EXCEPTION(

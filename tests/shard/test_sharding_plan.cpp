@@ -381,3 +381,33 @@ BOOST_AUTO_TEST_CASE(transformer_presets_have_the_published_sizes) {
   BOOST_CHECK_EXCEPTION(transformer_config_from_json(R"({"family": "llama", "layyers": 2})", "c"),
                         Error, (MessageHas{{"unknown field \"layyers\""}}));
 }
+
+// fuzz_model reports each of these before the fix (inputs in fuzz/corpus/model/regressions):
+// 4294967298 layers were read as 2, 2,000,000,000 layers filled all memory, a hidden size of 2^62
+// overflowed 4 * hidden (undefined behaviour).
+BOOST_AUTO_TEST_CASE(transformer_configs_are_whole_numbers_in_range) {
+  const auto config = [](const std::string& fields) {
+    return transformer_config_from_json("{\"family\": \"gpt2\", " + fields + "}", "c.json");
+  };
+  BOOST_CHECK_EXCEPTION(config(R"("layers": 4294967298)"), Error,
+                        (MessageHas{{"c.json: \"layers\" must be an integer from -2147483648 to "
+                                     "2147483647, not 4294967298"}}));
+  BOOST_CHECK_EXCEPTION(config(R"("hidden": 2.5)"), Error,
+                        (MessageHas{{"c.json: \"hidden\" must be an integer", "not 2.5"}}));
+  BOOST_CHECK_EXCEPTION(config(R"("dtype": "fp7")"), Error,
+                        (MessageHas{{"c.json: \"dtype\": unknown dtype 'fp7'"}}));
+  BOOST_CHECK_EXCEPTION(
+      transformer_parameters(config(R"("layers": 2000000000)")), Error,
+      (MessageHas{{"gpt2 preset: layers must be from 1 to 65536, got 2000000000"}}));
+  BOOST_CHECK_EXCEPTION(
+      transformer_parameters(config(R"("hidden": 4611686018427387904, "heads": 1)")), Error,
+      (MessageHas{{"hidden must be from 1 to 1099511627776, got 4611686018427387904"}}));
+  BOOST_CHECK_EXCEPTION(
+      transformer_parameters(config(R"("intermediate": -1)")), Error,
+      (MessageHas{
+          {"intermediate must be from 0 to 1099511627776 (0: the family's default), got -1"}}));
+  BOOST_CHECK_EXCEPTION(transformer_parameters(config(R"("kv_heads": 13)")), Error,
+                        (MessageHas{{"kv_heads must be from 0 to 12 (0: heads), got 13"}}));
+  BOOST_TEST(transformer_parameters(config(R"("layers": 65536, "hidden": 8, "heads": 2)")).size() ==
+             2u + 65536u * 12u + 2u);
+}

@@ -462,3 +462,27 @@ BOOST_AUTO_TEST_CASE(malformed_graphs_name_the_node) {
       },
       {"'x'", "pinned sharding [S,R]", "not possible"});
 }
+
+// Sizes, axes and permutations are integers in range: 1e300 was cast to int (undefined
+// behaviour, found by fuzz_graph), 3.7 truncated to 3 and 2^64 - 1 read as -1.
+BOOST_AUTO_TEST_CASE(graph_numbers_are_integers_in_range) {
+  const auto parse = [](const std::string& nodes) {
+    return [nodes] { Graph::from_json("{\"nodes\": [" + nodes + "]}"); };
+  };
+  const std::string x = R"({"id": "x", "op": "input", "shape": [2, 4, 8]}, )";
+  expect_error(parse(x + R"({"id": "t", "op": "transpose", "inputs": ["x"],
+                             "permutation": [0, 2.4e106, 1]})"),
+               {"graph node 't': \"permutation\"[1] must be an integer from -2147483648 to "
+                "2147483647, not 2.4e+106"});
+  expect_error(parse(x + R"({"id": "s", "op": "softmax", "inputs": ["x"], "axis": 1.5})"),
+               {"graph node 's': \"axis\" must be an integer", "not 1.5"});
+  expect_error(parse(x + R"({"id": "r", "op": "sum", "inputs": ["x"], "axes": [4294967297]})"),
+               {"\"axes\"[0] must be an integer from -2147483648 to 2147483647, not 4294967297"});
+  expect_error(parse(R"({"id": "x", "op": "input", "shape": [4, 18446744073709551615]})"),
+               {"\"shape\"[1] must be an integer from -9223372036854775808 to "
+                "9223372036854775807, not 18446744073709551615"});
+  expect_error(parse(R"({"id": "x", "op": "input", "shape": 4})"),
+               {"graph node 'x': \"shape\" must be a list of integers, not 4"});
+  expect_error(parse(R"({"id": "x", "op": "input", "shape": [4], "dtype": "fp7"})"),
+               {"graph node 'x': unknown dtype"});
+}

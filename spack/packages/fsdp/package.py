@@ -45,7 +45,7 @@ class Fsdp(CMakePackage, CudaPackage):
     depends_on("kokkos@3.4:4")
     # a static Kokkos is built without -fPIC and cannot go into a shared libfsdp
     depends_on("kokkos+shared", when="+shared")
-    depends_on("hdf5+mpi")
+    depends_on("hdf5@1.10.5:+mpi")
     depends_on("nlohmann-json@3:")
     depends_on("cli11")
     depends_on("boost+test", type="test")
