@@ -1,6 +1,7 @@
 #include "fsdp/shard/model_description.hpp"
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -145,24 +146,25 @@ TransformerConfig transformer_config_from_json(const std::string& text, const st
   for (const auto& item : document.items()) {
     const std::string& key = item.key();
     const nlohmann::json& value = item.value();
-    const auto integer = [&]() {
-      require(value.is_number_integer(), where + ": \"" + key + "\" must be an integer");
-      return value.get<std::int64_t>();
+    // Sizes: whole numbers from 1 (layers and heads fit an int: 2^32 + 8 is refused, never 8).
+    const auto integer = [&](std::int64_t most = std::numeric_limits<std::int64_t>::max()) {
+      return json_integer(value, 1, most, where + ": \"" + key + "\"");
     };
+    constexpr std::int64_t kMostInt = std::numeric_limits<int>::max();
     if (key == "family") {
       continue;
     } else if (key == "layers") {
-      config.layers = static_cast<int>(integer());
+      config.layers = static_cast<int>(integer(kMostInt));
     } else if (key == "hidden") {
       config.hidden = integer();
     } else if (key == "heads") {
-      config.heads = static_cast<int>(integer());
+      config.heads = static_cast<int>(integer(kMostInt));
     } else if (key == "vocab") {
       config.vocab = integer();
     } else if (key == "max_positions") {
       config.max_positions = integer();
     } else if (key == "kv_heads") {
-      config.kv_heads = static_cast<int>(integer());
+      config.kv_heads = static_cast<int>(integer(kMostInt));
     } else if (key == "intermediate") {
       config.intermediate = integer();
     } else if (key == "tie_embeddings") {
