@@ -15,10 +15,6 @@ namespace {
 constexpr const char* kFormatName = "fsdp-sharding-plan";
 constexpr int kFormatVersion = 1;  // the same as kPlanFormatVersion in io/plan_file.hpp
 
-// The strategy is a label (fsdp's "full", "layerwise", "hybrid", or a user's own strategy's
-// name): nothing depends on it, but it is printed and stored, so it is a short word.
-constexpr std::size_t kMostStrategyName = 64;
-
 void validate_strategy_name(const std::string& name) {
   const bool word =
       !name.empty() && name.size() <= kMostStrategyName &&
