@@ -1,6 +1,10 @@
 #include "hdf5_attributes.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 
 namespace fsdp::hdf5 {
 namespace {
@@ -51,6 +55,20 @@ Handle string_type(const Checker& file) {
   return type;
 }
 
+Handle fixed_string_type(const Checker& file, std::size_t bytes) {
+  Handle type(file.check(H5Tcopy(H5T_C_S1), "H5Tcopy", "the string type"), H5Tclose);
+  file.check_status(H5Tset_size(type.get(), std::max<std::size_t>(bytes, 1)), "H5Tset_size",
+                    "the string type");
+  file.check_status(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), "H5Tset_strpad", "the string type");
+  file.check_status(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", "the string type");
+  return type;
+}
+
+std::string from_fixed_string(const char* data, std::size_t bytes) {
+  const void* nul = std::memchr(data, '\0', bytes);
+  return std::string(data, nul ? static_cast<const char*>(nul) - data : bytes);
+}
+
 bool has_attribute(const Checker& file, hid_t object, const char* name) {
   const htri_t exists = H5Aexists(object, name);
   file.check_status(exists, "H5Aexists", attribute_text(name));
@@ -74,15 +92,68 @@ void write_string_attribute(const Checker& file, hid_t object, const char* name,
   write_raw(file, object, name, type.get(), type.get(), space.get(), &text);
 }
 
+namespace {
+
+// The attribute's stored type, which must be a string; whether it is variable-length.
+std::pair<Handle, bool> string_attribute_type(const Checker& file, hid_t attribute,
+                                              const std::string& what) {
+  Handle stored(file.check(H5Aget_type(attribute), "H5Aget_type", what), H5Tclose);
+  const H5T_class_t type_class = H5Tget_class(stored.get());
+  if (type_class != H5T_STRING) {
+    throw Error(ErrorKind::io, file.file() + ": " + what + " is not a string");
+  }
+  const htri_t variable = H5Tis_variable_str(stored.get());
+  file.check_status(variable, "H5Tis_variable_str", what);
+  return {std::move(stored), variable > 0};
+}
+
+// A scalar attribute of a fixed-length string type (stored), read whole.
+std::string read_fixed(const Checker& file, hid_t attribute, hid_t stored, const std::string& what,
+                       std::size_t most_bytes) {
+  Handle space(file.check(H5Aget_space(attribute), "H5Aget_space", what), H5Sclose);
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  file.check_status(points < 0 ? -1 : 0, "H5Sget_simple_extent_npoints", what);
+  const std::size_t bytes = H5Tget_size(stored);
+  if (points != 1 || bytes == 0 || bytes > most_bytes) {
+    throw Error(ErrorKind::io, file.file() + ": " + what + " should be one string of at most " +
+                                   std::to_string(most_bytes) + " bytes; it holds " +
+                                   std::to_string(points) + " of " + std::to_string(bytes));
+  }
+  std::string buffer(bytes, '\0');
+  file.check_status(H5Aread(attribute, stored, buffer.data()), "H5Aread", what);
+  return from_fixed_string(buffer.data(), bytes);
+}
+
+}  // namespace
+
+void write_fixed_string_attribute(const Checker& file, hid_t object, const char* name,
+                                  const std::string& value) {
+  Handle type = fixed_string_type(file, value.size());
+  Handle space(file.check(H5Screate(H5S_SCALAR), "H5Screate", attribute_text(name)), H5Sclose);
+  std::string padded = value;
+  padded.resize(std::max<std::size_t>(value.size(), 1), '\0');
+  write_raw(file, object, name, type.get(), type.get(), space.get(), padded.data());
+}
+
+std::string read_fixed_string_attribute(const Checker& file, hid_t object, const char* name,
+                                        const char* expected, std::size_t most_bytes) {
+  const std::string what = attribute_text(name);
+  Handle attribute = open_attribute(file, object, name, expected);
+  auto [stored, variable] = string_attribute_type(file, attribute.get(), what);
+  if (variable) {
+    throw Error(ErrorKind::io, file.file() + ": " + what + " is not a fixed-length string");
+  }
+  return read_fixed(file, attribute.get(), stored.get(), what, most_bytes);
+}
+
 std::string read_string_attribute(const Checker& file, hid_t object, const char* name,
                                   const char* expected) {
   const std::string what = attribute_text(name);
   Handle attribute = open_attribute(file, object, name, expected);
-  Handle stored(file.check(H5Aget_type(attribute.get()), "H5Aget_type", what), H5Tclose);
-  const htri_t variable = H5Tis_variable_str(stored.get());
-  file.check_status(variable, "H5Tis_variable_str", what);
-  if (H5Tget_class(stored.get()) != H5T_STRING || variable == 0) {
-    throw Error(ErrorKind::io, file.file() + ": " + what + " is not a variable-length string");
+  auto [stored, variable] = string_attribute_type(file, attribute.get(), what);
+  if (!variable) {
+    return read_fixed(file, attribute.get(), stored.get(), what,
+                      static_cast<std::size_t>(kMostTextBytes));
   }
   // One string: H5Aread writes a pointer per element, and there is room for one (two strings
   // overflowed the stack; found by fuzz_checkpoint_structured).

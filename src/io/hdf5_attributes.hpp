@@ -14,6 +14,12 @@ namespace fsdp::hdf5 {
 
 // The variable-length UTF-8 string type (a new copy; closed by the Handle).
 Handle string_type(const Checker& file);
+// A fixed-length UTF-8 string type of `bytes` bytes (>= 1), padded with NULs (a new copy). Plan
+// files use these: reading a variable-length string follows a pointer into the file's global
+// heap, and one flipped bit there crashed inside HDF5.
+Handle fixed_string_type(const Checker& file, std::size_t bytes);
+// One fixed-length string as stored: its bytes up to the first NUL.
+std::string from_fixed_string(const char* data, std::size_t bytes);
 
 // True when object has an attribute of that name.
 bool has_attribute(const Checker& file, hid_t object, const char* name);
@@ -23,8 +29,16 @@ Handle open_attribute(const Checker& file, hid_t object, const char* name, const
 
 void write_string_attribute(const Checker& file, hid_t object, const char* name,
                             const std::string& value);
+// A variable-length or fixed-length string attribute (fixed ones of at most kMostTextBytes).
 std::string read_string_attribute(const Checker& file, hid_t object, const char* name,
                                   const char* expected);
+// A fixed-length string attribute of max(1, value.size()) bytes; value has no NUL byte.
+void write_fixed_string_attribute(const Checker& file, hid_t object, const char* name,
+                                  const std::string& value);
+// A fixed-length string attribute of at most most_bytes bytes; a variable-length one, or a longer
+// one, is an Error (kind io) read no further.
+std::string read_fixed_string_attribute(const Checker& file, hid_t object, const char* name,
+                                        const char* expected, std::size_t most_bytes);
 
 // Numbers: T is std::int32_t, std::int64_t, std::uint64_t or double, stored little-endian
 // (I32LE, I64LE, U64LE, IEEE F64LE) and converted to T when read.

@@ -1,6 +1,7 @@
 #include "fsdp/shard/model_description.hpp"
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>

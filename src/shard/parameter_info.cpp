@@ -1,5 +1,6 @@
 #include "fsdp/shard/parameter_info.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 
@@ -46,6 +47,28 @@ std::int64_t checked_numel(const ParameterInfo& parameter, const std::string& pr
   return numel;
 }
 
+// A name or layer: at most kMostNameBytes bytes (messages quote names whole) and no NUL byte (HDF5
+// plan files, checkpoints and the C API hold names as C strings: a NUL would cut the name, and the
+// plan could not be read back). Messages quote the first kExcerpt bytes.
+void check_text(const std::string& text, const char* field, std::size_t index) {
+  constexpr std::size_t kExcerpt = 64;
+  std::string shown;  // a NUL shown as \0: one in a message would end its C string
+  for (std::size_t i = 0; i < std::min(text.size(), kExcerpt); ++i) {
+    shown += text[i] == '\0' ? std::string("\\0") : std::string(1, text[i]);
+  }
+  shown += text.size() > kExcerpt ? "..." : "";
+  const std::string prefix =
+      "parameter #" + std::to_string(index) + " (" + field + " '" + shown + "')";
+  require(text.size() <= kMostNameBytes, prefix + " has a " + field + " of " +
+                                             std::to_string(text.size()) + " bytes; at most " +
+                                             std::to_string(kMostNameBytes) + " are allowed");
+  const std::size_t nul = text.find('\0');
+  require(nul == std::string::npos, prefix + " has a NUL byte in its " + field + " (byte " +
+                                        std::to_string(nul) +
+                                        "); names and layers are C strings in plan files, "
+                                        "checkpoints and the C API");
+}
+
 }  // namespace
 
 std::int64_t ParameterInfo::numel() const {
@@ -78,6 +101,8 @@ void validate_parameters(const std::vector<ParameterInfo>& parameters) {
     require(!parameter.name.empty(), "parameter #" + std::to_string(i) +
                                          " has an empty name; every parameter needs "
                                          "a unique name");
+    check_text(parameter.name, "name", i);
+    check_text(parameter.layer, "layer", i);
     const auto [it, inserted] = seen.emplace(parameter.name, i);
     require(inserted, "parameter name '" + parameter.name + "' appears twice (#" +
                           std::to_string(it->second) + " and #" + std::to_string(i) +

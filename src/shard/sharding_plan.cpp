@@ -1,6 +1,8 @@
 #include "fsdp/shard/sharding_plan.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "../core/json_input.hpp"
@@ -12,6 +14,16 @@ namespace {
 
 constexpr const char* kFormatName = "fsdp-sharding-plan";
 constexpr int kFormatVersion = 1;  // the same as kPlanFormatVersion in io/plan_file.hpp
+
+void validate_strategy_name(const std::string& name) {
+  const bool word =
+      !name.empty() && name.size() <= kMostStrategyName &&
+      std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+      });
+  require(word, "a sharding plan's strategy name is 1 to " + std::to_string(kMostStrategyName) +
+                    " letters, digits, '_', '-' or '.', not " + json_excerpt(name));
+}
 
 }  // namespace
 
@@ -37,7 +49,8 @@ Placement parse_placement(const std::string& name) {
   if (name == "replicated") {
     return Placement::replicated;
   }
-  throw Error("unknown placement '" + name + "'; expected sharded, whole or replicated");
+  throw Error("unknown placement " + json_excerpt(name) +
+              "; expected sharded, whole or replicated");
 }
 
 ShardingPlan::ShardingPlan(std::string strategy, int world_size,
@@ -47,6 +60,7 @@ ShardingPlan::ShardingPlan(std::string strategy, int world_size,
       world_size_(world_size),
       parameters_(std::move(parameters)),
       placements_(std::move(placements)) {
+  validate_strategy_name(strategy_);
   validate_world_size(world_size_);
   validate_parameters(parameters_);
   require(placements_.size() == parameters_.size(),
@@ -216,44 +230,125 @@ std::string plan_to_json(const ShardingPlan& plan, int indent) {
                                    {"strategy", plan.strategy()},
                                    {"world_size", plan.world_size()},
                                    {"parameters", std::move(parameters)}};
-  return document.dump(indent);
+  try {
+    return document.dump(indent);
+  } catch (const nlohmann::json::type_error& error) {
+    // JSON text is UTF-8; nlohmann refuses other bytes rather than write what no reader takes.
+    throw Error(
+        "the sharding plan cannot be written as JSON: a parameter name or layer is not "
+        "UTF-8 (" +
+        std::string(error.what()) + "); an HDF5 plan file (.h5) holds any bytes");
+  }
 }
+
+namespace {
+
+// The JSON plan's fields, read strictly: every field of the right JSON type (an integer is not
+// 8.0, 8.9 or "8"), integers within their range (2^32 + 8 is refused, never truncated to 8), no
+// unknown field, no key twice (parse_json_input). Messages quote short excerpts.
+const std::string& string_field(const nlohmann::json& object, const char* key,
+                                const std::string& where) {
+  require(object.contains(key), where + " has no \"" + key + "\"");
+  const nlohmann::json& value = object.at(key);
+  require(value.is_string(),
+          where + ": \"" + key + "\" must be a string, not " + json_excerpt(value));
+  return value.get_ref<const std::string&>();
+}
+
+// A name from a short list (a dtype, a placement): a longer string is quoted as an excerpt.
+const std::string& short_string_field(const nlohmann::json& object, const char* key,
+                                      const std::string& where) {
+  const std::string& value = string_field(object, key, where);
+  require(value.size() <= kMostExcerpt,
+          where + ": \"" + key + "\" is not a known name: " + json_excerpt(value));
+  return value;
+}
+
+std::int64_t integer_field(const nlohmann::json& object, const char* key, std::int64_t lo,
+                           std::int64_t hi, const std::string& where) {
+  require(object.contains(key), where + " has no \"" + key + "\"");
+  return json_integer(object.at(key), lo, hi, where + ": \"" + key + "\"");
+}
+
+constexpr std::int64_t kMostRank = std::numeric_limits<int>::max();
+
+std::pair<ParameterInfo, ParameterPlacement> parameter_from_json(const nlohmann::json& entry,
+                                                                 std::size_t index,
+                                                                 const std::string& source) {
+  std::string where = source + ": parameter #" + std::to_string(index);
+  require(entry.is_object(), where + " must be an object, not " + json_excerpt(entry));
+  ParameterInfo p;
+  p.name = string_field(entry, "name", where);
+  where += " " + json_excerpt(p.name);
+  require_known_fields(
+      entry, {"name", "shape", "dtype", "layer", "always_gather", "placement", "owner_rank"},
+      where);
+  require(entry.contains("shape") && entry.at("shape").is_array(),
+          where + " needs a \"shape\" array of positive integers ([] for a scalar)");
+  const nlohmann::json& shape = entry.at("shape");
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    p.shape.push_back(json_integer(shape[d], 1, std::numeric_limits<std::int64_t>::max(),
+                                   where + ": dimension " + std::to_string(d)));
+  }
+  try {
+    p.dtype = parse_dtype(short_string_field(entry, "dtype", where));
+  } catch (const Error& error) {
+    throw Error(where + ": " + message_of(error));
+  }
+  if (entry.contains("layer")) {
+    p.layer = string_field(entry, "layer", where);
+  }
+  if (entry.contains("always_gather")) {
+    const nlohmann::json& value = entry.at("always_gather");
+    require(value.is_boolean(),
+            where + ": \"always_gather\" must be true or false, not " + json_excerpt(value));
+    p.always_gather = value.get<bool>();
+  }
+  ParameterPlacement placement;
+  try {
+    placement.placement = parse_placement(short_string_field(entry, "placement", where));
+  } catch (const Error& error) {
+    throw Error(where + ": " + message_of(error));
+  }
+  if (entry.contains("owner_rank")) {
+    placement.owner_rank =
+        static_cast<int>(integer_field(entry, "owner_rank", -1, kMostRank - 1, where));
+  }
+  return {std::move(p), placement};
+}
+
+}  // namespace
 
 ShardingPlan plan_from_json(const std::string& text, const std::string& source) {
   const std::string where = "plan " + source;
   const nlohmann::json document = parse_json_input(text, where);
+  require(document.is_object() && document.contains("format") && document["format"] == kFormatName,
+          where + " is not a sharding plan (its \"format\" is not \"" + kFormatName + "\")");
+  require_known_fields(document,
+                       {"format", "format_version", "strategy", "world_size", "parameters"}, where);
+  const nlohmann::json version = document.value("format_version", nlohmann::json());
+  // An integer: 1.0 equals 1 to nlohmann, and 1.99 is not version 1.
+  require(version.is_number_integer() && version == kFormatVersion,
+          where + " has format version " + json_excerpt(version) + "; this fsdp reads version " +
+              std::to_string(kFormatVersion));
+  const std::string& strategy = string_field(document, "strategy", where);
+  const int world_size =
+      static_cast<int>(integer_field(document, "world_size", 1, kMostRank, where));
+  require(document.contains("parameters") && document.at("parameters").is_array(),
+          where + " needs a \"parameters\" array");
+  std::vector<ParameterInfo> parameters;
+  std::vector<ParameterPlacement> placements;
+  const nlohmann::json& list = document.at("parameters");
+  parameters.reserve(list.size());
+  placements.reserve(list.size());
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto [parameter, placement] = parameter_from_json(list[i], i, where);
+    parameters.push_back(std::move(parameter));
+    placements.push_back(placement);
+  }
   try {
-    require(document.is_object() && document.value("format", "") == kFormatName,
-            where + " is not a sharding plan (its \"format\" is not \"" + kFormatName + "\")");
-    const int version = document.at("format_version").get<int>();
-    require(version == kFormatVersion, where + " has format version " + std::to_string(version) +
-                                           "; this fsdp reads version " +
-                                           std::to_string(kFormatVersion));
-    std::vector<ParameterInfo> parameters;
-    std::vector<ParameterPlacement> placements;
-    for (const nlohmann::json& entry : document.at("parameters")) {
-      ParameterInfo p;
-      p.name = entry.at("name").get<std::string>();
-      p.shape = entry.at("shape").get<std::vector<std::int64_t>>();
-      p.dtype = parse_dtype(entry.at("dtype").get<std::string>());
-      p.layer = entry.value("layer", "");
-      p.always_gather = entry.value("always_gather", false);
-      ParameterPlacement placement;
-      placement.placement = parse_placement(entry.at("placement").get<std::string>());
-      placement.owner_rank = entry.value("owner_rank", -1);
-      parameters.push_back(std::move(p));
-      placements.push_back(placement);
-    }
-    return ShardingPlan(document.at("strategy").get<std::string>(),
-                        document.at("world_size").get<int>(), std::move(parameters),
-                        std::move(placements));
-  } catch (const nlohmann::json::exception& error) {
-    throw Error(where + " is malformed: " + error.what());
+    return ShardingPlan(strategy, world_size, std::move(parameters), std::move(placements));
   } catch (const Error& error) {
-    const std::string message = error.what();
-    if (message.rfind(where, 0) == 0) {
-      throw;
-    }
     throw Error(where + ": " + message_of(error));
   }
 }

@@ -305,6 +305,87 @@ BOOST_AUTO_TEST_CASE(plan_json_round_trip) {
                         (MessageHas{{"x.json", "not valid JSON"}}));
 }
 
+// A JSON plan is read strictly: what the reader cannot take exactly is refused, naming the field,
+// never truncated, rounded or ignored.
+BOOST_AUTO_TEST_CASE(plan_json_is_read_strictly) {
+  const std::string good =
+      plan_to_json(ShardingPlan("full", 2, {param("w", {4}), param("v", {2, 3}, "l")},
+                                {{Placement::sharded, -1}, {Placement::whole, 1}}));
+  BOOST_REQUIRE((plan_from_json(good, "p.json").world_size() == 2));
+  // good with one piece of text replaced (which must be there).
+  const auto edited = [&good](const std::string& from, const std::string& to) {
+    const std::size_t at = good.find(from);
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, from);
+    std::string text = good;
+    return text.replace(at, from.size(), to);
+  };
+  const auto refused = [](const std::string& text, const std::vector<std::string>& fragments) {
+    try {
+      plan_from_json(text, "p.json");
+      BOOST_ERROR("accepted: " << text);
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      BOOST_TEST(MessageHas{fragments}(error), message);
+      BOOST_TEST(message.size() < 400u, message);
+    }
+  };
+  const std::string ranks = "\"world_size\" must be an integer from 1 to 2147483647, not ";
+  refused(edited("\"world_size\":2", "\"world_size\":8.9"), {"p.json", ranks + "8.9"});
+  refused(edited("\"world_size\":2", "\"world_size\":4294967304"), {ranks + "4294967304"});
+  refused(edited("\"world_size\":2", "\"world_size\":18446744073709551615"), {ranks});
+  refused(edited("\"world_size\":2", "\"world_size\":\"2\""), {ranks + "\"2\""});
+  refused(edited("\"world_size\":2", "\"world_size\":0"), {ranks + "0"});
+  refused(edited(",\"world_size\":2", ""), {"p.json has no \"world_size\""});
+  refused(edited("\"format_version\":1", "\"format_version\":1.99"), {"format version 1.99"});
+  refused(edited("\"format_version\":1", "\"format_version\":1.0"), {"format version 1.0"});
+  refused(edited("\"format_version\":1", "\"format_version\":\"1\""), {"format version \"1\""});
+  refused(edited("\"strategy\"", "\"comment\":\"hi\",\"strategy\""),
+          {"unknown field \"comment\"", "format, format_version, parameters"});
+  refused(edited("\"world_size\":2", "\"world_size\":2,\"world_size\":8"),
+          {"p.json has the key \"world_size\" twice in one object"});
+  refused(edited("\"strategy\":\"full\"", "\"strategy\":\"full sharding!\""),
+          {"strategy name", "\"full sharding!\""});
+  refused(edited("\"strategy\":\"full\"", "\"strategy\":7"), {"\"strategy\" must be a string"});
+  // In a parameter.
+  refused(edited("\"name\":\"w\"", "\"nam\":\"x\",\"name\":\"w\""),
+          {"parameter #0 \"w\" has an unknown field \"nam\""});
+  refused(edited("\"name\":\"v\"", "\"name\":\"v\",\"name\":\"u\""), {"key \"name\" twice"});
+  refused(edited("\"owner_rank\":1", "\"owner_rank\":1.5"),
+          {"parameter #1 \"v\": \"owner_rank\" must be an integer", "not 1.5"});
+  refused(edited("\"owner_rank\":1", "\"owner_rank\":4294967297"), {"not 4294967297"});
+  refused(edited("\"owner_rank\":1", "\"owner_rank\":2"), {"'v'", "rank 2", "[0, 2)"});
+  refused(edited("\"shape\":[4]", "\"shape\":[4.0]"), {"dimension 0 must be an integer", "4.0"});
+  refused(edited("\"shape\":[4]", "\"shape\":[18446744073709551616]"), {"dimension 0"});
+  refused(edited("\"shape\":[4]", "\"shape\":[0]"), {"dimension 0", "not 0"});
+  refused(edited("\"always_gather\":false", "\"always_gather\":0"), {"true or false, not 0"});
+  refused(edited("\"placement\":\"sharded\"", "\"placement\":\"shard\""),
+          {"unknown placement \"shard\""});
+  refused(edited("\"dtype\":\"fp32\"", "\"dtype\":\"fp8\""), {"#0 \"w\"", "fp8"});
+  // Values quoted in messages are excerpts, however long.
+  const std::string huge(1000000, 'x');
+  refused(edited("\"world_size\":2", "\"world_size\":\"" + huge + "\""), {ranks + "\"xxxx"});
+  refused(edited("\"placement\":\"sharded\"", "\"placement\":\"" + huge + "\""), {"\"xxxx"});
+  refused(edited("\"dtype\":\"fp32\"", "\"dtype\":\"" + huge + "\""), {"\"xxxx"});
+  refused(edited("\"name\":\"w\"", "\"name\":\"" + huge + "\""), {"1000000 bytes", "at most 1024"});
+  refused(edited("\"strategy\":\"full\"", "\"strategy\":\"" + huge + "\""), {"\"xxxx"});
+  refused(edited("\"strategy\"", "\"" + huge + "\":1,\"strategy\""), {"unknown field \"xxxx"});
+}
+
+// A name with a NUL byte cannot be held by an HDF5 plan, a checkpoint or the C API: no plan has
+// one, so none is written that cannot be read back.
+BOOST_AUTO_TEST_CASE(names_with_nul_bytes_are_refused) {
+  const std::string name("a\0b", 3);
+  BOOST_CHECK_EXCEPTION(FullSharding().make_plan({param("w", {4}), param(name, {2})}, 2), Error,
+                        (MessageHas{{"parameter #1", "NUL byte in its name (byte 1)"}}));
+  BOOST_CHECK_EXCEPTION(FullSharding().make_plan({param("w", {4}, std::string("l\0", 2))}, 2),
+                        Error, (MessageHas{{"parameter #0", "NUL byte in its layer (byte 1)"}}));
+  const std::string text = plan_to_json(FullSharding().make_plan({param("aXb", {4})}, 2));
+  std::string with_nul = text;
+  with_nul.replace(with_nul.find("aXb"), 3, "a\\u0000b");
+  BOOST_CHECK_EXCEPTION(plan_from_json(with_nul, "p.json"), Error,
+                        (MessageHas{{"p.json", "NUL byte in its name"}}));
+}
+
 BOOST_AUTO_TEST_CASE(model_description_json) {
   const std::string good = R"({"parameters": [
       {"name": "w", "shape": [4, 8], "dtype": "bf16", "layer": "l0"},
@@ -380,6 +461,15 @@ BOOST_AUTO_TEST_CASE(transformer_presets_have_the_published_sizes) {
   BOOST_TEST(config.tie_embeddings == false);
   BOOST_CHECK_EXCEPTION(transformer_config_from_json(R"({"family": "llama", "layyers": 2})", "c"),
                         Error, (MessageHas{{"unknown field \"layyers\""}}));
+  // Sizes are whole numbers in range: 2^32 + 8 layers is refused, not 8; 8.9 is not 8.
+  BOOST_CHECK_EXCEPTION(
+      transformer_config_from_json(R"({"family": "gpt2", "layers": 4294967304})", "c.json"), Error,
+      (MessageHas{{"c.json: \"layers\" must be an integer from 1 to 2147483647, not 4294967304"}}));
+  BOOST_CHECK_EXCEPTION(
+      transformer_config_from_json(R"({"family": "gpt2", "heads": 8.9})", "c.json"), Error,
+      (MessageHas{{"\"heads\" must be an integer", "not 8.9"}}));
+  BOOST_CHECK_EXCEPTION(transformer_config_from_json(R"({"family": "gpt2", "hidden": 0})", "c"),
+                        Error, (MessageHas{{"\"hidden\" must be an integer from 1", "not 0"}}));
 }
 
 // fuzz_model reports each of these before the fix (inputs in fuzz/corpus/model/regressions):

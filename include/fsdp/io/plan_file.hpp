@@ -9,13 +9,25 @@
 
 namespace fsdp {
 
-// Format of both files; a loader refuses versions it does not know.
+// Format of JSON plans (plan_to_json); a loader refuses versions it does not know.
 inline constexpr int kPlanFormatVersion = 1;
+// Format of HDF5 plans: 2 (docs/plans.md), with fixed-length strings and a checksummed header in
+// the user block. Version 1 (variable-length strings, no checksum) is refused with what to do.
+inline constexpr int kPlanHdf5FormatVersion = 2;
 
-// Serial: call on one process (rank 0). Writes to path + ".tmp" and renames, so a failed write
-// never leaves a half plan under path. Throws Error with the HDF5 call and path on failure.
+// Serial: call on one process (rank 0). Writes a temporary of its own beside path and renames it
+// (temporary_beside, publish_file), so a failed write (a full disk) leaves path as it was and no
+// temporary behind. Throws Error (kind io) naming the file and the reason. An HDF5 plan is made
+// in memory and written by fsdp: HDF5 never writes to disk.
 void save_plan_hdf5(const std::string& path, const ShardingPlan& plan);
+// Reads the file's bytes (a regular file of at most 256 MiB), checks its header, length and
+// checksum before HDF5 parses anything, then every size and type; a damaged file is an Error
+// (kind io) saying so, never a crash.
 ShardingPlan load_plan_hdf5(const std::string& path);
+// Sets the header of an HDF5 plan file's bytes (its first 512 bytes, the HDF5 user block) to
+// match them: magic, format version, length and checksum. save_plan_hdf5 uses it; tests and fuzz
+// targets use it to reach the checks behind the checksum with bytes of their own.
+void seal_plan_hdf5_bytes(std::string& bytes);
 void save_plan_json(const std::string& path, const ShardingPlan& plan);
 ShardingPlan load_plan_json(const std::string& path);
 

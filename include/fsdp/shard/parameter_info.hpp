@@ -31,8 +31,12 @@ struct ParameterInfo {
 // "name [768, 3072] fp32 layer 'h.0'" (plus " always_gather"), for messages.
 std::string describe(const ParameterInfo& parameter);
 
+// The longest parameter name or layer, in bytes.
+constexpr std::size_t kMostNameBytes = 1024;
+
 // Throws Error naming the parameter and what is wrong: an empty list, an empty or duplicate name,
-// a dimension < 1, an element count that overflows 64 bits, a dtype outside fsdp::DType.
+// a name or layer longer than kMostNameBytes or holding a NUL byte, a dimension < 1, an element
+// count that overflows 64 bits, a dtype outside fsdp::DType.
 void validate_parameters(const std::vector<ParameterInfo>& parameters);
 
 // Throws Error unless world_size >= 1.

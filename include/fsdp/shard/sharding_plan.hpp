@@ -37,9 +37,15 @@ struct ParameterPlacement {
   }
 };
 
+// The longest strategy name. The strategy is a label (fsdp's "full", "layerwise", "hybrid", or a
+// user's own strategy's name): nothing depends on it, but it is printed and stored, so it is a
+// word of 1 to kMostStrategyName letters, digits, '_', '-' or '.'.
+constexpr std::size_t kMostStrategyName = 64;
+
 class ShardingPlan {
  public:
-  // Validates everything: the parameters (validate_parameters), world_size >= 1, one placement
+  // Validates everything: the strategy name (above), the parameters (validate_parameters),
+  // world_size >= 1, one placement
   // per parameter, owners in [0, world_size) for whole parameters, and always_gather parameters
   // replicated. Throws Error naming the parameter otherwise.
   ShardingPlan(std::string strategy, int world_size, std::vector<ParameterInfo> parameters,
