@@ -16,6 +16,7 @@
 #include "fsdp/solver/exact_solver.hpp"
 #include "fsdp/solver/generators.hpp"
 #include "fsdp/solver/simple_solver.hpp"
+#include "machine_options.hpp"
 #include "solution_table.hpp"
 
 namespace {
@@ -27,6 +28,14 @@ struct Options {
   fsdp::solver::ModelShape shape;
   std::string dtype = "bf16";
   fsdp::solver::Machine machine;
+  std::string mesh;
+  std::string bandwidth = "450e9";
+  std::string latency = "5e-6";
+  std::string step = "training";
+  std::string optimizer = "adam";
+  std::string precision = "fp32";
+  std::string memory_per_device;
+  fsdp::solver::StepOptions step_options;
   std::string solver = "simple";
   bool json = false;
   bool compare = false;
@@ -48,6 +57,29 @@ fsdp::solver::Graph load_graph(const Options& o) {
     return transformer_layer(shape);
   }
   return transformer_stack(shape, o.layers);
+}
+
+// The machine and the step from the options' text; throws fsdp::Error on values out of range.
+void resolve(Options& o) {
+  using namespace fsdp::solver;
+  const std::vector<int> axes =
+      o.mesh.empty() ? std::vector<int>{o.machine.devices} : fsdp::apps::parse_mesh(o.mesh);
+  const int count = static_cast<int>(axes.size());
+  const std::vector<double> bandwidth =
+      fsdp::apps::parse_per_axis(o.bandwidth, count, "--bandwidth", false);
+  const std::vector<double> latency =
+      fsdp::apps::parse_per_axis(o.latency, count, "--latency", true);
+  std::vector<MeshAxis> mesh;
+  for (int a = 0; a < count; ++a) {
+    const std::size_t au = static_cast<std::size_t>(a);
+    mesh.push_back(MeshAxis{axes[au], bandwidth[au], latency[au]});
+  }
+  o.machine.set_mesh(mesh);
+  o.step_options.step = parse_step_kind(o.step);
+  o.step_options.optimizer = fsdp::parse_optimizer(o.optimizer);
+  o.step_options.precision = fsdp::parse_precision(o.precision);
+  o.step_options.memory_budget_bytes =
+      o.memory_per_device.empty() ? 0 : fsdp::apps::parse_bytes(o.memory_per_device);
 }
 
 int run(const Options& o, fsdp::ProcessGroup& group) {
@@ -73,9 +105,9 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
       }
     }
     if (o.solver == "exact") {
-      return ExactSolver(o.machine).solve(graph);
+      return ExactSolver(o.machine, o.step_options).solve(graph);
     }
-    return SimpleSolver(o.machine).solve(graph);
+    return SimpleSolver(o.machine, o.step_options).solve(graph);
   });
   if (group.rank() != 0) {
     return 0;
@@ -85,16 +117,27 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
   } else {
     fsdp::apps::print_solution(solution, graph);
     if (o.explain) {
-      fsdp::apps::print_seed_candidates(SimpleSolver(o.machine), graph);
+      fsdp::apps::print_seed_candidates(SimpleSolver(o.machine, o.step_options), graph);
     }
   }
   if (o.compare) {
-    const Solution other = o.solver == "exact" ? SimpleSolver(o.machine).solve(graph)
-                                               : ExactSolver(o.machine).solve(graph);
+    const Solution other = o.solver == "exact"
+                               ? SimpleSolver(o.machine, o.step_options).solve(graph)
+                               : ExactSolver(o.machine, o.step_options).solve(graph);
     const Solution& simple = o.solver == "exact" ? other : solution;
     const Solution& exact = o.solver == "exact" ? solution : other;
     std::printf("%sheuristic %.6g s, optimum %.6g s, ratio %.4f\n", o.json ? "" : "\n",
                 simple.total_s, exact.total_s, simple.total_s / exact.total_s);
+  }
+  if (!solution.fits_budget) {
+    std::fprintf(stderr,
+                 "fsdp-solve: no plan found fits the budget of %lld bytes per device "
+                 "(--memory-per-device); the smallest peak found is %lld bytes (%s), by the plan "
+                 "above\n",
+                 static_cast<long long>(o.step_options.memory_budget_bytes),
+                 static_cast<long long>(solution.memory.peak_bytes),
+                 fsdp::apps::bytes_text(static_cast<double>(solution.memory.peak_bytes)).c_str());
+    return 1;
   }
   return 0;
 }
@@ -112,9 +155,10 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Options o;
   CLI::App app{
-      "fsdp-solve: choose how to shard every tensor of a computation graph over N "
-      "devices (cost model: FLOPs over the devices, ring collectives, per-collective "
-      "latency)"};
+      "fsdp-solve: choose how to shard every tensor of a computation graph over a 1-D or 2-D "
+      "mesh of devices, for a training step (or the forward pass) under a memory budget per "
+      "device (cost model: FLOPs over the devices, ring collectives along each mesh axis, "
+      "per-collective latency; memory: parameters, gradients, optimizer state, activations)"};
   auto* graph_option =
       app.add_option("--graph", o.graph_path, "graph JSON file")->check(CLI::ExistingFile);
   app.add_option("--generate", o.generate,
@@ -134,15 +178,41 @@ int main(int argc, char** argv) {
                "whole costs its all-gather)");
   app.add_option("--dtype", o.dtype, "generator: element type (fp32, bf16, fp16, fp64)")
       ->capture_default_str();
-  app.add_option("--devices,-n", o.machine.devices, "devices in the 1-D mesh")
-      ->capture_default_str();
+  auto* devices_option =
+      app.add_option("--devices,-n", o.machine.devices, "devices in the 1-D mesh")
+          ->capture_default_str();
+  app.add_option("--mesh", o.mesh,
+                 "the device mesh instead: 8 (1-D) or 2x4 (2 x 4 devices, device (i, j) being "
+                 "rank 4i + j)")
+      ->excludes(devices_option);
   app.add_option("--flops", o.machine.flops_per_s, "FLOP/s of one device (H100 dense bf16)")
       ->capture_default_str();
-  app.add_option("--bandwidth", o.machine.link_bytes_per_s,
-                 "bytes/s a device sends in a ring step (NVLink 4, one direction)")
+  app.add_option("--bandwidth", o.bandwidth,
+                 "bytes/s a device sends in a ring step along a mesh axis (NVLink 4, one "
+                 "direction); one value per axis on a 2-D mesh: 450e9,50e9")
       ->capture_default_str();
-  app.add_option("--latency", o.machine.collective_latency_s, "seconds added per collective")
+  app.add_option("--latency", o.latency,
+                 "seconds added per collective along a mesh axis; one per axis: 5e-6,10e-6")
       ->capture_default_str();
+  app.add_option("--memory-bandwidth", o.machine.memory_bytes_per_s,
+                 "bytes/s of a device's memory, which the optimizer step is bound by (H100 "
+                 "HBM3)")
+      ->capture_default_str();
+  app.add_option("--step", o.step,
+                 "what is planned: training (forward, backward, gradient synchronisation, "
+                 "optimizer) or forward")
+      ->check(CLI::IsMember({"training", "forward"}))
+      ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer,
+                 "training: sgd, sgd_momentum, adam or adamw (its state per parameter element)")
+      ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "training: fp32 (every tensor in its dtype) or mixed (16-bit parameters and "
+                 "gradients, fp32 master weights and optimizer state)")
+      ->capture_default_str();
+  app.add_option("--memory-per-device", o.memory_per_device,
+                 "the most bytes a device may hold at its peak: 80e9, 80GB, 80GiB (default: no "
+                 "limit)");
   app.add_option("--solver", o.solver, "simple (seed + propagate) or exact (optimum; small graphs)")
       ->check(CLI::IsMember({"simple", "exact"}))
       ->capture_default_str();
@@ -157,6 +227,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     if (o.graph_path.empty() && o.generate.empty()) {
       throw CLI::ValidationError("give --graph FILE or --generate mlp|transformer|stack");
+    }
+    try {
+      resolve(o);
+    } catch (const fsdp::Error& error) {
+      throw CLI::ValidationError(fsdp::message_of(error));
     }
     fsdp::ProcessGroup group(MPI_COMM_WORLD);
     code = run(o, group);

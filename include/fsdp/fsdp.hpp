@@ -81,4 +81,5 @@
 #include "fsdp/solver/sharding_spec.hpp"
 #include "fsdp/solver/simple_solver.hpp"
 #include "fsdp/solver/solution.hpp"
+#include "fsdp/solver/step_options.hpp"
 #include "fsdp/solver/strategy.hpp"

@@ -5,21 +5,49 @@
 #include <string>
 #include <unordered_map>
 
+#include "checked_int.hpp"
 #include "fsdp/core/error.hpp"
+#include "step_model.hpp"
 
 namespace fsdp::solver {
 namespace {
 
-// One way to reach a frontier state: its cost, the state it came from at the previous step, and
-// the strategy the step's node took.
-struct Entry {
-  double cost;
-  int previous;
-  int choice;
+// What a search minimizes.
+enum class Objective : std::uint8_t {
+  seconds,        // no memory limit: one way per state, the fastest
+  within_budget,  // the fastest way whose peak fits the budget
+  smallest_peak,  // the way with the smallest peak (nothing fits)
 };
 
+// One way to reach a frontier state. Memory (tracked unless the objective is seconds), without
+// the persistent bytes of nodes not yet decided: `state` the persistent bytes so far, `alive` the
+// activations held after the last step, `worst` the highest of the steps so far (each without
+// the persistent bytes: the peak is state + worst once every node is decided).
+struct Entry {
+  double cost;
+  std::int64_t state;
+  std::int64_t alive;
+  std::int64_t worst;
+  int previous;  // the way into the previous step's state it came from
+  int choice;    // the strategy the step's node took
+};
+
+// True when a is at least as good as b for every continuation (docs/solver.md).
+bool covers(const Entry& a, const Entry& b, Objective objective) {
+  if (objective == Objective::seconds) {
+    return a.cost <= b.cost;
+  }
+  const bool memory =
+      a.state + a.worst <= b.state + b.worst && a.state + a.alive <= b.state + b.alive;
+  if (objective == Objective::smallest_peak) {
+    return memory;
+  }
+  return memory && a.cost <= b.cost;
+}
+
 // A topological order that places every node without inputs just before its first consumer, so
-// that parameters do not widen the frontier from the start.
+// that parameters do not widen the frontier from the start. Computed nodes keep the graph's
+// order, which is the order their steps run in.
 std::vector<int> elimination_order(const Graph& graph) {
   const int count = static_cast<int>(graph.size());
   std::vector<char> placed(graph.size(), 0);
@@ -46,21 +74,13 @@ std::vector<int> elimination_order(const Graph& graph) {
   return order;
 }
 
-}  // namespace
-
-ExactSolver::ExactSolver(Machine machine, std::size_t max_states)
-    : machine_(machine), max_states_(max_states) {
-  machine_.validate();
-}
-
-Solution ExactSolver::solve(const Graph& graph) const {
-  const auto strategies = all_strategies(graph, machine_.devices);
-  for (std::size_t v = 0; v < graph.size(); ++v) {
-    // A state keeps one byte per frontier node.
-    require(strategies[v].size() <= 255, "exact solver: node '" +
-                                             graph.node(static_cast<int>(v)).id +
-                                             "' has more than 255 strategies");
-  }
+// The strategy of every node, or an empty list when no way fits the budget.
+std::vector<int> search(const detail::StepModel& model, Objective objective,
+                        std::size_t max_states) {
+  const Graph& graph = model.graph();
+  const bool track_memory = objective != Objective::seconds;
+  const std::int64_t budget = model.options().memory_budget_bytes;
+  const auto what = [] { return std::string("the memory of a plan on one device"); };
   const std::vector<int> order = elimination_order(graph);
   std::vector<int> remaining(graph.size());
   for (std::size_t v = 0; v < graph.size(); ++v) {
@@ -70,23 +90,38 @@ Solution ExactSolver::solve(const Graph& graph) const {
   std::vector<int> live;  // frontier nodes, in the order their strategies appear in a key
   std::vector<std::string> keys(1);
   std::vector<std::vector<Entry>> steps;
-  std::vector<Entry> current = {Entry{0.0, -1, -1}};
+  std::vector<std::vector<int>> ways = {{0}};  // per state: its entries
+  std::vector<Entry> current = {Entry{0.0, 0, 0, 0, -1, -1}};
   for (const int v : order) {
     const Node& node = graph.node(v);
-    const auto& mine = strategies[static_cast<std::size_t>(v)];
-    // Edge costs from each input's strategies to each of mine.
+    const detail::NodeFacts& facts = model.facts(v);
+    const int mine = model.count(v);
+    // Per input: its place in a key, and the edge's seconds and buffers for every pair of
+    // strategies (theirs * mine + mine).
     std::vector<int> slot(node.inputs.size());
     std::vector<std::vector<double>> edge(node.inputs.size());
+    std::vector<std::vector<std::int64_t>> forward_buffer(node.inputs.size());
+    std::vector<std::vector<std::int64_t>> backward_buffer(node.inputs.size());
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {
       const int p = node.inputs[k];
+      const int ik = static_cast<int>(k);
       slot[k] = static_cast<int>(std::find(live.begin(), live.end(), p) - live.begin());
-      const auto& theirs = strategies[static_cast<std::size_t>(p)];
-      edge[k].resize(theirs.size() * mine.size());
-      for (std::size_t a = 0; a < theirs.size(); ++a) {
-        for (std::size_t b = 0; b < mine.size(); ++b) {
-          edge[k][a * mine.size() + b] =
-              reshard_cost(theirs[a].output, mine[b].inputs[k], graph.node(p).bytes(), machine_)
-                  .seconds;
+      const int theirs = model.count(p);
+      const std::size_t pairs = static_cast<std::size_t>(theirs) * static_cast<std::size_t>(mine);
+      edge[k].resize(pairs);
+      if (track_memory) {
+        forward_buffer[k].resize(pairs);
+        backward_buffer[k].resize(pairs);
+      }
+      for (int a = 0; a < theirs; ++a) {
+        for (int b = 0; b < mine; ++b) {
+          const std::size_t at = static_cast<std::size_t>(a * mine + b);
+          edge[k][at] = model.edge_seconds(v, ik, a, b).total();
+          if (track_memory) {
+            forward_buffer[k][at] = model.forward_buffer_bytes(v, ik, a, b);
+            backward_buffer[k][at] =
+                facts.has_backward ? model.backward_buffer_bytes(v, ik, a, b) : 0;
+          }
         }
       }
     }
@@ -107,36 +142,120 @@ Solution ExactSolver::solve(const Graph& graph) const {
       next_live.push_back(v);
       keep_from.push_back(-1);
     }
+    // Memory rules (docs/solver.md, "Memory"), for live nodes u of the old key:
+    //  - freed after this forward step: activations of inputs whose last consumer this is and
+    //    that no backward reads (training) / every such input (forward only);
+    //  - not held at this node's backward step: activations no backward reads, and those whose
+    //    first reader comes after this node;
+    //  - gradients held at this node's backward step: every live computed node's (each has a
+    //    consumer at or after this node).
+    const bool training = model.options().training();
+    const bool v_kept =
+        facts.holds_activation && (v_stays || (training && facts.first_reader >= 0));
+    std::vector<char> freed(live.size(), 0), not_read_yet(live.size(), 0);
+    for (std::size_t i = 0; i < live.size() && track_memory; ++i) {
+      const int u = live[i];
+      const detail::NodeFacts& fu = model.facts(u);
+      const bool read = training && fu.first_reader >= 0;
+      freed[i] = !read && fu.last_consumer == v;
+      not_read_yet[i] = !read || fu.first_reader > v;
+    }
     std::vector<Entry> next;
     std::vector<std::string> next_keys;
+    std::vector<std::vector<int>> next_ways;
     std::unordered_map<std::string, int> where;  // looked up only, never iterated
-    for (std::size_t i = 0; i < current.size(); ++i) {
+    std::size_t held = 0;                        // ways kept in this step
+    for (std::size_t i = 0; i < keys.size(); ++i) {
       const std::string& key = keys[i];
-      for (std::size_t s = 0; s < mine.size(); ++s) {
-        double cost = current[i].cost + mine[s].flops_per_device / machine_.flops_per_s;
-        for (std::size_t k = 0; k < node.inputs.size(); ++k) {
-          const auto a = static_cast<unsigned char>(key[static_cast<std::size_t>(slot[k])]);
-          cost += edge[k][a * mine.size() + s];
+      const auto strategy_of = [&](std::size_t position) {
+        return static_cast<int>(static_cast<unsigned char>(key[position]));
+      };
+      // The parts of this step's memory that depend on the key only.
+      std::int64_t freed_bytes = 0, unread_bytes = 0, gradient_bytes = 0;
+      for (std::size_t j = 0; j < live.size() && track_memory; ++j) {
+        const int u = live[j];
+        const std::int64_t activation = model.activation_bytes(u, strategy_of(j));
+        detail::add_to(freed_bytes, freed[j] ? activation : 0, what);
+        detail::add_to(unread_bytes, not_read_yet[j] ? activation : 0, what);
+        detail::add_to(gradient_bytes, model.gradient_bytes(u, strategy_of(j)), what);
+      }
+      for (const int w : ways[i]) {
+        const Entry& from = current[static_cast<std::size_t>(w)];
+        if (from.previous == -2) {
+          continue;  // covered by a later way
         }
-        std::string next_key(next_live.size(), '\0');
-        for (std::size_t j = 0; j < next_live.size(); ++j) {
-          next_key[j] =
-              keep_from[j] < 0 ? static_cast<char>(s) : key[static_cast<std::size_t>(keep_from[j])];
-        }
-        const auto found = where.find(next_key);
-        if (found == where.end()) {
-          if (next.size() >= max_states_) {
-            throw Error("exact solver: more than " + std::to_string(max_states_) +
-                        " frontier states at node '" + node.id + "' (" +
+        for (int s = 0; s < mine; ++s) {
+          Entry e{from.cost + model.node_seconds(v, s), from.state, from.alive, from.worst, w, s};
+          std::int64_t forward = 0, backward = 0;
+          for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+            const std::size_t at =
+                static_cast<std::size_t>(strategy_of(static_cast<std::size_t>(slot[k])) * mine + s);
+            e.cost += edge[k][at];
+            if (track_memory) {
+              detail::add_to(forward, forward_buffer[k][at], what);
+              detail::add_to(backward, backward_buffer[k][at], what);
+            }
+          }
+          if (track_memory) {
+            detail::add_to(e.state, model.state_bytes(v, s), what);
+            if (facts.computed) {
+              const std::int64_t activation = model.activation_bytes(v, s);
+              std::int64_t step = detail::checked_add(from.alive, activation, what());
+              e.worst = std::max(e.worst, detail::checked_add(step, forward, what()));
+              e.alive = from.alive - freed_bytes + (v_kept ? activation : 0);
+              if (facts.has_backward) {
+                std::int64_t at_backward = from.alive - unread_bytes;
+                detail::add_to(at_backward, gradient_bytes, what);
+                detail::add_to(at_backward, model.gradient_bytes(v, s), what);
+                detail::add_to(at_backward, backward, what);
+                e.worst = std::max(e.worst, at_backward);
+              }
+            }
+            if (objective == Objective::within_budget &&
+                detail::checked_add(e.state, e.worst, what()) > budget) {
+              continue;  // the peak only grows from here
+            }
+          }
+          std::string next_key(next_live.size(), '\0');
+          for (std::size_t j = 0; j < next_live.size(); ++j) {
+            next_key[j] = keep_from[j] < 0 ? static_cast<char>(s)
+                                           : key[static_cast<std::size_t>(keep_from[j])];
+          }
+          auto found = where.find(next_key);
+          if (found == where.end()) {
+            found = where.emplace(std::move(next_key), static_cast<int>(next_keys.size())).first;
+            next_keys.push_back(found->first);
+            next_ways.emplace_back();
+          }
+          auto& list = next_ways[static_cast<std::size_t>(found->second)];
+          bool covered = false;
+          for (const int other : list) {
+            covered = covered || covers(next[static_cast<std::size_t>(other)], e, objective);
+          }
+          if (covered) {
+            continue;
+          }
+          // Drop the ways the new one covers (marked, so that indices stay valid).
+          std::size_t kept = 0;
+          for (const int other : list) {
+            Entry& old = next[static_cast<std::size_t>(other)];
+            if (covers(e, old, objective)) {
+              old.previous = -2;
+              --held;
+            } else {
+              list[kept++] = other;
+            }
+          }
+          list.resize(kept);
+          if (held >= max_states) {
+            throw Error("exact solver: more than " + std::to_string(max_states) +
+                        " ways to reach the frontier states at node '" + node.id + "' (" +
                         std::to_string(next_live.size()) +
                         " nodes wide); the graph is too wide for exact search, use SimpleSolver");
           }
-          where.emplace(next_key, static_cast<int>(next.size()));
-          next.push_back(Entry{cost, static_cast<int>(i), static_cast<int>(s)});
-          next_keys.push_back(std::move(next_key));
-        } else if (cost < next[static_cast<std::size_t>(found->second)].cost) {
-          next[static_cast<std::size_t>(found->second)] =
-              Entry{cost, static_cast<int>(i), static_cast<int>(s)};
+          list.push_back(static_cast<int>(next.size()));
+          next.push_back(e);
+          ++held;
         }
       }
     }
@@ -147,27 +266,76 @@ Solution ExactSolver::solve(const Graph& graph) const {
     for (int p : distinct) {
       --remaining[static_cast<std::size_t>(p)];
     }
-    steps.push_back(current);
+    steps.push_back(std::move(current));
     current = std::move(next);
     keys = std::move(next_keys);
+    ways = std::move(next_ways);
     live = std::move(next_live);
+    if (keys.empty()) {
+      return {};  // nothing fits the budget
+    }
   }
   // Every node has been decided and the frontier is empty: one state is left.
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < current.size(); ++i) {
-    if (current[i].cost < current[best].cost) {
-      best = i;
+  int best = -1;
+  for (std::size_t i = 0; i < current.size(); ++i) {
+    const Entry& e = current[i];
+    if (e.previous == -2) {
+      continue;
+    }
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const Entry& b = current[static_cast<std::size_t>(best)];
+    const bool better = objective == Objective::smallest_peak
+                            ? e.state + e.worst < b.state + b.worst ||
+                                  (e.state + e.worst == b.state + b.worst && e.cost < b.cost)
+                            : e.cost < b.cost;
+    if (better) {
+      best = static_cast<int>(i);
     }
   }
   std::vector<int> choice(graph.size(), 0);
-  int at = static_cast<int>(best);
+  int at = best;
   for (std::size_t t = order.size(); t-- > 0;) {
     const Entry& entry =
         (t + 1 == order.size() ? current : steps[t + 1])[static_cast<std::size_t>(at)];
     choice[static_cast<std::size_t>(order[t])] = entry.choice;
     at = entry.previous;
   }
-  return evaluate(graph, strategies, choice, machine_, "exact");
+  return choice;
+}
+
+}  // namespace
+
+ExactSolver::ExactSolver(Machine machine, std::size_t max_states, StepOptions options)
+    : machine_(std::move(machine)), max_states_(max_states), options_(options) {
+  machine_.validate();
+  options_.validate();
+}
+
+ExactSolver::ExactSolver(Machine machine, StepOptions options)
+    : ExactSolver(std::move(machine), std::size_t{1} << 20, options) {}
+
+Solution ExactSolver::solve(const Graph& graph) const {
+  const auto strategies = all_strategies(graph, machine_);
+  for (std::size_t v = 0; v < graph.size(); ++v) {
+    // A state keeps one byte per frontier node.
+    require(strategies[v].size() <= 255, "exact solver: node '" +
+                                             graph.node(static_cast<int>(v)).id +
+                                             "' has more than 255 strategies");
+  }
+  const detail::StepModel model(graph, strategies, machine_, options_);
+  std::vector<int> choice;
+  if (options_.memory_budget_bytes <= 0) {
+    choice = search(model, Objective::seconds, max_states_);
+  } else {
+    choice = search(model, Objective::within_budget, max_states_);
+    if (choice.empty()) {
+      choice = search(model, Objective::smallest_peak, max_states_);
+    }
+  }
+  return evaluate(graph, strategies, choice, machine_, "exact", options_);
 }
 
 }  // namespace fsdp::solver

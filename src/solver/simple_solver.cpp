@@ -1,10 +1,13 @@
 #include "fsdp/solver/simple_solver.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
+#include <utility>
 
 #include "fsdp/core/error.hpp"
+#include "step_model.hpp"
 
 namespace fsdp::solver {
 namespace {
@@ -13,20 +16,39 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // How far around a cycle-closing node the refinement re-optimizes. 4 edges finds the optimum on
 // every reference and stress graph (docs/solver.md); 6 did no better and cost twice the time.
 constexpr int kConditioningRadius = 4;
+// Rounds of the budget search, each a refinement under new memory weights: growth until a plan
+// fits, bisections of their scale, and finer steps around the fastest plan that fits.
+constexpr int kGrowthRounds = 40;
+constexpr int kBisections = 6;
+constexpr int kFineRounds = 6;
 
-// The state the phases share: every node's strategies, the current choice, and which choices are
-// decided (the others are not yet looked at and cost nothing to their neighbours).
+// Seconds per byte held at each step of the step's memory profile, as the node and edge terms
+// they become: a byte of persistent state is held at every step, a node's activation and
+// gradient at the steps of their live ranges, a conversion's buffer at its consumer's forward or
+// backward step. All zero: plans are weighed by their seconds alone.
+struct MemoryWeights {
+  bool any = false;
+  double state = 0;
+  std::vector<double> activation;  // per node
+  std::vector<double> gradient;    // per node
+  std::vector<double> forward;     // per node: its forward step
+  std::vector<double> backward;    // per node: its backward step
+};
+
+// The state the phases share: every node's strategies (the step model's), the current choice,
+// and which choices are decided (the others are not yet looked at and cost nothing to their
+// neighbours). Costs are seconds plus, under a memory budget, the weighted bytes of the memory
+// weights the budget search sets.
 class Assignment {
  public:
-  Assignment(const Graph& graph, const Machine& machine)
-      : graph_(graph),
-        machine_(machine),
-        strategies_(all_strategies(graph, machine.devices)),
-        choice_(graph.size(), 0),
-        decided_(graph.size(), 0),
-        changed_at_(graph.size(), 0) {}
+  explicit Assignment(const detail::StepModel& model)
+      : model_(model),
+        graph_(model.graph()),
+        choice_(graph_.size(), 0),
+        decided_(graph_.size(), 0),
+        changed_at_(graph_.size(), 0) {}
 
-  const std::vector<std::vector<Strategy>>& strategies() const { return strategies_; }
+  const detail::StepModel& model() const { return model_; }
   const std::vector<int>& choice() const { return choice_; }
   bool decided(int v) const { return decided_[static_cast<std::size_t>(v)] != 0; }
   void decide(int v, int s) {
@@ -41,27 +63,46 @@ class Assignment {
   // whose inputs have not moved.
   std::uint64_t changes() const { return changes_; }
   std::uint64_t changed_at(int v) const { return changed_at_[static_cast<std::size_t>(v)]; }
-  const Strategy& strategy(int v, int s) const {
-    return strategies_[static_cast<std::size_t>(v)][static_cast<std::size_t>(s)];
-  }
-  int count(int v) const {
-    return static_cast<int>(strategies_[static_cast<std::size_t>(v)].size());
+  const Strategy& strategy(int v, int s) const { return model_.strategy(v, s); }
+  int count(int v) const { return model_.count(v); }
+
+  void set_weights(MemoryWeights weights) { weights_ = std::move(weights); }
+  const MemoryWeights& weights() const { return weights_; }
+
+  // The seconds of input edge k of node t (forward conversion, and in training its backward
+  // conversions), with the producer at strategy sp and t at st; under memory weights plus the
+  // weighted bytes of the buffers its conversions make at t's steps.
+  double edge(int t, int k, int sp, int st) const {
+    const double seconds = model_.edge_seconds(t, k, sp, st).total();
+    if (!weights_.any) {
+      return seconds;
+    }
+    const std::size_t tu = static_cast<std::size_t>(t);
+    return seconds +
+           weights_.forward[tu] * static_cast<double>(model_.forward_buffer_bytes(t, k, sp, st)) +
+           weights_.backward[tu] * static_cast<double>(model_.backward_buffer_bytes(t, k, sp, st));
   }
 
-  double edge(int producer, const ShardingSpec& from, const ShardingSpec& to) const {
-    return reshard_cost(from, to, graph_.node(producer).bytes(), machine_).seconds;
+  // Node v's seconds under strategy s, plus under memory weights its weighted bytes.
+  double compute_cost(int v, int s) const {
+    const double seconds = model_.node_seconds(v, s);
+    if (!weights_.any) {
+      return seconds;
+    }
+    const std::size_t vu = static_cast<std::size_t>(v);
+    return seconds + weights_.state * static_cast<double>(model_.state_bytes(v, s)) +
+           weights_.activation[vu] * static_cast<double>(model_.activation_bytes(v, s)) +
+           weights_.gradient[vu] * static_cast<double>(model_.gradient_bytes(v, s));
   }
 
-  // Node v's compute under strategy s plus the conversions on its edges to decided neighbours.
-  // `conflict` is set when two decided neighbours cannot both be served for free.
+  // Node v's cost under strategy s plus the conversions on its edges to decided neighbours.
   double local_cost(int v, int s, double extra = 0) const {
-    const Strategy& mine = strategy(v, s);
-    double cost = mine.flops_per_device / machine_.flops_per_s + extra;
+    double cost = compute_cost(v, s) + extra;
     const Node& node = graph_.node(v);
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {
       const int p = node.inputs[k];
       if (decided(p)) {
-        cost += edge(p, strategy(p, choice_[static_cast<std::size_t>(p)]).output, mine.inputs[k]);
+        cost += edge(v, static_cast<int>(k), choice_[static_cast<std::size_t>(p)], s);
       }
     }
     for (int c : graph_.consumers(v)) {
@@ -69,10 +110,9 @@ class Assignment {
         continue;
       }
       const Node& user = graph_.node(c);
-      const Strategy& theirs = strategy(c, choice_[static_cast<std::size_t>(c)]);
       for (std::size_t k = 0; k < user.inputs.size(); ++k) {
         if (user.inputs[k] == v) {
-          cost += edge(v, mine.output, theirs.inputs[k]);
+          cost += edge(c, static_cast<int>(k), s, choice_[static_cast<std::size_t>(c)]);
         }
       }
     }
@@ -97,47 +137,57 @@ class Assignment {
     return best_s;
   }
 
-  // The conversions on the edges between u (strategy su) and v (strategy sv), either direction.
-  double pair_cost(int u, int su, int v, int sv) const {
-    const Node& node_v = graph_.node(v);
-    double cost = 0;
-    bool v_uses_u = false;
-    for (std::size_t k = 0; k < node_v.inputs.size(); ++k) {
-      if (node_v.inputs[k] == u) {
-        v_uses_u = true;
-        cost += edge(u, strategy(u, su).output, strategy(v, sv).inputs[k]);
+  // The terms of the edges between u (strategy su) and v (strategy sv), either direction: their
+  // seconds, and the bytes of their buffers at the consumer's forward and backward steps.
+  struct PairTerms {
+    double seconds = 0;
+    double forward_bytes = 0;
+    double backward_bytes = 0;
+    int consumer = -1;
+  };
+  PairTerms pair_terms(int u, int su, int v, int sv) const {
+    // The consumer is the later node; its inputs list the earlier one.
+    const int c = std::max(u, v), p = std::min(u, v);
+    const int sc = c == v ? sv : su, sp = c == v ? su : sv;
+    const Node& consumer = graph_.node(c);
+    PairTerms terms;
+    terms.consumer = c;
+    for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
+      if (consumer.inputs[k] == p) {
+        const int ik = static_cast<int>(k);
+        terms.seconds += model_.edge_seconds(c, ik, sp, sc).total();
+        terms.forward_bytes += static_cast<double>(model_.forward_buffer_bytes(c, ik, sp, sc));
+        terms.backward_bytes += static_cast<double>(model_.backward_buffer_bytes(c, ik, sp, sc));
       }
     }
-    if (v_uses_u) {
-      return cost;
-    }
-    const Node& node_u = graph_.node(u);
-    for (std::size_t k = 0; k < node_u.inputs.size(); ++k) {
-      if (node_u.inputs[k] == v) {
-        cost += edge(v, strategy(v, sv).output, strategy(u, su).inputs[k]);
+    return terms;
+  }
+
+  // The seconds (and weighted bytes) of the edges between u and v at their current strategies.
+  double pair_cost(int u, int v) const {
+    const int c = std::max(u, v), p = std::min(u, v);
+    const Node& consumer = graph_.node(c);
+    double cost = 0;
+    for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
+      if (consumer.inputs[k] == p) {
+        cost += edge(c, static_cast<int>(k), choice_[static_cast<std::size_t>(p)],
+                     choice_[static_cast<std::size_t>(c)]);
       }
     }
     return cost;
   }
 
-  double compute_cost(int v, int s) const {
-    return strategy(v, s).flops_per_device / machine_.flops_per_s;
-  }
-
   // True when the decided neighbours of v cannot all be served without a conversion.
-  bool conflicted(int v, int s) const {
-    const Strategy& mine = strategy(v, s);
-    return local_cost(v, s) > mine.flops_per_device / machine_.flops_per_s;
-  }
+  bool conflicted(int v, int s) const { return local_cost(v, s) > compute_cost(v, s); }
 
  private:
+  const detail::StepModel& model_;
   const Graph& graph_;
-  const Machine& machine_;
-  std::vector<std::vector<Strategy>> strategies_;
   std::vector<int> choice_;
   std::vector<char> decided_;
   std::vector<std::uint64_t> changed_at_;
   std::uint64_t changes_ = 0;
+  MemoryWeights weights_;
 };
 
 // Exact re-optimization of tree-shaped parts of the graph with the rest held fixed.
@@ -168,25 +218,50 @@ class ForestRefiner {
     // them up many times.
     for (std::size_t v = 0; v < graph.size(); ++v) {
       const int iv = static_cast<int>(v);
-      for (int s = 0; s < a_.count(iv); ++s) {
-        compute_[v].push_back(a_.compute_cost(iv, s));
-      }
       for (int c : graph.consumers(iv)) {
         const std::size_t cu = static_cast<std::size_t>(c);
-        const std::size_t mine = pair_.size();
+        const std::size_t mine = pair_seconds_.size();
         const std::size_t theirs = mine + static_cast<std::size_t>(a_.count(iv) * a_.count(c));
-        pair_.resize(theirs + static_cast<std::size_t>(a_.count(iv) * a_.count(c)));
+        pair_seconds_.resize(theirs + static_cast<std::size_t>(a_.count(iv) * a_.count(c)));
+        pair_forward_bytes_.resize(pair_seconds_.size());
+        pair_backward_bytes_.resize(pair_seconds_.size());
+        pair_consumer_.resize(pair_seconds_.size(), c);
         for (int sv = 0; sv < a_.count(iv); ++sv) {
           for (int sc = 0; sc < a_.count(c); ++sc) {
-            const double cost = a_.pair_cost(iv, sv, c, sc);
-            pair_[mine + static_cast<std::size_t>(sv * a_.count(c) + sc)] = cost;
-            pair_[theirs + static_cast<std::size_t>(sc * a_.count(iv) + sv)] = cost;
+            const Assignment::PairTerms terms = a_.pair_terms(iv, sv, c, sc);
+            const std::size_t forth = mine + static_cast<std::size_t>(sv * a_.count(c) + sc);
+            const std::size_t back = theirs + static_cast<std::size_t>(sc * a_.count(iv) + sv);
+            pair_seconds_[forth] = pair_seconds_[back] = terms.seconds;
+            pair_forward_bytes_[forth] = pair_forward_bytes_[back] = terms.forward_bytes;
+            pair_backward_bytes_[forth] = pair_backward_bytes_[back] = terms.backward_bytes;
           }
         }
         links_[v].push_back(Link{c, static_cast<int>(links_[cu].size()), mine});
         links_[cu].push_back(Link{iv, static_cast<int>(links_[v].size()) - 1, theirs});
       }
     }
+    reweigh();
+  }
+
+  // The costs again, after the assignment's memory weight changed. Every node counts as changed,
+  // so conditioning runs again everywhere.
+  void reweigh() {
+    for (std::size_t v = 0; v < compute_.size(); ++v) {
+      const int iv = static_cast<int>(v);
+      compute_[v].resize(static_cast<std::size_t>(a_.count(iv)));
+      for (int s = 0; s < a_.count(iv); ++s) {
+        compute_[v][static_cast<std::size_t>(s)] = a_.compute_cost(iv, s);
+      }
+    }
+    const MemoryWeights& w = a_.weights();
+    pair_.resize(pair_seconds_.size());
+    for (std::size_t i = 0; i < pair_.size(); ++i) {
+      const std::size_t c = static_cast<std::size_t>(pair_consumer_[i]);
+      pair_[i] = w.any ? pair_seconds_[i] + w.forward[c] * pair_forward_bytes_[i] +
+                             w.backward[c] * pair_backward_bytes_[i]
+                       : pair_seconds_[i];
+    }
+    std::fill(conditioned_at_.begin(), conditioned_at_.end(), 0);
   }
 
   // One forest over the whole graph in `order`, then conditioning on each node it left out.
@@ -450,7 +525,11 @@ class ForestRefiner {
 
   Assignment& a_;
   std::vector<std::vector<Link>> links_;
-  std::vector<double> pair_;
+  std::vector<double> pair_;  // the pair's cost: seconds + the buffers' weighted bytes
+  std::vector<double> pair_seconds_;
+  std::vector<double> pair_forward_bytes_;   // buffers at the consumer's forward step
+  std::vector<double> pair_backward_bytes_;  // ... and at its backward step
+  std::vector<int> pair_consumer_;           // the edge's consumer, whose steps weigh them
   std::vector<std::vector<double>> compute_;
   std::vector<char> in_block_;
   std::vector<char> seen_;
@@ -470,10 +549,68 @@ bool is_matmul(const Node& node) {
   return node.kind == OpKind::matmul || node.kind == OpKind::batched_matmul;
 }
 
+// The seed phase's order of a matmul's candidates: split batch, then contracting, then output
+// features (along axis 0, then along axis 1 on a 2-D mesh); the replicated strategy is no
+// candidate.
+std::vector<int> seed_order(const std::vector<Strategy>& strategies) {
+  const auto rank = [](StrategyRole role) {
+    switch (role) {
+      case StrategyRole::split_batch:
+        return 0;
+      case StrategyRole::split_contracting:
+        return 1;
+      case StrategyRole::split_output_features:
+        return 2;
+      default:
+        return 3;
+    }
+  };
+  std::vector<int> order;
+  for (int s = 0; s < static_cast<int>(strategies.size()); ++s) {
+    const Strategy& strategy = strategies[static_cast<std::size_t>(s)];
+    if (rank(strategy.role) < 3 || rank(strategy.role_axis1) < 3) {
+      order.push_back(s);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    const Strategy& a = strategies[static_cast<std::size_t>(x)];
+    const Strategy& b = strategies[static_cast<std::size_t>(y)];
+    return std::make_pair(rank(a.role), rank(a.role_axis1)) <
+           std::make_pair(rank(b.role), rank(b.role_axis1));
+  });
+  return order;
+}
+
+// What a candidate's partial result costs to complete: the all-reduce of the output along the
+// axes where it is a partial sum.
+double completion_seconds(const Strategy& s, const Node& node, const Machine& machine) {
+  return s.output.is_partial()
+             ? convert(s.output, s.output.without_partial(), node.bytes(), machine).seconds()
+             : 0.0;
+}
+
+// Node costs (with the Lagrangian weight) plus every edge's seconds: what the refinement lowers.
+double surrogate_total(const Assignment& a) {
+  const Graph& graph = a.model().graph();
+  double total = 0;
+  for (std::size_t v = 0; v < graph.size(); ++v) {
+    const int iv = static_cast<int>(v);
+    total += a.compute_cost(iv, a.choice()[v]);
+    const Node& node = graph.node(iv);
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      total += a.edge(iv, static_cast<int>(k), a.choice()[static_cast<std::size_t>(node.inputs[k])],
+                      a.choice()[v]);
+    }
+  }
+  return total;
+}
+
 }  // namespace
 
-SimpleSolver::SimpleSolver(Machine machine) : machine_(machine) {
+SimpleSolver::SimpleSolver(Machine machine, StepOptions options)
+    : machine_(std::move(machine)), options_(options) {
   machine_.validate();
+  options_.validate();
 }
 
 std::vector<SeedCandidate> SimpleSolver::seed_candidates(const Graph& graph, int index) const {
@@ -481,22 +618,17 @@ std::vector<SeedCandidate> SimpleSolver::seed_candidates(const Graph& graph, int
   require(is_matmul(node), "seed_candidates: node '" + node.id + "' is a " + node.op +
                                ", not a matmul or batched_matmul");
   std::vector<SeedCandidate> candidates;
-  const std::vector<Strategy> strategies = strategies_for(graph, index, machine_.devices);
-  for (const StrategyRole role : {StrategyRole::split_batch, StrategyRole::split_contracting,
-                                  StrategyRole::split_output_features}) {
-    for (const Strategy& s : strategies) {
-      if (s.role != role) {
-        continue;
-      }
-      SeedCandidate candidate;
-      candidate.strategy = s;
-      candidate.compute_s = s.flops_per_device / machine_.flops_per_s;
-      if (s.output.is_partial()) {
-        candidate.communication =
-            collective_cost(LayoutCollective::all_reduce, node.bytes(), machine_);
-      }
-      candidates.push_back(candidate);
+  const std::vector<Strategy> strategies = strategies_for(graph, index, machine_);
+  for (const int s : seed_order(strategies)) {
+    SeedCandidate candidate;
+    candidate.strategy = strategies[static_cast<std::size_t>(s)];
+    candidate.compute_s = candidate.strategy.flops_per_device / machine_.flops_per_s;
+    if (candidate.strategy.output.is_partial()) {
+      candidate.communication =
+          reshard_cost(candidate.strategy.output, candidate.strategy.output.without_partial(),
+                       node.bytes(), machine_);
     }
+    candidates.push_back(candidate);
   }
   if (candidates.empty()) {
     SeedCandidate candidate;
@@ -509,7 +641,9 @@ std::vector<SeedCandidate> SimpleSolver::seed_candidates(const Graph& graph, int
 
 Solution SimpleSolver::solve(const Graph& graph) {
   stats_ = SolverStats{};
-  Assignment a(graph, machine_);
+  const std::vector<std::vector<Strategy>> strategies = all_strategies(graph, machine_);
+  const detail::StepModel model(graph, strategies, machine_, options_);
+  Assignment a(model);
   const int count = static_cast<int>(graph.size());
   std::deque<int> queue;
   const auto push_neighbours = [&](int v) {
@@ -534,23 +668,12 @@ Solution SimpleSolver::solve(const Graph& graph) {
     }
     int chosen = -1;
     double lowest = kInfinity;
-    const auto& strategies = a.strategies()[static_cast<std::size_t>(v)];
-    for (const StrategyRole role : {StrategyRole::split_batch, StrategyRole::split_contracting,
-                                    StrategyRole::split_output_features}) {
-      for (int s = 0; s < a.count(v); ++s) {
-        if (strategies[static_cast<std::size_t>(s)].role != role) {
-          continue;
-        }
-        const double all_reduce =
-            strategies[static_cast<std::size_t>(s)].output.is_partial()
-                ? collective_cost(LayoutCollective::all_reduce, graph.node(v).bytes(), machine_)
-                      .seconds
-                : 0.0;
-        const double cost = a.local_cost(v, s, all_reduce);
-        if (cost < lowest) {
-          lowest = cost;
-          chosen = s;
-        }
+    for (const int s : seed_order(strategies[static_cast<std::size_t>(v)])) {
+      const double cost =
+          a.local_cost(v, s, completion_seconds(a.strategy(v, s), graph.node(v), machine_));
+      if (cost < lowest) {
+        lowest = cost;
+        chosen = s;
       }
     }
     if (chosen < 0) {
@@ -597,13 +720,13 @@ Solution SimpleSolver::solve(const Graph& graph) {
   }
   backward.assign(forward.rbegin(), forward.rend());
   const auto refine = [&] {
-    double total = total_cost(graph, a.strategies(), a.choice(), machine_);
+    double total = surrogate_total(a);
     int rounds_without_gain = 0;
     for (int round = 0; round < 50 && rounds_without_gain < 2; ++round) {
       ++stats_.refinement_sweeps;
       const std::vector<int> before = a.choice();
       forest.run(round % 2 == 0 ? forward : backward, kConditioningRadius);
-      const double now = total_cost(graph, a.strategies(), a.choice(), machine_);
+      const double now = surrogate_total(a);
       for (int v = 0; v < count; ++v) {
         stats_.changed_in_refinement +=
             before[static_cast<std::size_t>(v)] != a.choice()[static_cast<std::size_t>(v)];
@@ -613,34 +736,245 @@ Solution SimpleSolver::solve(const Graph& graph) {
     }
     return total;
   };
-  const double seeded_total = refine();
-
   // When collectives are dear next to the compute they save (few tokens, a slow network), the
   // seeds can lead into a plan whose every improvement needs many nodes to move together. A
   // second start from the all-replicated plan, refined the same way, catches these; it is
-  // skipped when the seeded plan already costs no more than its bound (every node at its
-  // cheapest compute, no communication at all), which no plan can beat.
-  double bound = 0;
-  for (int v = 0; v < count; ++v) {
-    double cheapest = kInfinity;
-    for (int s = 0; s < a.count(v); ++s) {
-      cheapest = std::min(cheapest, a.compute_cost(v, s));
-    }
-    bound += cheapest;
-  }
-  if (seeded_total > bound * (1 + 1e-9)) {
-    ++stats_.restarts;
-    const std::vector<int> seeded = a.choice();
+  // skipped when the refined plan already costs no more than its bound (every node at its
+  // cheapest cost, no communication at all), which no plan can beat.
+  const auto refine_with_restart = [&] {
+    const double refined = refine();
+    double bound = 0;
     for (int v = 0; v < count; ++v) {
-      a.decide(v, a.count(v) - 1);  // replicated (the last strategy), or the pinned one
+      double cheapest = kInfinity;
+      for (int s = 0; s < a.count(v); ++s) {
+        cheapest = std::min(cheapest, a.compute_cost(v, s));
+      }
+      bound += cheapest;
     }
-    if (refine() >= seeded_total) {
+    if (refined > bound * (1 + 1e-9)) {
+      ++stats_.restarts;
+      const std::vector<int> kept = a.choice();
       for (int v = 0; v < count; ++v) {
-        a.decide(v, seeded[static_cast<std::size_t>(v)]);
+        a.decide(v, a.count(v) - 1);  // replicated (the last strategy), or the pinned one
+      }
+      if (refine() >= refined) {
+        for (int v = 0; v < count; ++v) {
+          a.decide(v, kept[static_cast<std::size_t>(v)]);
+        }
       }
     }
+  };
+  refine_with_restart();
+  const std::int64_t budget = options_.memory_budget_bytes;
+  if (budget <= 0) {
+    return evaluate(graph, strategies, a.choice(), machine_, "simple", options_);
   }
-  return evaluate(graph, a.strategies(), a.choice(), machine_, "simple");
+
+  // Under a budget: the fastest plan that fits. The peak is a maximum over the steps of sums
+  // over nodes, so the search relaxes the budget of every step with a multiplier (Lagrangian
+  // relaxation): a byte held at a step costs that step's multiplier in seconds, which turns into
+  // node and edge weights (MemoryWeights) the refinement handles like seconds. Each round moves
+  // the multipliers along the steps' excess over the budget (a subgradient step, shrinking as
+  // 2 / sqrt(round)), refines the plan under the new weights and measures its real peak; the
+  // fastest plan that fits is kept.
+  std::vector<int> best, smallest = a.choice();
+  double best_seconds = kInfinity;
+  std::int64_t smallest_peak = std::numeric_limits<std::int64_t>::max();
+  const auto consider = [&] {
+    const std::int64_t peak = detail::memory_profile(model, a.choice()).peak_bytes;
+    if (peak < smallest_peak) {
+      smallest_peak = peak;
+      smallest = a.choice();
+    }
+    if (peak > budget) {
+      return false;
+    }
+    const double seconds = detail::step_seconds(model, a.choice());
+    if (seconds < best_seconds) {
+      best_seconds = seconds;
+      best = a.choice();
+    }
+    return true;
+  };
+  if (consider()) {
+    return evaluate(graph, strategies, a.choice(), machine_, "simple", options_);
+  }
+  const std::size_t n = graph.size();
+  const double unit = detail::step_seconds(model, a.choice()) / static_cast<double>(budget);
+  std::vector<double> forward_step(n, 0), backward_step(n, 0);  // the multipliers
+  const auto weights = [&] {
+    std::vector<double> before_forward(n + 1, 0), before_backward(n + 1, 0);
+    for (std::size_t v = 0; v < n; ++v) {
+      before_forward[v + 1] = before_forward[v] + forward_step[v];
+      before_backward[v + 1] = before_backward[v] + backward_step[v];
+    }
+    const auto sum = [](const std::vector<double>& before, int from, int to) {
+      return before[static_cast<std::size_t>(to) + 1] - before[static_cast<std::size_t>(from)];
+    };
+    MemoryWeights w;
+    w.any = true;
+    w.state = before_forward[n] + before_backward[n];
+    w.activation.assign(n, 0);
+    w.gradient.assign(n, 0);
+    const int last = count - 1;
+    for (int v = 0; v < count; ++v) {
+      const detail::NodeFacts& f = model.facts(v);
+      const std::size_t vu = static_cast<std::size_t>(v);
+      w.activation[vu] =
+          options_.training() && f.first_reader >= 0
+              ? sum(before_forward, v, last) + sum(before_backward, f.first_reader, last)
+              : sum(before_forward, v, std::max(v, f.last_consumer));
+      w.gradient[vu] = f.last_consumer >= 0 ? sum(before_backward, v, f.last_consumer) : 0;
+    }
+    w.forward = forward_step;
+    w.backward = backward_step;
+    return w;
+  };
+  // The multipliers of the steps over the budget grow 4x (from the fastest plan's seconds per
+  // byte of budget) until a plan fits; then a common factor of all multipliers is bisected
+  // (geometrically) between the last that did not fit and the first that did; then rounds of
+  // finer steps (1.5x where over the budget, 0.8x elsewhere) search around the fastest plan
+  // found.
+  const auto refine_with = [&](double factor) {
+    ++stats_.budget_rounds;
+    MemoryWeights w = weights();
+    if (factor != 1) {
+      w.state *= factor;
+      for (auto* list : {&w.activation, &w.gradient, &w.forward, &w.backward}) {
+        for (double& x : *list) {
+          x *= factor;
+        }
+      }
+    }
+    a.set_weights(std::move(w));
+    forest.reweigh();
+    refine();
+    return consider();
+  };
+  const auto move_multipliers = [&](double up, double down, double floor) {
+    const detail::MemoryProfile profile = detail::memory_profile(model, a.choice());
+    const double scale = static_cast<double>(budget);
+    const auto update = [&](double& multiplier, std::int64_t bytes) {
+      multiplier =
+          static_cast<double>(bytes) > scale ? std::max(up * multiplier, floor) : down * multiplier;
+    };
+    for (std::size_t v = 0; v < n; ++v) {
+      const detail::NodeFacts& f = model.facts(static_cast<int>(v));
+      if (f.computed) {
+        update(forward_step[v], profile.forward_bytes[v]);
+      }
+      if (f.has_backward) {
+        update(backward_step[v], profile.backward_bytes[v]);
+      }
+    }
+  };
+  bool fits = false;
+  for (int round = 0; round < kGrowthRounds && !fits; ++round) {
+    move_multipliers(4, 1, unit);
+    fits = refine_with(1);
+  }
+  if (fits) {
+    double low = 0.25, high = 1;
+    for (int round = 0; round < kBisections; ++round) {
+      const double middle = std::sqrt(low * high);
+      (refine_with(middle) ? high : low) = middle;
+    }
+    for (double& x : forward_step) {
+      x *= high;
+    }
+    for (double& x : backward_step) {
+      x *= high;
+    }
+    for (int round = 0; round < kFineRounds; ++round) {
+      move_multipliers(1.5, 0.8, 0);
+      refine_with(1);
+    }
+  }
+  // Moves of one node, then of a node and one of its inputs together, each checked with the
+  // plan's whole memory profile (their number bounded so that large graphs stay fast). When
+  // nothing fit, moves that lower the peak, from the plan with the smallest; then, within the
+  // budget, moves that make the plan faster, or keep its seconds and lower its peak.
+  a.set_weights(MemoryWeights());
+  const std::vector<int>& start = best.empty() ? smallest : best;
+  for (int v = 0; v < count; ++v) {
+    a.decide(v, start[static_cast<std::size_t>(v)]);
+  }
+  const std::int64_t most_checks =
+      std::max<std::int64_t>(4096, (std::int64_t{1} << 22) / (count + 1));
+  std::int64_t checks = 0;
+  std::int64_t peak = detail::memory_profile(model, a.choice()).peak_bytes;
+  // The seconds of the nodes `moved` (one or two) and of every edge touching them.
+  const auto around = [&](int u, int v) {
+    double seconds = a.local_cost(u, a.choice()[static_cast<std::size_t>(u)]);
+    if (v >= 0) {
+      seconds += a.local_cost(v, a.choice()[static_cast<std::size_t>(v)]);
+      seconds -= a.pair_cost(u, v);  // the edges between them counted twice
+    }
+    return seconds;
+  };
+  // Tries u at su (and v at sv when v >= 0); keeps the move when it is better, else undoes it.
+  const auto attempt = [&](bool faster, int u, int su, int v, int sv) {
+    const int old_u = a.choice()[static_cast<std::size_t>(u)];
+    const int old_v = v >= 0 ? a.choice()[static_cast<std::size_t>(v)] : -1;
+    const double here = around(u, v);
+    a.decide(u, su);
+    if (v >= 0) {
+      a.decide(v, sv);
+    }
+    const double there = around(u, v);
+    bool better = false;
+    if (!(faster && there > here * (1 + 1e-12))) {
+      ++checks;
+      const std::int64_t moved_peak = detail::memory_profile(model, a.choice()).peak_bytes;
+      better = faster ? moved_peak <= budget && (there < here * (1 - 1e-12) || moved_peak < peak)
+                      : moved_peak < peak;
+      if (better) {
+        peak = moved_peak;
+        ++stats_.budget_moves;
+      }
+    }
+    if (!better) {
+      a.decide(u, old_u);
+      if (v >= 0) {
+        a.decide(v, old_v);
+      }
+    }
+    return better;
+  };
+  const auto descend = [&](bool faster) {
+    for (int pass = 0; pass < 8 && checks < most_checks; ++pass) {
+      bool moved = false;
+      for (int v = 0; v < count && checks < most_checks; ++v) {
+        for (int s = 0; s < a.count(v) && checks < most_checks; ++s) {
+          if (s != a.choice()[static_cast<std::size_t>(v)]) {
+            moved = attempt(faster, v, s, -1, -1) || moved;
+          }
+        }
+      }
+      for (int v = 0; v < count && checks < most_checks && !moved; ++v) {
+        for (const int u : graph.node(v).inputs) {
+          for (int su = 0; su < a.count(u) && checks < most_checks; ++su) {
+            for (int sv = 0; sv < a.count(v) && checks < most_checks; ++sv) {
+              if (su != a.choice()[static_cast<std::size_t>(u)] &&
+                  sv != a.choice()[static_cast<std::size_t>(v)]) {
+                moved = attempt(faster, u, su, v, sv) || moved;
+              }
+            }
+          }
+        }
+      }
+      if (!moved || (!faster && peak <= budget)) {
+        break;
+      }
+    }
+  };
+  if (peak > budget) {
+    descend(false);
+  }
+  if (peak <= budget) {
+    descend(true);
+  }
+  return evaluate(graph, strategies, a.choice(), machine_, "simple", options_);
 }
 
 }  // namespace fsdp::solver
