@@ -5,16 +5,27 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "fsdp/core/error.hpp"
 
 namespace fsdp::solver::detail {
 
-[[noreturn]] inline void overflow(const std::string& what) {
-  throw Error(what + " overflows 64 bits (more than 9.2e18); the graph's sizes are too large");
+// `what` names the quantity: a string, or a callable returning one (built only on overflow, so
+// that the inner loops pay nothing for the message).
+template <class What>
+[[noreturn]] void overflow(const What& what) {
+  std::string subject;
+  if constexpr (std::is_invocable_v<const What&>) {
+    subject = what();
+  } else {
+    subject = what;
+  }
+  throw Error(subject + " overflows 64 bits (more than 9.2e18); the graph's sizes are too large");
 }
 
-inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const std::string& what) {
+template <class What>
+std::int64_t checked_add(std::int64_t a, std::int64_t b, const What& what) {
   std::int64_t sum = 0;
   if (__builtin_add_overflow(a, b, &sum)) {
     overflow(what);
@@ -22,7 +33,8 @@ inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const std::strin
   return sum;
 }
 
-inline std::int64_t checked_mul(std::int64_t a, std::int64_t b, const std::string& what) {
+template <class What>
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const What& what) {
   std::int64_t product = 0;
   if (__builtin_mul_overflow(a, b, &product)) {
     overflow(what);
@@ -30,11 +42,11 @@ inline std::int64_t checked_mul(std::int64_t a, std::int64_t b, const std::strin
   return product;
 }
 
-// total += value, checked. `what` is built only when the sum overflows.
+// total += value, checked.
 template <class What>
-void add_to(std::int64_t& total, std::int64_t value, What&& what) {
+void add_to(std::int64_t& total, std::int64_t value, const What& what) {
   if (__builtin_add_overflow(total, value, &total)) {
-    overflow(what());
+    overflow(what);
   }
 }
 

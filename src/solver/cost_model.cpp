@@ -42,12 +42,13 @@ Transfer axis_step(const ShardingSpec::AxisUse& from, const ShardingSpec::AxisUs
 }  // namespace
 
 MeshAxis Machine::axis(int a) const {
+  if (a < 0 || a >= axis_count()) {
+    throw Error("solver machine: the mesh has no axis " + std::to_string(a) + " (it has " +
+                std::to_string(axis_count()) + ")");
+  }
   if (mesh.empty()) {
-    require(a == 0, "solver machine: a 1-D mesh has no axis " + std::to_string(a));
     return MeshAxis{devices, link_bytes_per_s, collective_latency_s};
   }
-  require(a >= 0 && a < static_cast<int>(mesh.size()),
-          "solver machine: the mesh has no axis " + std::to_string(a));
   return mesh[static_cast<std::size_t>(a)];
 }
 

@@ -96,34 +96,13 @@ std::vector<int> search(const detail::StepModel& model, Objective objective,
     const Node& node = graph.node(v);
     const detail::NodeFacts& facts = model.facts(v);
     const int mine = model.count(v);
-    // Per input: its place in a key, and the edge's seconds and buffers for every pair of
-    // strategies (theirs * mine + mine).
+    // Per input: its place in a key and its table (seconds and buffers for every pair).
     std::vector<int> slot(node.inputs.size());
-    std::vector<std::vector<double>> edge(node.inputs.size());
-    std::vector<std::vector<std::int64_t>> forward_buffer(node.inputs.size());
-    std::vector<std::vector<std::int64_t>> backward_buffer(node.inputs.size());
+    std::vector<const detail::EdgeTable*> edge(node.inputs.size());
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {
       const int p = node.inputs[k];
-      const int ik = static_cast<int>(k);
       slot[k] = static_cast<int>(std::find(live.begin(), live.end(), p) - live.begin());
-      const int theirs = model.count(p);
-      const std::size_t pairs = static_cast<std::size_t>(theirs) * static_cast<std::size_t>(mine);
-      edge[k].resize(pairs);
-      if (track_memory) {
-        forward_buffer[k].resize(pairs);
-        backward_buffer[k].resize(pairs);
-      }
-      for (int a = 0; a < theirs; ++a) {
-        for (int b = 0; b < mine; ++b) {
-          const std::size_t at = static_cast<std::size_t>(a * mine + b);
-          edge[k][at] = model.edge_seconds(v, ik, a, b).total();
-          if (track_memory) {
-            forward_buffer[k][at] = model.forward_buffer_bytes(v, ik, a, b);
-            backward_buffer[k][at] =
-                facts.has_backward ? model.backward_buffer_bytes(v, ik, a, b) : 0;
-          }
-        }
-      }
+      edge[k] = &model.edge_table(v, static_cast<int>(k));
     }
     // The frontier after this node: inputs whose last consumer this is leave, v joins if used.
     std::vector<int> next_live;
@@ -188,20 +167,20 @@ std::vector<int> search(const detail::StepModel& model, Objective objective,
           Entry e{from.cost + model.node_seconds(v, s), from.state, from.alive, from.worst, w, s};
           std::int64_t forward = 0, backward = 0;
           for (std::size_t k = 0; k < node.inputs.size(); ++k) {
-            const std::size_t at =
-                static_cast<std::size_t>(strategy_of(static_cast<std::size_t>(slot[k])) * mine + s);
-            e.cost += edge[k][at];
+            const detail::EdgeTable& table = *edge[k];
+            const std::size_t at = table.at(strategy_of(static_cast<std::size_t>(slot[k])), s);
+            e.cost += table.seconds[at];
             if (track_memory) {
-              detail::add_to(forward, forward_buffer[k][at], what);
-              detail::add_to(backward, backward_buffer[k][at], what);
+              detail::add_to(forward, table.forward_bytes[at], what);
+              detail::add_to(backward, facts.has_backward ? table.backward_bytes[at] : 0, what);
             }
           }
           if (track_memory) {
             detail::add_to(e.state, model.state_bytes(v, s), what);
             if (facts.computed) {
               const std::int64_t activation = model.activation_bytes(v, s);
-              std::int64_t step = detail::checked_add(from.alive, activation, what());
-              e.worst = std::max(e.worst, detail::checked_add(step, forward, what()));
+              std::int64_t step = detail::checked_add(from.alive, activation, what);
+              e.worst = std::max(e.worst, detail::checked_add(step, forward, what));
               e.alive = from.alive - freed_bytes + (v_kept ? activation : 0);
               if (facts.has_backward) {
                 std::int64_t at_backward = from.alive - unread_bytes;
@@ -212,7 +191,7 @@ std::vector<int> search(const detail::StepModel& model, Objective objective,
               }
             }
             if (objective == Objective::within_budget &&
-                detail::checked_add(e.state, e.worst, what()) > budget) {
+                detail::checked_add(e.state, e.worst, what) > budget) {
               continue;  // the peak only grows from here
             }
           }
@@ -318,14 +297,13 @@ ExactSolver::ExactSolver(Machine machine, StepOptions options)
     : ExactSolver(std::move(machine), std::size_t{1} << 20, options) {}
 
 Solution ExactSolver::solve(const Graph& graph) const {
-  const auto strategies = all_strategies(graph, machine_);
+  const detail::StepModel model(graph, machine_, options_);
   for (std::size_t v = 0; v < graph.size(); ++v) {
     // A state keeps one byte per frontier node.
-    require(strategies[v].size() <= 255, "exact solver: node '" +
-                                             graph.node(static_cast<int>(v)).id +
-                                             "' has more than 255 strategies");
+    require(model.count(static_cast<int>(v)) <= 255, "exact solver: node '" +
+                                                         graph.node(static_cast<int>(v)).id +
+                                                         "' has more than 255 strategies");
   }
-  const detail::StepModel model(graph, strategies, machine_, options_);
   std::vector<int> choice;
   if (options_.memory_budget_bytes <= 0) {
     choice = search(model, Objective::seconds, max_states_);
@@ -335,7 +313,7 @@ Solution ExactSolver::solve(const Graph& graph) const {
       choice = search(model, Objective::smallest_peak, max_states_);
     }
   }
-  return evaluate(graph, strategies, choice, machine_, "exact", options_);
+  return detail::evaluate(model, choice, "exact");
 }
 
 }  // namespace fsdp::solver

@@ -4,8 +4,12 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
+#include "checked_int.hpp"
 #include "fsdp/core/error.hpp"
 #include "step_model.hpp"
 
@@ -16,6 +20,9 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // How far around a cycle-closing node the refinement re-optimizes. 4 edges finds the optimum on
 // every reference and stress graph (docs/solver.md); 6 did no better and cost twice the time.
 constexpr int kConditioningRadius = 4;
+// The most pairs of strategies one refinement pass over every edge may look at for conditioning
+// to keep its full radius (a 2x4 transformer layer has about 20,000, a 1-D one 800).
+constexpr std::int64_t kFullRadiusPairs = std::int64_t{1} << 19;
 // Rounds of the budget search, each a refinement under new memory weights: growth until a plan
 // fits, bisections of their scale, and finer steps around the fastest plan that fits.
 constexpr int kGrowthRounds = 40;
@@ -73,14 +80,14 @@ class Assignment {
   // conversions), with the producer at strategy sp and t at st; under memory weights plus the
   // weighted bytes of the buffers its conversions make at t's steps.
   double edge(int t, int k, int sp, int st) const {
-    const double seconds = model_.edge_seconds(t, k, sp, st).total();
+    const detail::EdgeTable& table = model_.edge_table(t, k);
+    const std::size_t at = table.at(sp, st);
     if (!weights_.any) {
-      return seconds;
+      return table.seconds[at];
     }
     const std::size_t tu = static_cast<std::size_t>(t);
-    return seconds +
-           weights_.forward[tu] * static_cast<double>(model_.forward_buffer_bytes(t, k, sp, st)) +
-           weights_.backward[tu] * static_cast<double>(model_.backward_buffer_bytes(t, k, sp, st));
+    return table.seconds[at] + weights_.forward[tu] * static_cast<double>(table.forward_bytes[at]) +
+           weights_.backward[tu] * static_cast<double>(table.backward_bytes[at]);
   }
 
   // Node v's seconds under strategy s, plus under memory weights its weighted bytes.
@@ -137,32 +144,6 @@ class Assignment {
     return best_s;
   }
 
-  // The terms of the edges between u (strategy su) and v (strategy sv), either direction: their
-  // seconds, and the bytes of their buffers at the consumer's forward and backward steps.
-  struct PairTerms {
-    double seconds = 0;
-    double forward_bytes = 0;
-    double backward_bytes = 0;
-    int consumer = -1;
-  };
-  PairTerms pair_terms(int u, int su, int v, int sv) const {
-    // The consumer is the later node; its inputs list the earlier one.
-    const int c = std::max(u, v), p = std::min(u, v);
-    const int sc = c == v ? sv : su, sp = c == v ? su : sv;
-    const Node& consumer = graph_.node(c);
-    PairTerms terms;
-    terms.consumer = c;
-    for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
-      if (consumer.inputs[k] == p) {
-        const int ik = static_cast<int>(k);
-        terms.seconds += model_.edge_seconds(c, ik, sp, sc).total();
-        terms.forward_bytes += static_cast<double>(model_.forward_buffer_bytes(c, ik, sp, sc));
-        terms.backward_bytes += static_cast<double>(model_.backward_buffer_bytes(c, ik, sp, sc));
-      }
-    }
-    return terms;
-  }
-
   // The seconds (and weighted bytes) of the edges between u and v at their current strategies.
   double pair_cost(int u, int v) const {
     const int c = std::max(u, v), p = std::min(u, v);
@@ -214,37 +195,80 @@ class ForestRefiner {
         conditioned_at_(graph.size(), 0),
         table_(graph.size()),
         pick_(graph.size()) {
-    // The cost of every edge for every pair of strategies, computed once: the refinement looks
-    // them up many times.
+    // The edges' costs for every pair of strategies, looked up many times: one block per edge
+    // table of the model (shared by the edges of identical layers) and orientation, in the
+    // order [this node's strategy][the other's]; an edge of a consumer that takes the same
+    // producer twice gets a block of its own, the sum of its inputs' tables.
+    const detail::StepModel& model = a_.model();
+    std::map<std::pair<const detail::EdgeTable*, bool>, std::size_t> shared;
+    const auto block_of = [&](const std::vector<const detail::EdgeTable*>& tables,
+                              bool producer_major) {
+      if (tables.size() == 1) {
+        const auto found = shared.find({tables[0], producer_major});
+        if (found != shared.end()) {
+          return found->second;
+        }
+      }
+      PairBlock block;
+      const detail::EdgeTable& first = *tables[0];
+      const std::size_t size = first.seconds.size();
+      block.seconds.assign(size, 0);
+      block.forward_bytes.assign(size, 0);
+      block.backward_bytes.assign(size, 0);
+      for (int sp = 0; sp < first.producer_count; ++sp) {
+        for (int sc = 0; sc < first.consumer_count; ++sc) {
+          const std::size_t to = producer_major
+                                     ? first.at(sp, sc)
+                                     : static_cast<std::size_t>(sc) * first.producer_count + sp;
+          for (const detail::EdgeTable* table : tables) {
+            const std::size_t from = table->at(sp, sc);
+            block.seconds[to] += table->seconds[from];
+            block.forward_bytes[to] += static_cast<double>(table->forward_bytes[from]);
+            block.backward_bytes[to] += static_cast<double>(table->backward_bytes[from]);
+          }
+        }
+      }
+      blocks_.push_back(std::move(block));
+      if (tables.size() == 1) {
+        shared.emplace(std::make_pair(tables[0], producer_major), blocks_.size() - 1);
+      }
+      return blocks_.size() - 1;
+    };
+    struct Pending {
+      std::size_t node, at;  // a link, by its node and place
+      std::size_t block;
+    };
+    std::vector<Pending> pending;
     for (std::size_t v = 0; v < graph.size(); ++v) {
       const int iv = static_cast<int>(v);
       for (int c : graph.consumers(iv)) {
         const std::size_t cu = static_cast<std::size_t>(c);
-        const std::size_t mine = pair_seconds_.size();
-        const std::size_t theirs = mine + static_cast<std::size_t>(a_.count(iv) * a_.count(c));
-        pair_seconds_.resize(theirs + static_cast<std::size_t>(a_.count(iv) * a_.count(c)));
-        pair_forward_bytes_.resize(pair_seconds_.size());
-        pair_backward_bytes_.resize(pair_seconds_.size());
-        pair_consumer_.resize(pair_seconds_.size(), c);
-        for (int sv = 0; sv < a_.count(iv); ++sv) {
-          for (int sc = 0; sc < a_.count(c); ++sc) {
-            const Assignment::PairTerms terms = a_.pair_terms(iv, sv, c, sc);
-            const std::size_t forth = mine + static_cast<std::size_t>(sv * a_.count(c) + sc);
-            const std::size_t back = theirs + static_cast<std::size_t>(sc * a_.count(iv) + sv);
-            pair_seconds_[forth] = pair_seconds_[back] = terms.seconds;
-            pair_forward_bytes_[forth] = pair_forward_bytes_[back] = terms.forward_bytes;
-            pair_backward_bytes_[forth] = pair_backward_bytes_[back] = terms.backward_bytes;
+        std::vector<const detail::EdgeTable*> tables;
+        const Node& consumer = graph.node(c);
+        for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
+          if (consumer.inputs[k] == iv) {
+            tables.push_back(&model.edge_table(c, static_cast<int>(k)));
           }
         }
-        links_[v].push_back(Link{c, static_cast<int>(links_[cu].size()), mine});
-        links_[cu].push_back(Link{iv, static_cast<int>(links_[v].size()) - 1, theirs});
+        pending.push_back({v, links_[v].size(), block_of(tables, true)});
+        pending.push_back({cu, links_[cu].size(), block_of(tables, false)});
+        links_[v].push_back(Link{c, static_cast<int>(links_[cu].size()), c});
+        links_[cu].push_back(Link{iv, static_cast<int>(links_[v].size()) - 1, c});
       }
+    }
+    // Pointers last: blocks_ no longer moves.
+    for (const Pending& p : pending) {
+      Link& link = links_[p.node][p.at];
+      const PairBlock& block = blocks_[p.block];
+      link.seconds = block.seconds.data();
+      link.forward_bytes = block.forward_bytes.data();
+      link.backward_bytes = block.backward_bytes.data();
     }
     reweigh();
   }
 
-  // The costs again, after the assignment's memory weight changed. Every node counts as changed,
-  // so conditioning runs again everywhere.
+  // The costs again, after the assignment's memory weights changed. Every node counts as
+  // changed, so conditioning runs again everywhere.
   void reweigh() {
     for (std::size_t v = 0; v < compute_.size(); ++v) {
       const int iv = static_cast<int>(v);
@@ -254,14 +278,25 @@ class ForestRefiner {
       }
     }
     const MemoryWeights& w = a_.weights();
-    pair_.resize(pair_seconds_.size());
-    for (std::size_t i = 0; i < pair_.size(); ++i) {
-      const std::size_t c = static_cast<std::size_t>(pair_consumer_[i]);
-      pair_[i] = w.any ? pair_seconds_[i] + w.forward[c] * pair_forward_bytes_[i] +
-                             w.backward[c] * pair_backward_bytes_[i]
-                       : pair_seconds_[i];
+    for (auto& links : links_) {
+      for (Link& link : links) {
+        const std::size_t c = static_cast<std::size_t>(link.consumer);
+        link.forward_weight = w.any ? w.forward[c] : 0;
+        link.backward_weight = w.any ? w.backward[c] : 0;
+      }
     }
     std::fill(conditioned_at_.begin(), conditioned_at_.end(), 0);
+  }
+
+  // The pairs of strategies one pass over every edge looks at with every strategy allowed.
+  double full_pass_pairs() const {
+    double pairs = 0;
+    for (std::size_t v = 0; v < links_.size(); ++v) {
+      for (const Link& link : links_[v]) {
+        pairs += static_cast<double>(a_.count(static_cast<int>(v))) * a_.count(link.other);
+      }
+    }
+    return pairs / 2;
   }
 
   // One forest over the whole graph in `order`, then conditioning on each node it left out.
@@ -386,19 +421,32 @@ class ForestRefiner {
       auto& pick = pick_[static_cast<std::size_t>(c)];
       const int np = a_.count(p);
       pick.assign(static_cast<std::size_t>(np), current);
-      const double* pair =
-          &pair_[links_[static_cast<std::size_t>(c)]
-                       [static_cast<std::size_t>(parent_link_[static_cast<std::size_t>(c)])]
-                           .offset];
+      const Link& up = links_[static_cast<std::size_t>(c)]
+                             [static_cast<std::size_t>(parent_link_[static_cast<std::size_t>(c)])];
+      // The child's strategies by their own cost: an edge never costs less than nothing, so the
+      // scan stops at the first whose own cost exceeds the best total found. Ties keep the
+      // current strategy, else go to the lowest index, as a scan in index order would.
+      order_.resize(static_cast<std::size_t>(a_.count(c)));
+      for (int sc = 0; sc < a_.count(c); ++sc) {
+        order_[static_cast<std::size_t>(sc)] = sc;
+      }
+      std::sort(order_.begin(), order_.end(), [&](int x, int y) {
+        return tc[static_cast<std::size_t>(x)] < tc[static_cast<std::size_t>(y)] ||
+               (tc[static_cast<std::size_t>(x)] == tc[static_cast<std::size_t>(y)] && x < y);
+      });
       for (int sp = 0; sp < np; ++sp) {
         double lowest = tc[static_cast<std::size_t>(current)] +
-                        pair[static_cast<std::size_t>(current * np + sp)];
-        for (int sc = 0; sc < a_.count(c); ++sc) {
-          const double cost =
-              tc[static_cast<std::size_t>(sc)] + pair[static_cast<std::size_t>(sc * np + sp)];
-          if (cost < lowest) {
+                        up.cost(static_cast<std::size_t>(current * np + sp));
+        int& chosen = pick[static_cast<std::size_t>(sp)];
+        for (const int sc : order_) {
+          const double own = tc[static_cast<std::size_t>(sc)];
+          if (own > lowest) {
+            break;
+          }
+          const double cost = own + up.cost(static_cast<std::size_t>(sc * np + sp));
+          if (cost < lowest || (cost == lowest && chosen != current && sc < chosen)) {
             lowest = cost;
-            pick[static_cast<std::size_t>(sp)] = sc;
+            chosen = sc;
           }
         }
         table_[static_cast<std::size_t>(p)][static_cast<std::size_t>(sp)] += lowest;
@@ -431,9 +479,8 @@ class ForestRefiner {
     double cost = compute_[vu][static_cast<std::size_t>(s)];
     for (const Link& link : links_[vu]) {
       if (!in_block_[static_cast<std::size_t>(link.other)]) {
-        cost += pair_[link.offset +
-                      static_cast<std::size_t>(s * a_.count(link.other) +
-                                               a_.choice()[static_cast<std::size_t>(link.other)])];
+        cost += link.cost(static_cast<std::size_t>(
+            s * a_.count(link.other) + a_.choice()[static_cast<std::size_t>(link.other)]));
       }
     }
     return cost;
@@ -493,13 +540,13 @@ class ForestRefiner {
           if (!in_block_[static_cast<std::size_t>(v)]) {
             continue;
           }
-          const double* pair =
-              &pair_[links_[static_cast<std::size_t>(v)][static_cast<std::size_t>(link.reverse)]
-                         .offset];
+          const Link& back =
+              links_[static_cast<std::size_t>(v)][static_cast<std::size_t>(link.reverse)];
           auto& t = table_[static_cast<std::size_t>(v)];
           for (int sv = 0; sv < a_.count(v); ++sv) {
-            t[static_cast<std::size_t>(sv)] += pair[static_cast<std::size_t>(sv * ne + s)] -
-                                               pair[static_cast<std::size_t>(sv * ne + current)];
+            t[static_cast<std::size_t>(sv)] +=
+                back.cost(static_cast<std::size_t>(sv * ne + s)) -
+                back.cost(static_cast<std::size_t>(sv * ne + current));
           }
         }
       }
@@ -515,21 +562,31 @@ class ForestRefiner {
     conditioned = a_.changes();  // every change so far is accounted for
   }
 
-  // A neighbour of a node: the edge costs for (this node's strategy, the other's) are
-  // pair_[offset + mine * count(other) + theirs]; reverse is this node's place in the other's list.
+  // A neighbour of a node, with the costs of their edges for (this node's strategy, the
+  // other's) at [mine * count(other) + theirs]: seconds plus the buffers' bytes at the
+  // consumer's forward and backward steps, weighted by the memory weights of those steps.
+  // reverse is this node's place in the other's list.
   struct Link {
     int other;
     int reverse;
-    std::size_t offset;
+    int consumer;
+    const double* seconds = nullptr;
+    const double* forward_bytes = nullptr;
+    const double* backward_bytes = nullptr;
+    double forward_weight = 0;
+    double backward_weight = 0;
+    double cost(std::size_t at) const {
+      return seconds[at] + forward_weight * forward_bytes[at] +
+             backward_weight * backward_bytes[at];
+    }
+  };
+  struct PairBlock {
+    std::vector<double> seconds, forward_bytes, backward_bytes;
   };
 
   Assignment& a_;
   std::vector<std::vector<Link>> links_;
-  std::vector<double> pair_;  // the pair's cost: seconds + the buffers' weighted bytes
-  std::vector<double> pair_seconds_;
-  std::vector<double> pair_forward_bytes_;   // buffers at the consumer's forward step
-  std::vector<double> pair_backward_bytes_;  // ... and at its backward step
-  std::vector<int> pair_consumer_;           // the edge's consumer, whose steps weigh them
+  std::vector<PairBlock> blocks_;
   std::vector<std::vector<double>> compute_;
   std::vector<char> in_block_;
   std::vector<char> seen_;
@@ -543,6 +600,133 @@ class ForestRefiner {
   std::vector<int> block_;
   std::vector<int> listing_;
   std::vector<int> ball_;
+  std::vector<int> order_;  // propagate(): a child's strategies by their own cost
+};
+
+// The peak of a plan under single-node changes, in O(degree log n) per change: a segment tree
+// over the steps (the forward of every node at its index, the backward of node t at n + t) holds
+// each step's bytes without the persistent ones; a node's activation and gradient are range
+// additions over the steps of their live ranges, conversion buffers point additions at their
+// consumer's steps (the rules of detail::memory_profile, which the tests compare it with).
+// Positions that are no step hold a large negative number, so they are never the peak.
+class PeakTracker {
+ public:
+  PeakTracker(const detail::StepModel& model, const std::vector<int>& choice)
+      : model_(model), choice_(choice), n_(static_cast<int>(choice.size())) {
+    size_ = 1;
+    while (size_ < 2 * n_) {
+      size_ *= 2;
+    }
+    high_.assign(2 * static_cast<std::size_t>(size_), kNoStep);
+    pending_.assign(2 * static_cast<std::size_t>(size_), 0);
+    for (int v = 0; v < n_; ++v) {
+      const detail::NodeFacts& f = model.facts(v);
+      if (f.computed) {
+        high_[static_cast<std::size_t>(size_ + v)] = 0;
+      }
+      if (f.has_backward) {
+        high_[static_cast<std::size_t>(size_ + n_ + v)] = 0;
+      }
+    }
+    for (int i = size_ - 1; i >= 1; --i) {
+      high_[static_cast<std::size_t>(i)] = std::max(high_[static_cast<std::size_t>(2 * i)],
+                                                    high_[static_cast<std::size_t>(2 * i + 1)]);
+    }
+    for (int v = 0; v < n_; ++v) {
+      add_node(v, +1, false);
+    }
+  }
+
+  std::int64_t peak() const { return state_ + high_[1]; }
+
+  // Node v takes strategy s.
+  void move(int v, int s) {
+    add_node(v, -1, true);
+    choice_[static_cast<std::size_t>(v)] = s;
+    add_node(v, +1, true);
+  }
+
+ private:
+  static constexpr std::int64_t kNoStep = std::numeric_limits<std::int64_t>::min() / 4;
+
+  // Adds (sign +1) or removes (-1) what node v holds under its current strategy: its state, its
+  // activation and gradient, and the buffers of its input edges; with edges_out also those of the
+  // edges to its consumers (a move changes both; building visits every edge once).
+  void add_node(int v, int sign, bool edges_out) {
+    const detail::NodeFacts& f = model_.facts(v);
+    const int s = choice_[static_cast<std::size_t>(v)];
+    state_ += sign * model_.state_bytes(v, s);
+    const std::int64_t activation = sign * model_.activation_bytes(v, s);
+    if (activation != 0) {
+      if (model_.options().training() && f.first_reader >= 0) {
+        add(v, n_ - 1, activation);
+        add(n_ + f.first_reader, 2 * n_ - 1, activation);
+      } else {
+        add(v, std::max(v, f.last_consumer), activation);
+      }
+    }
+    const std::int64_t gradient = sign * model_.gradient_bytes(v, s);
+    if (gradient != 0) {
+      add(n_ + v, n_ + f.last_consumer, gradient);
+    }
+    const Node& node = model_.graph().node(v);
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      add_edge(v, static_cast<int>(k), sign);
+    }
+    if (!edges_out) {
+      return;
+    }
+    for (const int c : model_.graph().consumers(v)) {
+      const Node& consumer = model_.graph().node(c);
+      for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
+        if (consumer.inputs[k] == v) {
+          add_edge(c, static_cast<int>(k), sign);
+        }
+      }
+    }
+  }
+
+  void add_edge(int t, int k, int sign) {
+    const int p = model_.graph().node(t).inputs[static_cast<std::size_t>(k)];
+    const int sp = choice_[static_cast<std::size_t>(p)];
+    const int st = choice_[static_cast<std::size_t>(t)];
+    const std::int64_t forward = model_.forward_buffer_bytes(t, k, sp, st);
+    if (forward != 0) {
+      add(t, t, sign * forward);
+    }
+    const std::int64_t backward =
+        model_.facts(t).has_backward ? model_.backward_buffer_bytes(t, k, sp, st) : 0;
+    if (backward != 0) {
+      add(n_ + t, n_ + t, sign * backward);
+    }
+  }
+
+  void add(int from, int to, std::int64_t bytes) { add(1, 0, size_ - 1, from, to, bytes); }
+
+  void add(int at, int low, int high, int from, int to, std::int64_t bytes) {
+    const std::size_t a = static_cast<std::size_t>(at);
+    if (to < low || high < from) {
+      return;
+    }
+    if (from <= low && high <= to) {
+      const auto what = [] { return std::string("the memory of a step"); };
+      detail::add_to(high_[a], bytes, what);
+      detail::add_to(pending_[a], bytes, what);
+      return;
+    }
+    const int middle = (low + high) / 2;
+    add(2 * at, low, middle, from, to, bytes);
+    add(2 * at + 1, middle + 1, high, from, to, bytes);
+    high_[a] = pending_[a] + std::max(high_[2 * a], high_[2 * a + 1]);
+  }
+
+  const detail::StepModel& model_;
+  std::vector<int> choice_;
+  int n_;
+  int size_ = 1;
+  std::int64_t state_ = 0;
+  std::vector<std::int64_t> high_;     // the highest step below a tree node, its additions included
+  std::vector<std::int64_t> pending_;  // additions to a whole subtree, not pushed down
 };
 
 bool is_matmul(const Node& node) {
@@ -641,8 +825,7 @@ std::vector<SeedCandidate> SimpleSolver::seed_candidates(const Graph& graph, int
 
 Solution SimpleSolver::solve(const Graph& graph) {
   stats_ = SolverStats{};
-  const std::vector<std::vector<Strategy>> strategies = all_strategies(graph, machine_);
-  const detail::StepModel model(graph, strategies, machine_, options_);
+  const detail::StepModel model(graph, machine_, options_);
   Assignment a(model);
   const int count = static_cast<int>(graph.size());
   std::deque<int> queue;
@@ -668,7 +851,7 @@ Solution SimpleSolver::solve(const Graph& graph) {
     }
     int chosen = -1;
     double lowest = kInfinity;
-    for (const int s : seed_order(strategies[static_cast<std::size_t>(v)])) {
+    for (const int s : seed_order(model.strategies(v))) {
       const double cost =
           a.local_cost(v, s, completion_seconds(a.strategy(v, s), graph.node(v), machine_));
       if (cost < lowest) {
@@ -719,13 +902,20 @@ Solution SimpleSolver::solve(const Graph& graph) {
     forward[static_cast<std::size_t>(v)] = v;
   }
   backward.assign(forward.rbegin(), forward.rend());
+  // Conditioning tries every strategy of a node that closes a cycle with the nodes within the
+  // radius re-optimized: on a 2-D mesh (about 25 strategies a node, 600 pairs an edge) that is
+  // most of a pass. The radius shrinks on graphs whose passes look at many pairs.
+  const double pairs = forest.full_pass_pairs();
+  const int radius = pairs <= static_cast<double>(kFullRadiusPairs)       ? kConditioningRadius
+                     : pairs <= static_cast<double>(4 * kFullRadiusPairs) ? 2
+                                                                          : 1;
   const auto refine = [&] {
     double total = surrogate_total(a);
     int rounds_without_gain = 0;
     for (int round = 0; round < 50 && rounds_without_gain < 2; ++round) {
       ++stats_.refinement_sweeps;
       const std::vector<int> before = a.choice();
-      forest.run(round % 2 == 0 ? forward : backward, kConditioningRadius);
+      forest.run(round % 2 == 0 ? forward : backward, radius);
       const double now = surrogate_total(a);
       for (int v = 0; v < count; ++v) {
         stats_.changed_in_refinement +=
@@ -767,7 +957,7 @@ Solution SimpleSolver::solve(const Graph& graph) {
   refine_with_restart();
   const std::int64_t budget = options_.memory_budget_bytes;
   if (budget <= 0) {
-    return evaluate(graph, strategies, a.choice(), machine_, "simple", options_);
+    return detail::evaluate(model, a.choice(), "simple");
   }
 
   // Under a budget: the fastest plan that fits. The peak is a maximum over the steps of sums
@@ -797,7 +987,7 @@ Solution SimpleSolver::solve(const Graph& graph) {
     return true;
   };
   if (consider()) {
-    return evaluate(graph, strategies, a.choice(), machine_, "simple", options_);
+    return detail::evaluate(model, a.choice(), "simple");
   }
   const std::size_t n = graph.size();
   const double unit = detail::step_seconds(model, a.choice()) / static_cast<double>(budget);
@@ -900,10 +1090,11 @@ Solution SimpleSolver::solve(const Graph& graph) {
     a.decide(v, start[static_cast<std::size_t>(v)]);
   }
   const std::int64_t most_checks =
-      std::max<std::int64_t>(4096, (std::int64_t{1} << 22) / (count + 1));
+      std::max<std::int64_t>(4096, (std::int64_t{1} << 26) / (count + 1));
   std::int64_t checks = 0;
-  std::int64_t peak = detail::memory_profile(model, a.choice()).peak_bytes;
-  // The seconds of the nodes `moved` (one or two) and of every edge touching them.
+  PeakTracker tracker(model, a.choice());
+  std::int64_t peak = tracker.peak();
+  // The seconds of the nodes u and v (v < 0: u alone) and of every edge touching them.
   const auto around = [&](int u, int v) {
     double seconds = a.local_cost(u, a.choice()[static_cast<std::size_t>(u)]);
     if (v >= 0) {
@@ -925,12 +1116,21 @@ Solution SimpleSolver::solve(const Graph& graph) {
     bool better = false;
     if (!(faster && there > here * (1 + 1e-12))) {
       ++checks;
-      const std::int64_t moved_peak = detail::memory_profile(model, a.choice()).peak_bytes;
+      tracker.move(u, su);
+      if (v >= 0) {
+        tracker.move(v, sv);
+      }
+      const std::int64_t moved_peak = tracker.peak();
       better = faster ? moved_peak <= budget && (there < here * (1 - 1e-12) || moved_peak < peak)
                       : moved_peak < peak;
       if (better) {
         peak = moved_peak;
         ++stats_.budget_moves;
+      } else {
+        tracker.move(u, old_u);
+        if (v >= 0) {
+          tracker.move(v, old_v);
+        }
       }
     }
     if (!better) {
@@ -974,7 +1174,10 @@ Solution SimpleSolver::solve(const Graph& graph) {
   if (peak <= budget) {
     descend(true);
   }
-  return evaluate(graph, strategies, a.choice(), machine_, "simple", options_);
+  if (tracker.peak() != detail::memory_profile(model, a.choice()).peak_bytes) {
+    throw std::logic_error("fsdp: the solver's peak tracker disagrees with the memory profile");
+  }
+  return detail::evaluate(model, a.choice(), "simple");
 }
 
 }  // namespace fsdp::solver

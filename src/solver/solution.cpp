@@ -392,7 +392,15 @@ Solution evaluate(const Graph& graph, const std::vector<std::vector<Strategy>>& 
                   const std::string& solver_name, const StepOptions& options) {
   require(choice.size() == graph.size() && strategies.size() == graph.size(),
           "evaluate: one strategy choice per node is needed");
-  const detail::StepModel model(graph, strategies, machine, options);
+  return detail::evaluate(detail::StepModel(graph, strategies, machine, options), choice,
+                          solver_name);
+}
+
+Solution detail::evaluate(const StepModel& model, const std::vector<int>& choice,
+                          const std::string& solver_name) {
+  const Graph& graph = model.graph();
+  const Machine& machine = model.machine();
+  const StepOptions& options = model.options();
   const detail::MemoryProfile profile = detail::memory_profile(model, choice);
   const auto at = [&](int v) { return choice[static_cast<std::size_t>(v)]; };
   Solution solution;
@@ -477,12 +485,11 @@ Solution evaluate(const Graph& graph, const std::vector<std::vector<Strategy>>& 
         element_bytes(node.dtype, EstimateOptions{options.optimizer, options.precision});
     const bool trained = model.facts(v).trained;
     detail::add_to(memory.parameter_bytes,
-                   detail::checked_mul(elements, per_element.parameter, what()), what);
+                   detail::checked_mul(elements, per_element.parameter, what), what);
     detail::add_to(memory.gradient_bytes,
-                   trained ? detail::checked_mul(elements, per_element.gradient, what()) : 0, what);
+                   trained ? detail::checked_mul(elements, per_element.gradient, what) : 0, what);
     detail::add_to(memory.optimizer_bytes,
-                   trained ? detail::checked_mul(elements, per_element.optimizer, what()) : 0,
-                   what);
+                   trained ? detail::checked_mul(elements, per_element.optimizer, what) : 0, what);
     ParameterOutcome outcome;
     outcome.id = node.id;
     outcome.layout = layout;

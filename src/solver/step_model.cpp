@@ -1,9 +1,13 @@
 #include "step_model.hpp"
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
 
 #include "checked_int.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 #include "op_table.hpp"
 
 namespace fsdp::solver::detail {
@@ -27,12 +31,62 @@ bool only_slices(const ShardingSpec& from, const ShardingSpec& to) {
 
 }  // namespace
 
+StrategyClasses strategy_classes(const Graph& graph) {
+  StrategyClasses classes;
+  std::map<std::string, int> seen;  // ordered: nothing depends on a hash
+  for (std::size_t v = 0; v < graph.size(); ++v) {
+    const Node& node = graph.node(static_cast<int>(v));
+    std::string key = node.op + "|" + shape_text(node.shape) + "|" +
+                      shape_text({node.axes.begin(), node.axes.end()}) + "|" +
+                      shape_text({node.permutation.begin(), node.permutation.end()}) +
+                      (node.keep_dims ? "|k|" : "||") +
+                      (node.pinned ? node.pinned->to_string(node.rank(), 2) : "-");
+    for (int p : node.inputs) {
+      key += "|" + shape_text(graph.node(p).shape);
+    }
+    const auto [where, added] = seen.emplace(std::move(key), static_cast<int>(seen.size()));
+    if (added) {
+      classes.first_node.push_back(static_cast<int>(v));
+    }
+    classes.of_node.push_back(where->second);
+  }
+  return classes;
+}
+
+StepModel::StepModel(const Graph& graph, const Machine& machine, const StepOptions& options)
+    : graph_(graph), machine_(machine), options_(options) {
+  const StrategyClasses classes = strategy_classes(graph);
+  for (const int v : classes.first_node) {
+    owned_.push_back(strategies_for(graph, v, machine));
+  }
+  for (const int c : classes.of_node) {
+    lists_.push_back(&owned_[static_cast<std::size_t>(c)]);
+  }
+  build(classes);
+}
+
 StepModel::StepModel(const Graph& graph, const std::vector<std::vector<Strategy>>& strategies,
                      const Machine& machine, const StepOptions& options)
-    : graph_(graph), strategies_(strategies), machine_(machine), options_(options) {
+    : graph_(graph), machine_(machine), options_(options) {
   require(strategies.size() == graph.size(), "step model: one strategy list per node is needed");
+  for (const auto& list : strategies) {
+    lists_.push_back(&list);
+  }
+  build(strategy_classes(graph));
+}
+
+std::vector<std::vector<Strategy>> StepModel::all_strategies() const {
+  std::vector<std::vector<Strategy>> all;
+  for (const auto* list : lists_) {
+    all.push_back(*list);
+  }
+  return all;
+}
+
+void StepModel::build(const StrategyClasses& classes) {
+  const Graph& graph = graph_;
   const std::size_t n = graph.size();
-  const bool training = options.training();
+  const bool training = options_.training();
   facts_.resize(n);
   for (std::size_t v = 0; v < n; ++v) {
     const Node& node = graph.node(static_cast<int>(v));
@@ -70,39 +124,81 @@ StepModel::StepModel(const Graph& graph, const std::vector<std::vector<Strategy>
     }
   }
 
-  first_.resize(n + 1, 0);
-  for (std::size_t v = 0; v < n; ++v) {
-    first_[v + 1] = first_[v] + strategies[v].size();
-  }
-  node_seconds_.resize(first_[n]);
-  state_.resize(first_[n]);
-  activation_.resize(first_[n]);
-  gradient_.resize(first_[n]);
+  // One row of node costs per class of nodes that look the same to the rules: the strategy
+  // class, the dtype, and the facts the costs read.
+  std::map<std::string, int> row_of;
+  node_class_.resize(n);
   for (std::size_t v = 0; v < n; ++v) {
     const int iv = static_cast<int>(v);
     const Node& node = graph.node(iv);
     const NodeFacts& f = facts_[v];
+    std::string key = std::to_string(classes.of_node[v]) + "|" + name_of(node.dtype) + "|" +
+                      char('0' + f.holds_activation) + char('0' + f.trained) +
+                      char('0' + f.has_backward) + char('0' + (f.last_consumer >= 0)) + "|";
+    for (std::size_t k = 0; k < f.reads.size(); ++k) {
+      key += char('0' + f.reads[k] + 2 * f.sends_gradient[k]);
+    }
+    const auto [where, added] = row_of.emplace(std::move(key), static_cast<int>(rows_.size()));
+    node_class_[v] = where->second;
+    if (!added) {
+      continue;
+    }
+    NodeRow row;
     const ElementBytes per_element =
-        element_bytes(node.dtype, EstimateOptions{options.optimizer, options.precision});
+        element_bytes(node.dtype, EstimateOptions{options_.optimizer, options_.precision});
     for (int s = 0; s < count(iv); ++s) {
-      const std::size_t at = offset(iv, s);
       const ShardingSpec& output = strategy(iv, s).output;
-      node_seconds_[at] = forward_compute_s(iv, s) + backward_compute_s(iv, s) + optimizer_s(iv, s);
+      row.seconds.push_back(forward_compute_s(iv, s) + backward_compute_s(iv, s) +
+                            optimizer_s(iv, s));
+      std::int64_t state = 0;
       if (node.kind == OpKind::parameter) {
-        const std::int64_t elements = layout_elements(iv, output);
         std::int64_t bytes = per_element.parameter;
         if (f.trained) {
-          bytes = checked_add(checked_add(bytes, per_element.gradient, "bytes per element"),
-                              per_element.optimizer, "bytes per element");
+          const auto what = [] { return std::string("bytes per element"); };
+          bytes = checked_add(checked_add(bytes, per_element.gradient, what), per_element.optimizer,
+                              what);
         }
-        state_[at] = checked_mul(elements, bytes, "the state of parameter '" + node.id + "'");
+        state = checked_mul(layout_elements(iv, output), bytes,
+                            [&] { return "the state of '" + node.id + "'"; });
       } else if (node.kind == OpKind::input) {
-        state_[at] = layout_bytes(iv, output);
+        state = layout_bytes(iv, output);
       }
-      activation_[at] = f.holds_activation ? layout_bytes(iv, output) : 0;
-      gradient_[at] = f.has_backward && f.holds_activation && f.last_consumer >= 0
-                          ? layout_bytes(iv, output.without_partial())
-                          : 0;
+      row.state.push_back(state);
+      row.activation.push_back(f.holds_activation ? layout_bytes(iv, output) : 0);
+      row.gradient.push_back(f.has_backward && f.holds_activation && f.last_consumer >= 0
+                                 ? layout_bytes(iv, output.without_partial())
+                                 : 0);
+    }
+    rows_.push_back(std::move(row));
+  }
+
+  // One table per class of edges: the producer's and the consumer's rows and the input's place.
+  std::map<std::tuple<int, int, std::size_t>, int> table_of;
+  edge_first_.resize(n + 1, 0);
+  for (std::size_t t = 0; t < n; ++t) {
+    const int it = static_cast<int>(t);
+    const Node& node = graph.node(it);
+    edge_first_[t + 1] = edge_first_[t] + node.inputs.size();
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      const int p = node.inputs[k];
+      const auto key = std::make_tuple(node_class_[static_cast<std::size_t>(p)], node_class_[t], k);
+      const auto [where, added] = table_of.emplace(key, static_cast<int>(edge_tables_.size()));
+      edge_class_.push_back(where->second);
+      if (!added) {
+        continue;
+      }
+      const int ik = static_cast<int>(k);
+      EdgeTable table;
+      table.producer_count = count(p);
+      table.consumer_count = count(it);
+      for (int sp = 0; sp < count(p); ++sp) {
+        for (int st = 0; st < count(it); ++st) {
+          table.seconds.push_back(edge_seconds(it, ik, sp, st).total());
+          table.forward_bytes.push_back(forward_buffer(it, ik, sp, st));
+          table.backward_bytes.push_back(backward_buffer(it, ik, sp, st));
+        }
+      }
+      edge_tables_.push_back(std::move(table));
     }
   }
 }
@@ -123,14 +219,14 @@ std::int64_t StepModel::layout_elements(int v, const ShardingSpec& spec) const {
     }
     const std::int64_t size = node.shape[static_cast<std::size_t>(d)];
     elements = checked_mul(elements, (size + cuts - 1) / cuts,
-                           "the elements of '" + node.id + "' on one device");
+                           [&] { return "the elements of '" + node.id + "' on one device"; });
   }
   return elements;
 }
 
 std::int64_t StepModel::layout_bytes(int v, const ShardingSpec& spec) const {
   return checked_mul(layout_elements(v, spec), element_size(v),
-                     "the bytes of '" + graph_.node(v).id + "' on one device");
+                     [&] { return "the bytes of '" + graph_.node(v).id + "' on one device"; });
 }
 
 double StepModel::forward_compute_s(int v, int s) const {
@@ -219,18 +315,17 @@ EdgeSeconds StepModel::edge_seconds(int t, int k, int sp, int st) const {
   return e;
 }
 
-std::int64_t StepModel::forward_buffer_bytes(int t, int k, int sp, int st) const {
+std::int64_t StepModel::forward_buffer(int t, int k, int sp, int st) const {
   const int p = graph_.node(t).inputs[static_cast<std::size_t>(k)];
   const ShardingSpec& from = strategy(p, sp).output;
   const ShardingSpec& to = strategy(t, st).inputs[static_cast<std::size_t>(k)];
   return only_slices(from, to) ? 0 : layout_bytes(p, to);
 }
 
-std::int64_t StepModel::backward_buffer_bytes(int t, int k, int sp, int st) const {
+std::int64_t StepModel::backward_buffer(int t, int k, int sp, int st) const {
   const NodeFacts& f = facts(t);
   const int p = graph_.node(t).inputs[static_cast<std::size_t>(k)];
-  std::int64_t bytes =
-      f.reads[static_cast<std::size_t>(k)] ? forward_buffer_bytes(t, k, sp, st) : 0;
+  std::int64_t bytes = f.reads[static_cast<std::size_t>(k)] ? forward_buffer(t, k, sp, st) : 0;
   if (f.sends_gradient[static_cast<std::size_t>(k)]) {
     const ShardingSpec gradient = gradient_layout(t, k, st);
     if (gradient != strategy(p, sp).output.without_partial()) {
@@ -290,11 +385,11 @@ MemoryProfile memory_profile(const StepModel& model, const std::vector<int>& cho
     const NodeFacts& f = model.facts(v);
     if (f.computed) {
       profile.forward_bytes[static_cast<std::size_t>(v)] =
-          checked_add(profile.state_bytes, running_forward, what());
+          checked_add(profile.state_bytes, running_forward, what);
     }
     if (f.has_backward) {
       profile.backward_bytes[static_cast<std::size_t>(v)] =
-          checked_add(profile.state_bytes, running_backward, what());
+          checked_add(profile.state_bytes, running_backward, what);
     }
   }
   // The first step at the peak, in the order the steps run.
@@ -327,9 +422,7 @@ double step_seconds(const StepModel& model, const std::vector<int>& choice) {
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {
       const int p = node.inputs[k];
       total +=
-          model
-              .edge_seconds(iv, static_cast<int>(k), choice[static_cast<std::size_t>(p)], choice[v])
-              .total();
+          model.edge_cost(iv, static_cast<int>(k), choice[static_cast<std::size_t>(p)], choice[v]);
     }
   }
   return total;

@@ -2,6 +2,7 @@
 
 #include "node_error.hpp"
 #include "op_table.hpp"
+#include "step_model.hpp"
 #include "strategy_list.hpp"
 
 namespace fsdp::solver {
@@ -194,9 +195,16 @@ std::vector<std::vector<Strategy>> all_strategies(const Graph& graph, int device
 }
 
 std::vector<std::vector<Strategy>> all_strategies(const Graph& graph, const Machine& machine) {
-  std::vector<std::vector<Strategy>> all(graph.size());
-  for (std::size_t i = 0; i < graph.size(); ++i) {
-    all[i] = strategies_for(graph, static_cast<int>(i), machine);
+  // Computed once per class of nodes that look the same (the layers of a stack).
+  const detail::StrategyClasses classes = detail::strategy_classes(graph);
+  std::vector<std::vector<Strategy>> lists;
+  for (const int v : classes.first_node) {
+    lists.push_back(strategies_for(graph, v, machine));
+  }
+  std::vector<std::vector<Strategy>> all;
+  all.reserve(graph.size());
+  for (const int c : classes.of_node) {
+    all.push_back(lists[static_cast<std::size_t>(c)]);
   }
   return all;
 }
