@@ -11,9 +11,11 @@
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/io/plan_file.hpp"
 #include "fsdp/io/publish_file.hpp"
 #include "fsdp/solver/broadcast_solution.hpp"
 #include "fsdp/solver/exact_solver.hpp"
+#include "fsdp/solver/fsdp_plan.hpp"
 #include "fsdp/solver/generators.hpp"
 #include "fsdp/solver/simple_solver.hpp"
 #include "machine_options.hpp"
@@ -41,6 +43,7 @@ struct Options {
   bool compare = false;
   bool explain = false;
   std::string write_graph;
+  std::string emit_plan;
 };
 
 fsdp::solver::Graph load_graph(const Options& o) {
@@ -104,10 +107,13 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
         throw;
       }
     }
-    if (o.solver == "exact") {
-      return ExactSolver(o.machine, o.step_options).solve(graph);
+    const Solution solved = o.solver == "exact"
+                                ? ExactSolver(o.machine, o.step_options).solve(graph)
+                                : SimpleSolver(o.machine, o.step_options).solve(graph);
+    if (!o.emit_plan.empty()) {
+      fsdp::save_plan(o.emit_plan, executable_plan(graph, solved).plan);
     }
-    return SimpleSolver(o.machine, o.step_options).solve(graph);
+    return solved;
   });
   if (group.rank() != 0) {
     return 0;
@@ -118,6 +124,32 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
     fsdp::apps::print_solution(solution, graph);
     if (o.explain) {
       fsdp::apps::print_seed_candidates(SimpleSolver(o.machine, o.step_options), graph);
+    }
+  }
+  if (!o.emit_plan.empty()) {
+    // With --json stdout holds the JSON alone.
+    std::FILE* out = o.json ? stderr : stdout;
+    const ExecutablePlan executable = executable_plan(graph, solution);
+    int sharded = 0;
+    for (const auto& placement : executable.plan.placements()) {
+      sharded += placement.placement == fsdp::Placement::sharded;
+    }
+    const int count = static_cast<int>(executable.plan.parameters().size());
+    std::fprintf(out, "\nplan written to %s: %d of %d parameters sharded (FSDP) over %d ranks",
+                 o.emit_plan.c_str(), sharded, count, executable.shard_group_size);
+    if (executable.shard_group_size < executable.world_size) {
+      std::fprintf(out,
+                   " in each of %d shard groups of consecutive ranks (hybrid sharding: "
+                   "fsdp::make_hybrid_groups(world, %d), docs/modes.md)",
+                   executable.world_size / executable.shard_group_size,
+                   executable.shard_group_size);
+    }
+    std::fprintf(out, ", %d replicated\n", count - sharded);
+    if (!executable.notes.empty()) {
+      std::fprintf(out, "fsdp cannot execute all of the solution:\n");
+      for (const std::string& note : executable.notes) {
+        std::fprintf(out, "- %s\n", note.c_str());
+      }
     }
   }
   if (o.compare) {
@@ -222,6 +254,9 @@ int main(int argc, char** argv) {
   app.add_flag("--compare", o.compare, "also run the other solver and print the ratio");
   app.add_flag("--json", o.json, "print the solution as JSON");
   app.add_option("--write-graph", o.write_graph, "write the graph solved as JSON to this file");
+  app.add_option("--emit-plan", o.emit_plan,
+                 "write what fsdp can execute of the solution, an FSDP sharding plan of the "
+                 "parameters, to this file (.h5 or .json; docs/plans.md), and say what it cannot");
   int code = 0;
   try {
     app.parse(argc, argv);

@@ -76,6 +76,7 @@
 #include "fsdp/solver/broadcast_solution.hpp"
 #include "fsdp/solver/cost_model.hpp"
 #include "fsdp/solver/exact_solver.hpp"
+#include "fsdp/solver/fsdp_plan.hpp"
 #include "fsdp/solver/generators.hpp"
 #include "fsdp/solver/graph.hpp"
 #include "fsdp/solver/sharding_spec.hpp"

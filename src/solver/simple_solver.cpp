@@ -11,6 +11,7 @@
 
 #include "checked_int.hpp"
 #include "fsdp/core/error.hpp"
+#include "pareto_search.hpp"
 #include "step_model.hpp"
 
 namespace fsdp::solver {
@@ -28,6 +29,9 @@ constexpr std::int64_t kFullRadiusPairs = std::int64_t{1} << 19;
 constexpr int kGrowthRounds = 40;
 constexpr int kBisections = 6;
 constexpr int kFineRounds = 6;
+// The most ways the recombination may extend in all, and keep at one step.
+constexpr std::int64_t kRecombinationWork = std::int64_t{1} << 18;
+constexpr std::size_t kRecombinationWays = std::size_t{1} << 12;
 
 // Seconds per byte held at each step of the step's memory profile, as the node and edge terms
 // they become: a byte of persistent state is held at every step, a node's activation and
@@ -970,7 +974,16 @@ Solution SimpleSolver::solve(const Graph& graph) {
   std::vector<int> best, smallest = a.choice();
   double best_seconds = kInfinity;
   std::int64_t smallest_peak = std::numeric_limits<std::int64_t>::max();
+  // Every strategy some plan of the search gave a node, for the recombination below.
+  std::vector<std::vector<char>> visited(graph.size());
+  for (int v = 0; v < count; ++v) {
+    visited[static_cast<std::size_t>(v)].assign(static_cast<std::size_t>(a.count(v)), 0);
+  }
   const auto consider = [&] {
+    for (int v = 0; v < count; ++v) {
+      visited[static_cast<std::size_t>(v)]
+             [static_cast<std::size_t>(a.choice()[static_cast<std::size_t>(v)])] = 1;
+    }
     const std::int64_t peak = detail::memory_profile(model, a.choice()).peak_bytes;
     if (peak < smallest_peak) {
       smallest_peak = peak;
@@ -1043,10 +1056,14 @@ Solution SimpleSolver::solve(const Graph& graph) {
   };
   const auto move_multipliers = [&](double up, double down, double floor) {
     const detail::MemoryProfile profile = detail::memory_profile(model, a.choice());
-    const double scale = static_cast<double>(budget);
+    // The steps in the upper half of the excess over the budget: raising every step over the
+    // budget would favour long-lived tensors (they span many of them) over the ones that make
+    // the peak.
+    const std::int64_t peak = profile.peak_bytes;
+    const std::int64_t line = peak - (peak - budget) / 2;
     const auto update = [&](double& multiplier, std::int64_t bytes) {
       multiplier =
-          static_cast<double>(bytes) > scale ? std::max(up * multiplier, floor) : down * multiplier;
+          bytes > budget && bytes >= line ? std::max(up * multiplier, floor) : down * multiplier;
     };
     for (std::size_t v = 0; v < n; ++v) {
       const detail::NodeFacts& f = model.facts(static_cast<int>(v));
@@ -1080,6 +1097,37 @@ Solution SimpleSolver::solve(const Graph& graph) {
       refine_with(1);
     }
   }
+  // Recombination: the exact search (pareto_search) restricted, node by node, to the strategies
+  // the plans above gave it, finds the fastest mix of those plans that fits (one layer's layout
+  // from the fastest plan, another's from a leaner one), or the mix with the smallest peak. It
+  // gives up (keeping the plans found) past kRecombinationWork ways extended or
+  // kRecombinationWays ways at one step: on large graphs.
+  {
+    std::vector<std::vector<int>> allowed(graph.size());
+    for (std::size_t v = 0; v < graph.size(); ++v) {
+      for (std::size_t s = 0; s < visited[v].size(); ++s) {
+        if (visited[v][s]) {
+          allowed[v].push_back(static_cast<int>(s));
+        }
+      }
+    }
+    try {
+      std::vector<int> mixed = detail::pareto_search(
+          model, detail::Objective::within_budget, kRecombinationWays, allowed, kRecombinationWork);
+      if (mixed.empty()) {
+        mixed = detail::pareto_search(model, detail::Objective::smallest_peak, kRecombinationWays,
+                                      allowed, kRecombinationWork);
+      }
+      ++stats_.recombinations;
+      for (int v = 0; v < count; ++v) {
+        a.decide(v, mixed[static_cast<std::size_t>(v)]);
+      }
+      consider();
+    } catch (const Error&) {
+      // Too many ways: the plans found so far stand.
+    }
+  }
+
   // Moves of one node, then of a node and one of its inputs together, each checked with the
   // plan's whole memory profile (their number bounded so that large graphs stay fast). When
   // nothing fit, moves that lower the peak, from the plan with the smallest; then, within the

@@ -535,3 +535,19 @@ PlanCost measure(const Graph& graph, const std::vector<std::vector<Strategy>>& s
 }
 
 }  // namespace fsdp::solver
+
+namespace fsdp::solver {
+
+PlanMeter::PlanMeter(const Graph& graph, const Machine& machine, const StepOptions& options)
+    : strategies_(all_strategies(graph, machine)),
+      model_(std::make_unique<detail::StepModel>(graph, strategies_, machine, options)) {}
+
+PlanMeter::~PlanMeter() = default;
+
+PlanCost PlanMeter::measure(const std::vector<int>& choice) const {
+  require(choice.size() == strategies_.size(), "PlanMeter: one strategy choice per node is needed");
+  return PlanCost{detail::step_seconds(*model_, choice),
+                  detail::memory_profile(*model_, choice).peak_bytes};
+}
+
+}  // namespace fsdp::solver

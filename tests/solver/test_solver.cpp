@@ -35,11 +35,12 @@ Graph seed_example() {
 
 // Every assignment of strategies, for checking the exact solver on tiny graphs.
 double brute_force(const Graph& graph, const Machine& machine) {
-  const auto strategies = all_strategies(graph, machine.devices);
+  const PlanMeter meter(graph, machine);
+  const auto& strategies = meter.strategies();
   std::vector<int> choice(graph.size(), 0);
   double best = 1e300;
   while (true) {
-    best = std::min(best, total_cost(graph, strategies, choice, machine));
+    best = std::min(best, meter.measure(choice).seconds);
     std::size_t i = 0;
     while (i < choice.size() && ++choice[i] == static_cast<int>(strategies[i].size())) {
       choice[i++] = 0;
@@ -475,11 +476,12 @@ struct BruteForce {
 // Every assignment of strategies, measured in training steps.
 BruteForce enumerate(const Graph& graph, const Machine& machine, const StepOptions& options,
                      std::int64_t budget) {
-  const auto strategies = all_strategies(graph, machine);
+  const PlanMeter meter(graph, machine, options);
+  const auto& strategies = meter.strategies();
   std::vector<int> choice(graph.size(), 0);
   BruteForce result;
   while (true) {
-    const PlanCost cost = measure(graph, strategies, choice, machine, options);
+    const PlanCost cost = meter.measure(choice);
     if (cost.seconds < result.fastest) {
       result.fastest = cost.seconds;
       result.peak_of_fastest = cost.peak_bytes;

@@ -30,6 +30,7 @@ struct SolverStats {
   int changed_in_refinement = 0;  // strategy changes those rounds made
   int restarts = 0;               // all-replicated starts refined too
   int budget_rounds = 0;          // refinements with a weight on memory, under a budget
+  int recombinations = 0;         // exact searches over the strategies the budget search visited
   int budget_moves = 0;           // single-node moves that sped up the plan within the budget
 };
 

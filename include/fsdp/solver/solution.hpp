@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@
 #include "fsdp/solver/strategy.hpp"
 
 namespace fsdp::solver {
+
+namespace detail {
+class StepModel;
+}
 
 // The conversion on one edge: the producer's output layout into the layout this node needs (or,
 // for a gradient, the gradient's layout into the producer's). On a 2-D mesh it may need a
@@ -154,8 +159,7 @@ Solution evaluate(const Graph& graph, const std::vector<std::vector<Strategy>>& 
 double total_cost(const Graph& graph, const std::vector<std::vector<Strategy>>& strategies,
                   const std::vector<int>& choice, const Machine& machine);
 
-// The total seconds and the peak bytes per device of a plan, without building the solution (for
-// checking solvers against enumeration).
+// The total seconds and the peak bytes per device of a plan, without building the solution.
 struct PlanCost {
   double seconds = 0;
   std::int64_t peak_bytes = 0;
@@ -163,5 +167,22 @@ struct PlanCost {
 PlanCost measure(const Graph& graph, const std::vector<std::vector<Strategy>>& strategies,
                  const std::vector<int>& choice, const Machine& machine,
                  const StepOptions& options);
+
+// Measures many plans of one graph (checking solvers against enumeration): the cost and memory
+// tables are built once. choice[i] indexes strategies()[i].
+class PlanMeter {
+ public:
+  PlanMeter(const Graph& graph, const Machine& machine, const StepOptions& options = StepOptions());
+  ~PlanMeter();
+  PlanMeter(const PlanMeter&) = delete;
+  PlanMeter& operator=(const PlanMeter&) = delete;
+
+  const std::vector<std::vector<Strategy>>& strategies() const { return strategies_; }
+  PlanCost measure(const std::vector<int>& choice) const;
+
+ private:
+  std::vector<std::vector<Strategy>> strategies_;
+  std::unique_ptr<detail::StepModel> model_;
+};
 
 }  // namespace fsdp::solver
