@@ -95,13 +95,12 @@ std::int64_t parse_bytes(const std::string& text) {
   }
   double value = 0;
   // 2^63 as a double: anything at or above it does not fit a signed 64-bit count.
-  if (!read_number(number, value) || value < 0 || value * scale >= 9223372036854775808.0 ||
-      std::floor(value * scale) != value * scale) {
+  if (!read_number(number, value) || value < 0 || value * scale >= 9223372036854775808.0) {
     throw Error("memory size '" + text +
-                "': give whole bytes (80000000000, 80e9) or a number with a unit (80GB, "
-                "80GiB, 512MiB), at most 2^63 - 1 bytes");
+                "': give bytes (80000000000, 80e9) or a number with a unit (80GB, 80GiB, "
+                "3.5GiB, 512MiB), at most 2^63 - 1 bytes");
   }
-  return static_cast<std::int64_t>(value * scale);
+  return static_cast<std::int64_t>(std::floor(value * scale));  // whole bytes, rounded down
 }
 
 }  // namespace fsdp::apps

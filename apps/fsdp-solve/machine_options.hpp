@@ -18,8 +18,8 @@ std::vector<int> parse_mesh(const std::string& text);
 std::vector<double> parse_per_axis(const std::string& text, int axes, const std::string& what,
                                    bool zero_allowed);
 
-// "80000000000", "80e9", "80GB" (10^9), "80GiB" (2^30), also kB/KiB, MB/MiB, TB/TiB: whole bytes
-// from 0 to 2^63 - 1. Throws fsdp::Error otherwise.
+// "80000000000", "80e9", "80GB" (10^9), "3.5GiB" (2^30), also kB/KiB, MB/MiB, TB/TiB: bytes from
+// 0 to 2^63 - 1, rounded down to whole bytes. Throws fsdp::Error otherwise.
 std::int64_t parse_bytes(const std::string& text);
 
 }  // namespace fsdp::apps

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "fsdp/core/text.hpp"
 
@@ -12,11 +13,15 @@ namespace {
 std::string conversion_text(const solver::InputTransfer& t, int rank, int mesh_axes) {
   std::string text =
       t.producer + " " + t.from.to_string(rank, mesh_axes) + "->" + t.to.to_string(rank, mesh_axes);
-  for (const solver::Transfer* step : {&t.transfer, &t.second}) {
+  std::vector<const solver::Transfer*> steps = {&t.transfer};
+  for (const solver::Transfer& step : t.then) {
+    steps.push_back(&step);
+  }
+  for (const solver::Transfer* step : steps) {
     if (step->collective == solver::LayoutCollective::none) {
       continue;
     }
-    text += std::string(step == &t.second ? " +" : "") + " " + solver::name_of(step->collective) +
+    text += std::string(step != &t.transfer ? " +" : "") + " " + solver::name_of(step->collective) +
             (mesh_axes > 1 ? "(a" + std::to_string(step->axis) + ")" : "") + " " +
             bytes_text(step->buffer_bytes);
   }

@@ -152,10 +152,15 @@ Conversion convert(const ShardingSpec& from, const ShardingSpec& to, double tens
   }
   if (machine.axis_count() == 1) {
     best.steps[0] = axis_step(from.axis(0), to.axis(0), tensor_bytes, machine, 0);
-    best.steps[1].axis = 1;
     return best;
   }
   double lowest = std::numeric_limits<double>::infinity();
+  const auto keep = [&](const Conversion& c) {
+    if (c.seconds() < lowest) {
+      lowest = c.seconds();
+      best = c;
+    }
+  };
   for (const int first : {0, 1}) {
     Conversion c;
     ShardingSpec now = from;
@@ -170,9 +175,17 @@ Conversion convert(const ShardingSpec& from, const ShardingSpec& to, double tens
         c.steps[static_cast<std::size_t>(k++)] = step;
       }
     }
-    if (c.seconds() < lowest) {
-      lowest = c.seconds();
-      best = c;
+    keep(c);
+  }
+  if (from.axis_partial(0) && from.axis_partial(1) && to.is_replicated()) {
+    for (const int a : {0, 1}) {
+      const int b = 1 - a;
+      Conversion c;
+      c.steps[0] = collective_cost(LayoutCollective::reduce_scatter, tensor_bytes, machine, a);
+      c.steps[1] = collective_cost(LayoutCollective::all_reduce,
+                                   tensor_bytes / machine.axis(a).devices, machine, b);
+      c.steps[2] = collective_cost(LayoutCollective::all_gather, tensor_bytes, machine, a);
+      keep(c);
     }
   }
   return best;
@@ -182,10 +195,10 @@ Transfer reshard_cost(const ShardingSpec& from, const ShardingSpec& to, double t
                       const Machine& machine) {
   const Conversion c = convert(from, to, tensor_bytes, machine);
   Transfer t = c.steps[0];
-  if (c.steps[1].collective != LayoutCollective::none) {
-    t.buffer_bytes += c.steps[1].buffer_bytes;
-    t.traffic_bytes += c.steps[1].traffic_bytes;
-    t.seconds += c.steps[1].seconds;
+  for (std::size_t i = 1; i < c.steps.size(); ++i) {
+    t.buffer_bytes += c.steps[i].buffer_bytes;
+    t.traffic_bytes += c.steps[i].traffic_bytes;
+    t.seconds += c.steps[i].seconds;
   }
   return t;
 }

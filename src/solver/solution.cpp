@@ -96,12 +96,16 @@ nlohmann::json transfer_json(const InputTransfer& t) {
                       {"buffer_bytes", t.transfer.buffer_bytes},
                       {"traffic_bytes", t.transfer.traffic_bytes},
                       {"seconds", t.transfer.seconds}};
-  if (t.second.collective != LayoutCollective::none) {
-    j["second"] = {{"collective", name_of(t.second.collective)},
-                   {"axis", t.second.axis},
-                   {"buffer_bytes", t.second.buffer_bytes},
-                   {"traffic_bytes", t.second.traffic_bytes},
-                   {"seconds", t.second.seconds}};
+  if (!t.then.empty()) {
+    nlohmann::json then = nlohmann::json::array();
+    for (const Transfer& step : t.then) {
+      then.push_back({{"collective", name_of(step.collective)},
+                      {"axis", step.axis},
+                      {"buffer_bytes", step.buffer_bytes},
+                      {"traffic_bytes", step.traffic_bytes},
+                      {"seconds", step.seconds}});
+    }
+    j["then"] = then;
   }
   return j;
 }
@@ -122,18 +126,34 @@ InputTransfer transfer_from(const nlohmann::json& t) {
   transfer.from = spec_from(t.at("from"));
   transfer.to = spec_from(t.at("to"));
   transfer.transfer = collective_from(t);
-  if (t.contains("second")) {
-    transfer.second = collective_from(t.at("second"));
+  if (t.contains("then")) {
+    for (const auto& step : t.at("then")) {
+      transfer.then.push_back(collective_from(step));
+    }
   }
   return transfer;
 }
 
 InputTransfer input_transfer(const std::string& producer, const ShardingSpec& from,
                              const ShardingSpec& to, const Conversion& conversion) {
-  return InputTransfer{producer, from, to, conversion.steps[0], conversion.steps[1]};
+  InputTransfer transfer{producer, from, to, conversion.steps[0], {}};
+  for (std::size_t i = 1; i < conversion.steps.size(); ++i) {
+    if (conversion.steps[i].collective != LayoutCollective::none) {
+      transfer.then.push_back(conversion.steps[i]);
+    }
+  }
+  return transfer;
 }
 
 }  // namespace
+
+double InputTransfer::seconds() const {
+  double total = transfer.seconds;
+  for (const Transfer& step : then) {
+    total += step.seconds;
+  }
+  return total;
+}
 
 const char* name_of(ParameterUse use) {
   switch (use) {

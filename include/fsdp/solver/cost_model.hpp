@@ -80,10 +80,12 @@ Transfer collective_cost(LayoutCollective collective, double buffer_bytes, const
 
 // Converting a tensor between two layouts: at most one collective along each mesh axis, in the
 // cheaper of the two orders (a collective along one axis moves the tensor as the other axis then
-// cuts it). steps[1] is none on a 1-D mesh.
+// cuts it); from partial sums along both axes to a whole tensor also the hierarchical all-reduce
+// (reduce-scatter along one axis, all-reduce of the pieces along the other, all-gather back), when
+// cheaper. Steps run in order; unused ones are none (steps[1] and steps[2] on a 1-D mesh).
 struct Conversion {
-  std::array<Transfer, 2> steps{};
-  double seconds() const { return steps[0].seconds + steps[1].seconds; }
+  std::array<Transfer, 3> steps{};
+  double seconds() const { return steps[0].seconds + steps[1].seconds + steps[2].seconds; }
   bool moves() const { return steps[0].collective != LayoutCollective::none; }
 };
 
@@ -95,7 +97,7 @@ Conversion convert(const ShardingSpec& from, const ShardingSpec& to, double tens
                    const Machine& machine);
 
 // The 1-D form: the conversion's one collective (on a 2-D mesh its first, with the seconds,
-// buffer and traffic of both).
+// buffer and traffic of all its steps).
 Transfer reshard_cost(const ShardingSpec& from, const ShardingSpec& to, double tensor_bytes,
                       const Machine& machine);
 

@@ -22,15 +22,15 @@ class StepModel;
 }
 
 // The conversion on one edge: the producer's output layout into the layout this node needs (or,
-// for a gradient, the gradient's layout into the producer's). On a 2-D mesh it may need a
-// collective along each axis: `transfer` is the first, `second` the other (none on 1-D meshes).
+// for a gradient, the gradient's layout into the producer's). On a 2-D mesh it may take more
+// than one collective: `transfer` is the first, `then` the others in order (empty on 1-D meshes).
 struct InputTransfer {
   std::string producer;
   ShardingSpec from;
   ShardingSpec to;
   Transfer transfer;  // collective none when from already suits
-  Transfer second;
-  double seconds() const { return transfer.seconds + second.seconds; }
+  std::vector<Transfer> then;
+  double seconds() const;
 };
 
 // What one device holds, in bytes.
