@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "../common/mesh_options.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "fsdp/comm/process_group.hpp"
@@ -18,7 +19,6 @@
 #include "fsdp/solver/fsdp_plan.hpp"
 #include "fsdp/solver/generators.hpp"
 #include "fsdp/solver/simple_solver.hpp"
-#include "machine_options.hpp"
 #include "solution_table.hpp"
 
 namespace {
@@ -65,24 +65,12 @@ fsdp::solver::Graph load_graph(const Options& o) {
 // The machine and the step from the options' text; throws fsdp::Error on values out of range.
 void resolve(Options& o) {
   using namespace fsdp::solver;
-  const std::vector<int> axes =
-      o.mesh.empty() ? std::vector<int>{o.machine.devices} : fsdp::apps::parse_mesh(o.mesh);
-  const int count = static_cast<int>(axes.size());
-  const std::vector<double> bandwidth =
-      fsdp::apps::parse_per_axis(o.bandwidth, count, "--bandwidth", false);
-  const std::vector<double> latency =
-      fsdp::apps::parse_per_axis(o.latency, count, "--latency", true);
-  std::vector<MeshAxis> mesh;
-  for (int a = 0; a < count; ++a) {
-    const std::size_t au = static_cast<std::size_t>(a);
-    mesh.push_back(MeshAxis{axes[au], bandwidth[au], latency[au]});
-  }
-  o.machine.set_mesh(mesh);
+  o.machine = fsdp_apps::machine_with_mesh(o.machine, o.mesh, o.bandwidth, o.latency);
   o.step_options.step = parse_step_kind(o.step);
   o.step_options.optimizer = fsdp::parse_optimizer(o.optimizer);
   o.step_options.precision = fsdp::parse_precision(o.precision);
   o.step_options.memory_budget_bytes =
-      o.memory_per_device.empty() ? 0 : fsdp::apps::parse_bytes(o.memory_per_device);
+      o.memory_per_device.empty() ? 0 : fsdp_apps::parse_bytes(o.memory_per_device);
 }
 
 int run(const Options& o, fsdp::ProcessGroup& group) {
