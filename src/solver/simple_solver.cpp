@@ -29,6 +29,8 @@ constexpr std::int64_t kFullRadiusPairs = std::int64_t{1} << 19;
 constexpr int kGrowthRounds = 40;
 constexpr int kBisections = 6;
 constexpr int kFineRounds = 6;
+// The most strategy changes the final moves may cost (pairs of a node and an input each count).
+constexpr std::int64_t kMostTries = std::int64_t{1} << 24;
 // The most ways the recombination may extend in all, and keep at one step.
 constexpr std::int64_t kRecombinationWork = std::int64_t{1} << 18;
 constexpr std::size_t kRecombinationWays = std::size_t{1} << 12;
@@ -148,15 +150,15 @@ class Assignment {
     return best_s;
   }
 
-  // The seconds (and weighted bytes) of the edges between u and v at their current strategies.
-  double pair_cost(int u, int v) const {
+  // The seconds (and weighted bytes) of the edges between u at su and v at sv.
+  double pair_cost(int u, int su, int v, int sv) const {
     const int c = std::max(u, v), p = std::min(u, v);
+    const int sc = c == v ? sv : su, sp = c == v ? su : sv;
     const Node& consumer = graph_.node(c);
     double cost = 0;
     for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
       if (consumer.inputs[k] == p) {
-        cost += edge(c, static_cast<int>(k), choice_[static_cast<std::size_t>(p)],
-                     choice_[static_cast<std::size_t>(c)]);
+        cost += edge(c, static_cast<int>(k), sp, sc);
       }
     }
     return cost;
@@ -913,10 +915,13 @@ Solution SimpleSolver::solve(const Graph& graph) {
   const int radius = pairs <= static_cast<double>(kFullRadiusPairs)       ? kConditioningRadius
                      : pairs <= static_cast<double>(4 * kFullRadiusPairs) ? 2
                                                                           : 1;
+  // On large graphs refinement stops at the first round without gain (two, alternating the
+  // orders of the forest, elsewhere).
+  const bool large_graph = pairs > static_cast<double>(kFullRadiusPairs);
   const auto refine = [&] {
     double total = surrogate_total(a);
     int rounds_without_gain = 0;
-    for (int round = 0; round < 50 && rounds_without_gain < 2; ++round) {
+    for (int round = 0; round < 50 && rounds_without_gain < (large_graph ? 1 : 2); ++round) {
       ++stats_.refinement_sweeps;
       const std::vector<int> before = a.choice();
       forest.run(round % 2 == 0 ? forward : backward, radius);
@@ -1082,7 +1087,8 @@ Solution SimpleSolver::solve(const Graph& graph) {
   }
   if (fits) {
     double low = 0.25, high = 1;
-    for (int round = 0; round < kBisections; ++round) {
+    // Large graphs get fewer rounds: each refines every node.
+    for (int round = 0; round < (large_graph ? 2 : kBisections); ++round) {
       const double middle = std::sqrt(low * high);
       (refine_with(middle) ? high : low) = middle;
     }
@@ -1092,7 +1098,7 @@ Solution SimpleSolver::solve(const Graph& graph) {
     for (double& x : backward_step) {
       x *= high;
     }
-    for (int round = 0; round < kFineRounds; ++round) {
+    for (int round = 0; round < (large_graph ? 1 : kFineRounds); ++round) {
       move_multipliers(1.5, 0.8, 0);
       refine_with(1);
     }
@@ -1139,73 +1145,82 @@ Solution SimpleSolver::solve(const Graph& graph) {
   }
   const std::int64_t most_checks =
       std::max<std::int64_t>(4096, (std::int64_t{1} << 26) / (count + 1));
-  std::int64_t checks = 0;
+  std::int64_t checks = 0, tries = 0;
   PeakTracker tracker(model, a.choice());
   std::int64_t peak = tracker.peak();
-  // The seconds of the nodes u and v (v < 0: u alone) and of every edge touching them.
-  const auto around = [&](int u, int v) {
-    double seconds = a.local_cost(u, a.choice()[static_cast<std::size_t>(u)]);
-    if (v >= 0) {
-      seconds += a.local_cost(v, a.choice()[static_cast<std::size_t>(v)]);
-      seconds -= a.pair_cost(u, v);  // the edges between them counted twice
-    }
-    return seconds;
-  };
-  // Tries u at su (and v at sv when v >= 0); keeps the move when it is better, else undoes it.
-  const auto attempt = [&](bool faster, int u, int su, int v, int sv) {
+  // Checks a move against the budget: u to su (and v to sv when v >= 0), whose seconds around
+  // the moved nodes go from `here` to `there`; keeps it when it is better, else undoes it.
+  const auto attempt = [&](bool faster, double here, double there, int u, int su, int v, int sv) {
     const int old_u = a.choice()[static_cast<std::size_t>(u)];
     const int old_v = v >= 0 ? a.choice()[static_cast<std::size_t>(v)] : -1;
-    const double here = around(u, v);
-    a.decide(u, su);
+    ++checks;
+    tracker.move(u, su);
     if (v >= 0) {
-      a.decide(v, sv);
+      tracker.move(v, sv);
     }
-    const double there = around(u, v);
-    bool better = false;
-    if (!(faster && there > here * (1 + 1e-12))) {
-      ++checks;
-      tracker.move(u, su);
+    const std::int64_t moved_peak = tracker.peak();
+    const bool better =
+        faster ? moved_peak <= budget && (there < here * (1 - 1e-12) || moved_peak < peak)
+               : moved_peak < peak;
+    if (better) {
+      a.decide(u, su);
       if (v >= 0) {
-        tracker.move(v, sv);
+        a.decide(v, sv);
       }
-      const std::int64_t moved_peak = tracker.peak();
-      better = faster ? moved_peak <= budget && (there < here * (1 - 1e-12) || moved_peak < peak)
-                      : moved_peak < peak;
-      if (better) {
-        peak = moved_peak;
-        ++stats_.budget_moves;
-      } else {
-        tracker.move(u, old_u);
-        if (v >= 0) {
-          tracker.move(v, old_v);
-        }
-      }
-    }
-    if (!better) {
-      a.decide(u, old_u);
+      peak = moved_peak;
+      ++stats_.budget_moves;
+    } else {
+      tracker.move(u, old_u);
       if (v >= 0) {
-        a.decide(v, old_v);
+        tracker.move(v, old_v);
       }
     }
     return better;
   };
+  // A node's seconds with its neighbours as they are, for each of its strategies.
+  std::vector<double> own, other;
+  const auto local_costs = [&](int v, std::vector<double>& costs) {
+    costs.resize(static_cast<std::size_t>(a.count(v)));
+    for (int s = 0; s < a.count(v); ++s) {
+      costs[static_cast<std::size_t>(s)] = a.local_cost(v, s);
+    }
+    tries += a.count(v);
+  };
   const auto descend = [&](bool faster) {
-    for (int pass = 0; pass < 8 && checks < most_checks; ++pass) {
+    for (int pass = 0; pass < 8 && checks < most_checks && tries < kMostTries; ++pass) {
       bool moved = false;
       for (int v = 0; v < count && checks < most_checks; ++v) {
+        local_costs(v, own);
         for (int s = 0; s < a.count(v) && checks < most_checks; ++s) {
-          if (s != a.choice()[static_cast<std::size_t>(v)]) {
-            moved = attempt(faster, v, s, -1, -1) || moved;
+          const int now = a.choice()[static_cast<std::size_t>(v)];
+          const double here = own[static_cast<std::size_t>(now)];
+          const double there = own[static_cast<std::size_t>(s)];
+          if (s != now && !(faster && there > here * (1 + 1e-12))) {
+            moved = attempt(faster, here, there, v, s, -1, -1) || moved;
           }
         }
       }
-      for (int v = 0; v < count && checks < most_checks && !moved; ++v) {
+      // A node and one of its inputs together, from each one's costs with the other as it is:
+      // moving u to su and v to sv replaces the edges between them.
+      for (int v = 0; v < count && !moved && checks < most_checks && tries < kMostTries; ++v) {
         for (const int u : graph.node(v).inputs) {
-          for (int su = 0; su < a.count(u) && checks < most_checks; ++su) {
-            for (int sv = 0; sv < a.count(v) && checks < most_checks; ++sv) {
-              if (su != a.choice()[static_cast<std::size_t>(u)] &&
-                  sv != a.choice()[static_cast<std::size_t>(v)]) {
-                moved = attempt(faster, u, su, v, sv) || moved;
+          const int cu = a.choice()[static_cast<std::size_t>(u)];
+          const int cv = a.choice()[static_cast<std::size_t>(v)];
+          local_costs(u, own);
+          local_costs(v, other);
+          const double here = own[static_cast<std::size_t>(cu)] +
+                              other[static_cast<std::size_t>(cv)] - a.pair_cost(u, cu, v, cv);
+          for (int su = 0; su < a.count(u) && !moved && checks < most_checks; ++su) {
+            for (int sv = 0; sv < a.count(v) && !moved && checks < most_checks; ++sv) {
+              if (su == cu || sv == cv) {
+                continue;
+              }
+              ++tries;
+              const double there = own[static_cast<std::size_t>(su)] +
+                                   other[static_cast<std::size_t>(sv)] - a.pair_cost(u, su, v, cv) -
+                                   a.pair_cost(u, cu, v, sv) + a.pair_cost(u, su, v, sv);
+              if (!(faster && there > here * (1 + 1e-12))) {
+                moved = attempt(faster, here, there, u, su, v, sv);
               }
             }
           }
