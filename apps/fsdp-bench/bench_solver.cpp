@@ -1,10 +1,12 @@
-// fsdp-bench solver: SimpleSolver's solve time on generated transformer stacks, against the exact
-// solver on the same graphs (time and plan cost), and the optimality report: the heuristic's cost
-// over the optimum on the reference graphs.
+// fsdp-bench solver: SimpleSolver's solve time on generated transformer stacks (forward pass or
+// training step, 1-D or 2-D mesh, with or without a memory budget), against the exact solver on
+// the same graphs (time and plan cost), and the optimality report: the heuristic's cost over the
+// optimum on the reference graphs, forward and training, with budgets, on 1-D and 2-D meshes.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 
+#include "../common/mesh_options.hpp"
 #include "benchmark.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/solver/exact_solver.hpp"
@@ -18,6 +20,11 @@ struct SolverOptions {
   std::vector<std::int64_t> sizes = {100, 1000, 10000};
   int repeats = 7;
   int devices = 8;
+  std::string mesh;  // "2x4"; empty: 1-D of `devices`
+  std::string bandwidth = "450e9";
+  std::string latency = "5e-6";
+  std::string step = "forward";
+  double budget = 0;  // a fraction of the fastest plan's peak; 0: no budget
   int random = 300;
   std::size_t exact_states = std::size_t{1} << 16;
   solver::ModelShape shape;
@@ -34,25 +41,135 @@ double median_seconds(int repeats, F&& f) {
   return median(samples);
 }
 
+double gib(std::int64_t bytes) {
+  return static_cast<double>(bytes) / (1 << 30);
+}
+
+// The budgets of the report: none, and a quarter, half and three quarters of the way from the
+// smallest peak any plan has to the fastest plan's peak.
+std::vector<std::int64_t> report_budgets(const solver::Graph& graph, const solver::Machine& m,
+                                         solver::StepOptions options) {
+  options.memory_budget_bytes = 0;
+  const std::int64_t fastest = solver::ExactSolver(m, options).solve(graph).memory.peak_bytes;
+  options.memory_budget_bytes = 1;
+  const std::int64_t smallest = solver::ExactSolver(m, options).solve(graph).memory.peak_bytes;
+  std::vector<std::int64_t> budgets = {0};
+  for (const double f : {0.25, 0.5, 0.75}) {
+    budgets.push_back(smallest +
+                      static_cast<std::int64_t>(f * static_cast<double>(fastest - smallest)));
+  }
+  return budgets;
+}
+
+// One section of the optimality report: every reference graph on a mesh, for a step, with the
+// budgets of report_budgets (training) or none (forward).
+void optimality(const CommonOptions& common, const SolverOptions& options, const char* title,
+                solver::StepKind step, bool two_d) {
+  const auto graphs = solver::reference_graphs(options.random);
+  double worst = 1, sum = 0;
+  int cases = 0, over = 0, optimal = 0, random_cases = 0, unfit = 0;
+  std::string worst_name;
+  if (!common.json) {
+    std::printf("\noptimality, %s: heuristic cost / optimum (exact solver)\n", title);
+  }
+  for (const auto& g : graphs) {
+    solver::Machine m;
+    m.devices = g.devices;
+    if (two_d) {
+      m.set_mesh({solver::MeshAxis{2, 450e9, 5e-6}, solver::MeshAxis{g.devices / 2, 50e9, 10e-6}});
+    }
+    solver::StepOptions step_options;
+    step_options.step = step;
+    const std::vector<std::int64_t> budgets = step == solver::StepKind::training
+                                                  ? report_budgets(g.graph, m, step_options)
+                                                  : std::vector<std::int64_t>{0};
+    double graph_worst = 1;
+    for (const std::int64_t budget : budgets) {
+      step_options.memory_budget_bytes = budget;
+      const solver::Solution heuristic = solver::SimpleSolver(m, step_options).solve(g.graph);
+      const double optimum = solver::ExactSolver(m, step_options).solve(g.graph).total_s;
+      const double ratio =
+          optimum > 0 ? heuristic.total_s / optimum : (heuristic.total_s > 0 ? 1e300 : 1.0);
+      ++cases;
+      unfit += !heuristic.fits_budget;
+      optimal += ratio <= 1 + 1e-9;
+      over += ratio > 1.05;
+      graph_worst = std::max(graph_worst, ratio);
+      if (ratio > worst) {
+        worst = ratio;
+        worst_name = g.name + (budget > 0 ? ", budget " + std::to_string(budget) : "");
+      }
+    }
+    const bool is_random = g.name.rfind("random", 0) == 0;
+    if (!is_random) {
+      emit(common, 0,
+           {{"benchmark", "solver_optimality"},
+            {"section", title},
+            {"graph", g.name},
+            {"nodes", g.graph.size()},
+            {"mesh", m.mesh_text()},
+            {"budgets", budgets.size()},
+            {"worst_ratio", graph_worst}},
+           [&] {
+             std::printf("  %-64s %2zu nodes %-20s %.4f\n", g.name.c_str(), g.graph.size(),
+                         m.mesh_text().c_str(), graph_worst);
+           });
+    } else {
+      ++random_cases;
+      sum += graph_worst;
+    }
+  }
+  emit(common, 0,
+       {{"benchmark", "solver_optimality_summary"},
+        {"section", title},
+        {"graphs", graphs.size()},
+        {"cases", cases},
+        {"optimal", optimal},
+        {"over_5_percent", over},
+        {"not_fitting", unfit},
+        {"worst_ratio", worst},
+        {"worst_case", worst_name},
+        {"mean_worst_ratio_random", random_cases ? sum / random_cases : 1.0}},
+       [&] {
+         std::printf("  %d random graphs of 6-12 nodes: mean of each graph's worst ratio %.4f\n",
+                     random_cases, random_cases ? sum / random_cases : 1.0);
+         std::printf(
+             "  all %d cases (%zu graphs x %zu budgets): %d optimal, %d over 1.05, %d not "
+             "fitting, worst %.4f (%s)\n",
+             cases, graphs.size(), step == solver::StepKind::training ? std::size_t{4} : 1, optimal,
+             over, unfit, worst, worst_name.c_str());
+       });
+}
+
 void run(const SolverOptions& options, const CommonOptions& common) {
   ProcessGroup group(MPI_COMM_WORLD);
   if (group.rank() != 0) {
     return;  // the solver runs on one rank; the others would receive its broadcast
   }
-  solver::Machine machine;
-  machine.devices = options.devices;
+  solver::Machine base;
+  base.devices = options.devices;
+  const solver::Machine machine =
+      fsdp_apps::machine_with_mesh(base, options.mesh, options.bandwidth, options.latency);
+  solver::StepOptions step;
+  step.step = solver::parse_step_kind(options.step);
   if (!common.json) {
     const auto& m = options.shape;
     std::printf(
         "fsdp-bench solver: transformer stacks (batch %lld, seq %lld, hidden %lld, %lld "
-        "heads, ffn %lld, %s, parameters %s) on %d devices; median of %d solves; "
+        "heads, ffn %lld, %s, parameters %s) on %s; %s step%s; median of %d solves; "
         "baseline = exact solver\n",
         static_cast<long long>(m.batch), static_cast<long long>(m.sequence),
         static_cast<long long>(m.hidden), static_cast<long long>(m.heads),
         static_cast<long long>(m.ffn), name_of(m.dtype),
-        m.fsdp_parameters ? "pinned FSDP-sharded" : "free", options.devices, options.repeats);
-    std::printf("%8s %7s %12s %12s %12s %14s %14s %10s\n", "nodes", "layers", "parse (ms)",
-                "simple (ms)", "exact (ms)", "simple cost", "exact cost", "cost ratio");
+        m.fsdp_parameters ? "pinned FSDP-sharded" : "free", machine.mesh_text().c_str(),
+        solver::name_of(step.step),
+        options.budget > 0
+            ? (", budget " + std::to_string(options.budget) + " of the fastest plan's peak").c_str()
+            : "",
+        options.repeats);
+    std::printf("%8s %7s %12s %12s %12s %14s %14s %10s %10s %5s\n", "nodes", "layers", "parse (ms)",
+                "simple (ms)", "exact (ms)", "simple cost", "exact cost", "cost ratio", "peak GiB",
+                "fits");
   }
   for (const std::int64_t target : options.sizes) {
     const int layers = solver::layers_for_nodes(target);
@@ -60,87 +177,56 @@ void run(const SolverOptions& options, const CommonOptions& common) {
     const std::string text = graph.to_json();
     const double parse_s =
         median_seconds(options.repeats, [&] { (void)solver::Graph::from_json(text); });
-    double simple_cost = 0;
+    solver::StepOptions run_step = step;
+    if (options.budget > 0) {
+      const std::int64_t fastest =
+          solver::SimpleSolver(machine, step).solve(graph).memory.peak_bytes;
+      run_step.memory_budget_bytes =
+          static_cast<std::int64_t>(options.budget * static_cast<double>(fastest));
+    }
+    solver::Solution simple;
     const double simple_s = median_seconds(
-        options.repeats, [&] { simple_cost = solver::SimpleSolver(machine).solve(graph).total_s; });
+        options.repeats, [&] { simple = solver::SimpleSolver(machine, run_step).solve(graph); });
     double exact_cost = -1, exact_s = -1;
     try {
       exact_s = median_seconds(std::min(options.repeats, 3), [&] {
-        exact_cost = solver::ExactSolver(machine, options.exact_states).solve(graph).total_s;
+        exact_cost =
+            solver::ExactSolver(machine, options.exact_states, run_step).solve(graph).total_s;
       });
     } catch (const Error&) {
       exact_s = -1;  // too wide for the state limit: reported as missing
     }
-    nlohmann::json result = {
-        {"benchmark", "solver"},       {"nodes", graph.size()}, {"layers", layers},
-        {"devices", options.devices},  {"parse_s", parse_s},    {"simple_solve_s", simple_s},
-        {"simple_cost_s", simple_cost}};
+    nlohmann::json result = {{"benchmark", "solver"},
+                             {"nodes", graph.size()},
+                             {"layers", layers},
+                             {"mesh", machine.mesh_text()},
+                             {"step", solver::name_of(step.step)},
+                             {"budget_bytes", run_step.memory_budget_bytes},
+                             {"parse_s", parse_s},
+                             {"simple_solve_s", simple_s},
+                             {"simple_cost_s", simple.total_s},
+                             {"simple_peak_bytes", simple.memory.peak_bytes},
+                             {"fits_budget", simple.fits_budget}};
     if (exact_s >= 0) {
       result["exact_solve_s"] = exact_s;
       result["exact_cost_s"] = exact_cost;
-      result["cost_ratio"] = simple_cost / exact_cost;
+      result["cost_ratio"] = simple.total_s / exact_cost;
     }
     emit(common, 0, result, [&] {
-      std::printf("%8zu %7d %12.3f %12.3f %12.3f %14.6g %14.6g %10.4f\n", graph.size(), layers,
-                  parse_s * 1e3, simple_s * 1e3, exact_s * 1e3, simple_cost, exact_cost,
-                  exact_s >= 0 ? simple_cost / exact_cost : 0.0);
+      std::printf("%8zu %7d %12.3f %12.3f %12.3f %14.6g %14.6g %10.4f %10.3f %5s\n", graph.size(),
+                  layers, parse_s * 1e3, simple_s * 1e3, exact_s * 1e3, simple.total_s, exact_cost,
+                  exact_s >= 0 ? simple.total_s / exact_cost : 0.0, gib(simple.memory.peak_bytes),
+                  simple.fits_budget ? "yes" : "NO");
     });
   }
-
-  // Optimality report.
-  const auto graphs = solver::reference_graphs(options.random);
-  double worst = 1, sum = 0;
-  int over = 0, random_count = 0, optimal = 0;
-  std::string worst_name;
-  if (!common.json) {
-    std::printf("\noptimality: heuristic cost / optimum (exact solver)\n");
+  if (options.random < 0) {
+    return;
   }
-  for (const auto& g : graphs) {
-    solver::Machine m;
-    m.devices = g.devices;
-    const double heuristic = solver::SimpleSolver(m).solve(g.graph).total_s;
-    const double optimum = solver::ExactSolver(m).solve(g.graph).total_s;
-    const double ratio = optimum > 0 ? heuristic / optimum : (heuristic > 0 ? 1e300 : 1.0);
-    const bool is_random = g.name.rfind("random", 0) == 0;
-    if (!is_random) {
-      emit(common, 0,
-           {{"benchmark", "solver_optimality"},
-            {"graph", g.name},
-            {"nodes", g.graph.size()},
-            {"devices", g.devices},
-            {"heuristic_s", heuristic},
-            {"optimum_s", optimum},
-            {"ratio", ratio}},
-           [&] {
-             std::printf("  %-64s %2zu nodes %2d dev  %.4f\n", g.name.c_str(), g.graph.size(),
-                         g.devices, ratio);
-           });
-    } else {
-      ++random_count;
-      sum += ratio;
-    }
-    optimal += ratio <= 1 + 1e-9;
-    over += ratio > 1.05;
-    if (ratio > worst) {
-      worst = ratio;
-      worst_name = g.name;
-    }
-  }
-  emit(common, 0,
-       {{"benchmark", "solver_optimality_summary"},
-        {"graphs", graphs.size()},
-        {"random_graphs", random_count},
-        {"optimal", optimal},
-        {"over_5_percent", over},
-        {"worst_ratio", worst},
-        {"worst_graph", worst_name},
-        {"mean_ratio_random", random_count ? sum / random_count : 1.0}},
-       [&] {
-         std::printf("  %d random graphs of 6-12 nodes: mean ratio %.4f\n", random_count,
-                     random_count ? sum / random_count : 1.0);
-         std::printf("  all %zu graphs: %d optimal, %d over 1.05, worst %.4f (%s)\n", graphs.size(),
-                     optimal, over, worst, worst_name.c_str());
-       });
+  optimality(common, options, "forward pass, 1-D mesh", solver::StepKind::forward, false);
+  optimality(common, options, "training step with budgets, 1-D mesh", solver::StepKind::training,
+             false);
+  optimality(common, options, "training step with budgets, 2 x N/2 mesh",
+             solver::StepKind::training, true);
 }
 
 }  // namespace
@@ -154,13 +240,27 @@ void add_solver(CLI::App& app, const CommonOptions& common) {
   sub->add_option("--repeats", options->repeats, "solves per size (median)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  sub->add_option("--devices", options->devices, "devices of the mesh")->capture_default_str();
+  sub->add_option("--devices", options->devices, "devices of a 1-D mesh")->capture_default_str();
+  sub->add_option("--mesh", options->mesh, "the mesh of the timed stacks instead: 2x4");
+  sub->add_option("--bandwidth", options->bandwidth, "bytes/s per mesh axis: 450e9,50e9")
+      ->capture_default_str();
+  sub->add_option("--latency", options->latency, "seconds per collective per mesh axis")
+      ->capture_default_str();
+  sub->add_option("--step", options->step, "the timed stacks' step: forward or training")
+      ->check(CLI::IsMember({"forward", "training"}))
+      ->capture_default_str();
+  sub->add_option("--budget", options->budget,
+                  "a memory budget for the timed stacks, as a fraction of the fastest plan's "
+                  "peak (0.6: 60%); 0: none")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   sub->add_option("--batch", options->shape.batch, "stack: batch size")->capture_default_str();
   sub->add_option("--seq", options->shape.sequence, "stack: sequence length")
       ->capture_default_str();
   sub->add_flag("--fsdp-parameters", options->shape.fsdp_parameters,
                 "stack: parameters pinned sharded on dim 0, as FSDP stores them");
-  sub->add_option("--random", options->random, "random graphs in the optimality report")
+  sub->add_option("--random", options->random,
+                  "random graphs in the optimality report (-1: no report)")
       ->capture_default_str();
   sub->add_option("--exact-states", options->exact_states,
                   "state limit of the exact baseline (skipped past it)")

@@ -8,12 +8,15 @@
 #include <fstream>
 #include <string>
 
+#include "../common/mesh_options.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/io/plan_file.hpp"
 #include "fsdp/io/publish_file.hpp"
 #include "fsdp/solver/broadcast_solution.hpp"
 #include "fsdp/solver/exact_solver.hpp"
+#include "fsdp/solver/fsdp_plan.hpp"
 #include "fsdp/solver/generators.hpp"
 #include "fsdp/solver/simple_solver.hpp"
 #include "solution_table.hpp"
@@ -27,11 +30,20 @@ struct Options {
   fsdp::solver::ModelShape shape;
   std::string dtype = "bf16";
   fsdp::solver::Machine machine;
+  std::string mesh;
+  std::string bandwidth = "450e9";
+  std::string latency = "5e-6";
+  std::string step = "training";
+  std::string optimizer = "adam";
+  std::string precision = "fp32";
+  std::string memory_per_device;
+  fsdp::solver::StepOptions step_options;
   std::string solver = "simple";
   bool json = false;
   bool compare = false;
   bool explain = false;
   std::string write_graph;
+  std::string emit_plan;
 };
 
 fsdp::solver::Graph load_graph(const Options& o) {
@@ -48,6 +60,17 @@ fsdp::solver::Graph load_graph(const Options& o) {
     return transformer_layer(shape);
   }
   return transformer_stack(shape, o.layers);
+}
+
+// The machine and the step from the options' text; throws fsdp::Error on values out of range.
+void resolve(Options& o) {
+  using namespace fsdp::solver;
+  o.machine = fsdp_apps::machine_with_mesh(o.machine, o.mesh, o.bandwidth, o.latency);
+  o.step_options.step = parse_step_kind(o.step);
+  o.step_options.optimizer = fsdp::parse_optimizer(o.optimizer);
+  o.step_options.precision = fsdp::parse_precision(o.precision);
+  o.step_options.memory_budget_bytes =
+      o.memory_per_device.empty() ? 0 : fsdp_apps::parse_bytes(o.memory_per_device);
 }
 
 int run(const Options& o, fsdp::ProcessGroup& group) {
@@ -72,10 +95,13 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
         throw;
       }
     }
-    if (o.solver == "exact") {
-      return ExactSolver(o.machine).solve(graph);
+    const Solution solved = o.solver == "exact"
+                                ? ExactSolver(o.machine, o.step_options).solve(graph)
+                                : SimpleSolver(o.machine, o.step_options).solve(graph);
+    if (!o.emit_plan.empty()) {
+      fsdp::save_plan(o.emit_plan, executable_plan(graph, solved).plan);
     }
-    return SimpleSolver(o.machine).solve(graph);
+    return solved;
   });
   if (group.rank() != 0) {
     return 0;
@@ -85,16 +111,53 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
   } else {
     fsdp::apps::print_solution(solution, graph);
     if (o.explain) {
-      fsdp::apps::print_seed_candidates(SimpleSolver(o.machine), graph);
+      fsdp::apps::print_seed_candidates(SimpleSolver(o.machine, o.step_options), graph);
+    }
+  }
+  if (!o.emit_plan.empty()) {
+    // With --json stdout holds the JSON alone.
+    std::FILE* out = o.json ? stderr : stdout;
+    const ExecutablePlan executable = executable_plan(graph, solution);
+    int sharded = 0;
+    for (const auto& placement : executable.plan.placements()) {
+      sharded += placement.placement == fsdp::Placement::sharded;
+    }
+    const int count = static_cast<int>(executable.plan.parameters().size());
+    std::fprintf(out, "\nplan written to %s: %d of %d parameters sharded (FSDP) over %d ranks",
+                 o.emit_plan.c_str(), sharded, count, executable.shard_group_size);
+    if (executable.shard_group_size < executable.world_size) {
+      std::fprintf(out,
+                   " in each of %d shard groups of consecutive ranks (hybrid sharding: "
+                   "fsdp::make_hybrid_groups(world, %d), docs/modes.md)",
+                   executable.world_size / executable.shard_group_size,
+                   executable.shard_group_size);
+    }
+    std::fprintf(out, ", %d replicated\n", count - sharded);
+    if (!executable.notes.empty()) {
+      std::fprintf(out, "fsdp cannot execute all of the solution:\n");
+      for (const std::string& note : executable.notes) {
+        std::fprintf(out, "- %s\n", note.c_str());
+      }
     }
   }
   if (o.compare) {
-    const Solution other = o.solver == "exact" ? SimpleSolver(o.machine).solve(graph)
-                                               : ExactSolver(o.machine).solve(graph);
+    const Solution other = o.solver == "exact"
+                               ? SimpleSolver(o.machine, o.step_options).solve(graph)
+                               : ExactSolver(o.machine, o.step_options).solve(graph);
     const Solution& simple = o.solver == "exact" ? other : solution;
     const Solution& exact = o.solver == "exact" ? solution : other;
     std::printf("%sheuristic %.6g s, optimum %.6g s, ratio %.4f\n", o.json ? "" : "\n",
                 simple.total_s, exact.total_s, simple.total_s / exact.total_s);
+  }
+  if (!solution.fits_budget) {
+    std::fprintf(stderr,
+                 "fsdp-solve: no plan found fits the budget of %lld bytes per device "
+                 "(--memory-per-device); the smallest peak found is %lld bytes (%s), by the plan "
+                 "above\n",
+                 static_cast<long long>(o.step_options.memory_budget_bytes),
+                 static_cast<long long>(solution.memory.peak_bytes),
+                 fsdp::apps::bytes_text(static_cast<double>(solution.memory.peak_bytes)).c_str());
+    return 1;
   }
   return 0;
 }
@@ -112,9 +175,10 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Options o;
   CLI::App app{
-      "fsdp-solve: choose how to shard every tensor of a computation graph over N "
-      "devices (cost model: FLOPs over the devices, ring collectives, per-collective "
-      "latency)"};
+      "fsdp-solve: choose how to shard every tensor of a computation graph over a 1-D or 2-D "
+      "mesh of devices, for a training step (or the forward pass) under a memory budget per "
+      "device (cost model: FLOPs over the devices, ring collectives along each mesh axis, "
+      "per-collective latency; memory: parameters, gradients, optimizer state, activations)"};
   auto* graph_option =
       app.add_option("--graph", o.graph_path, "graph JSON file")->check(CLI::ExistingFile);
   app.add_option("--generate", o.generate,
@@ -134,15 +198,41 @@ int main(int argc, char** argv) {
                "whole costs its all-gather)");
   app.add_option("--dtype", o.dtype, "generator: element type (fp32, bf16, fp16, fp64)")
       ->capture_default_str();
-  app.add_option("--devices,-n", o.machine.devices, "devices in the 1-D mesh")
-      ->capture_default_str();
+  auto* devices_option =
+      app.add_option("--devices,-n", o.machine.devices, "devices in the 1-D mesh")
+          ->capture_default_str();
+  app.add_option("--mesh", o.mesh,
+                 "the device mesh instead: 8 (1-D) or 2x4 (2 x 4 devices, device (i, j) being "
+                 "rank 4i + j)")
+      ->excludes(devices_option);
   app.add_option("--flops", o.machine.flops_per_s, "FLOP/s of one device (H100 dense bf16)")
       ->capture_default_str();
-  app.add_option("--bandwidth", o.machine.link_bytes_per_s,
-                 "bytes/s a device sends in a ring step (NVLink 4, one direction)")
+  app.add_option("--bandwidth", o.bandwidth,
+                 "bytes/s a device sends in a ring step along a mesh axis (NVLink 4, one "
+                 "direction); one value per axis on a 2-D mesh: 450e9,50e9")
       ->capture_default_str();
-  app.add_option("--latency", o.machine.collective_latency_s, "seconds added per collective")
+  app.add_option("--latency", o.latency,
+                 "seconds added per collective along a mesh axis; one per axis: 5e-6,10e-6")
       ->capture_default_str();
+  app.add_option("--memory-bandwidth", o.machine.memory_bytes_per_s,
+                 "bytes/s of a device's memory, which the optimizer step is bound by (H100 "
+                 "HBM3)")
+      ->capture_default_str();
+  app.add_option("--step", o.step,
+                 "what is planned: training (forward, backward, gradient synchronisation, "
+                 "optimizer) or forward")
+      ->check(CLI::IsMember({"training", "forward"}))
+      ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer,
+                 "training: sgd, sgd_momentum, adam or adamw (its state per parameter element)")
+      ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "training: fp32 (every tensor in its dtype) or mixed (16-bit parameters and "
+                 "gradients, fp32 master weights and optimizer state)")
+      ->capture_default_str();
+  app.add_option("--memory-per-device", o.memory_per_device,
+                 "the most bytes a device may hold at its peak: 80e9, 80GB, 80GiB (default: no "
+                 "limit)");
   app.add_option("--solver", o.solver, "simple (seed + propagate) or exact (optimum; small graphs)")
       ->check(CLI::IsMember({"simple", "exact"}))
       ->capture_default_str();
@@ -152,11 +242,19 @@ int main(int argc, char** argv) {
   app.add_flag("--compare", o.compare, "also run the other solver and print the ratio");
   app.add_flag("--json", o.json, "print the solution as JSON");
   app.add_option("--write-graph", o.write_graph, "write the graph solved as JSON to this file");
+  app.add_option("--emit-plan", o.emit_plan,
+                 "write what fsdp can execute of the solution, an FSDP sharding plan of the "
+                 "parameters, to this file (.h5 or .json; docs/plans.md), and say what it cannot");
   int code = 0;
   try {
     app.parse(argc, argv);
     if (o.graph_path.empty() && o.generate.empty()) {
       throw CLI::ValidationError("give --graph FILE or --generate mlp|transformer|stack");
+    }
+    try {
+      resolve(o);
+    } catch (const fsdp::Error& error) {
+      throw CLI::ValidationError(fsdp::message_of(error));
     }
     fsdp::ProcessGroup group(MPI_COMM_WORLD);
     code = run(o, group);

@@ -1,5 +1,8 @@
-// The table fsdp-solve prints: one row per node with its layouts, collectives and costs.
+// fsdp-solve's tables: the solution node by node with its memory, the parameters' outcomes, and
+// the seed candidates of every matmul.
 #pragma once
+
+#include <string>
 
 #include "fsdp/solver/graph.hpp"
 #include "fsdp/solver/simple_solver.hpp"
@@ -7,10 +10,10 @@
 
 namespace fsdp::apps {
 
-void print_solution(const solver::Solution& solution, const solver::Graph& graph);
+// "4.0 MiB", "512 B".
+std::string bytes_text(double bytes);
 
-// For each matmul: the seed phase's candidates, each costed alone (compute over the devices,
-// plus the all-reduce a contraction split needs), so that the seed choice can be checked by hand.
+void print_solution(const solver::Solution& solution, const solver::Graph& graph);
 void print_seed_candidates(const solver::SimpleSolver& solver, const solver::Graph& graph);
 
 }  // namespace fsdp::apps

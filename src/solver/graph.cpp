@@ -193,6 +193,8 @@ Graph::Graph(const std::vector<NodeDecl>& decls) {
       }
       elements *= size;
     }
+    // Its work too: a node whose FLOPs overflow 64 bits is refused here (node_error).
+    (void)op.flops(node, in);
     if (!declared_shape.empty() && declared_shape != node.shape) {
       throw node_error(node.id, node.op,
                        "declared shape " + shape_text(declared_shape) +

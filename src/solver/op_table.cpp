@@ -1,6 +1,7 @@
 #include "op_table.hpp"
 
 #include <algorithm>
+#include <initializer_list>
 #include <stdexcept>
 
 #include "node_error.hpp"
@@ -12,11 +13,21 @@ using Shape = std::vector<std::int64_t>;
 using Spec = ShardingSpec;
 
 // Short names for the table's partial-sum layouts and the rules' whole inputs.
-constexpr Spec P{Spec::Kind::partial, -1};
-constexpr Spec R{Spec::Kind::replicated, -1};
+constexpr Spec P = Spec::partial();
+constexpr Spec R = Spec::replicated();
+constexpr BackwardReads kReadsNone = BackwardReads::none;
+constexpr BackwardReads kReadsOther = BackwardReads::other_factor;
 
-double as_double(std::int64_t value) {
-  return static_cast<double>(value);
+// a * b * ..., checked: a node whose work overflows 64 bits is refused, naming it.
+std::int64_t work(const Node& node, std::initializer_list<std::int64_t> factors) {
+  std::int64_t product = 1;
+  for (std::int64_t factor : factors) {
+    if (__builtin_mul_overflow(product, factor, &product)) {
+      throw node_error(node.id, node.op,
+                       "its FLOPs overflow 64 bits (more than 9.2e18); the shapes are too large");
+    }
+  }
+  return product;
 }
 
 std::int64_t size_at(const Node& node, int dim) {
@@ -42,13 +53,13 @@ Shape same_as_first_input(Node&, const InputNodes& in) {
   return in[0]->shape;
 }
 
-double no_work(const Node&, const InputNodes&) {
+std::int64_t no_work(const Node&, const InputNodes&) {
   return 0;
 }
 
 // One operation per output element.
-double per_element(const Node& node, const InputNodes&) {
-  return as_double(node.numel());
+std::int64_t per_element(const Node& node, const InputNodes&) {
+  return node.numel();
 }
 
 // Input, parameter, output: a cut anywhere, the input (if any) cut the same way.
@@ -122,11 +133,9 @@ Shape matmul_shape(Node& node, const InputNodes& in) {
   return out;
 }
 
-// 2MNK, M all rows of A.
-double matmul_flops(const Node&, const InputNodes& in) {
-  const std::int64_t k = in[1]->shape[0];
-  const std::int64_t n = in[1]->shape[1];
-  return 2.0 * as_double(in[0]->numel() / k) * as_double(k) * as_double(n);
+// 2MNK, M all rows of A: 2 x (A's elements) x N.
+std::int64_t matmul_flops(const Node& node, const InputNodes& in) {
+  return work(node, {2, in[0]->numel(), in[1]->shape[1]});
 }
 
 void matmul_strategies(const Node& node, const InputNodes& in, StrategyList& out) {
@@ -164,8 +173,8 @@ Shape batched_matmul_shape(Node& node, const InputNodes& in) {
   return out;
 }
 
-double batched_matmul_flops(const Node& node, const InputNodes& in) {
-  return 2.0 * as_double(node.numel()) * as_double(in[0]->shape.back());
+std::int64_t batched_matmul_flops(const Node& node, const InputNodes& in) {
+  return work(node, {2, node.numel(), in[0]->shape.back()});
 }
 
 void batched_matmul_strategies(const Node& node, const InputNodes& in, StrategyList& out) {
@@ -236,8 +245,8 @@ Shape reduce_shape(Node& node, const InputNodes& in) {
 }
 
 // One operation per input element.
-double reduce_flops(const Node&, const InputNodes& in) {
-  return as_double(in[0]->numel());
+std::int64_t reduce_flops(const Node&, const InputNodes& in) {
+  return in[0]->numel();
 }
 
 void reduce_strategies(const Node& node, const InputNodes& in, StrategyList& out) {
@@ -297,7 +306,12 @@ Shape reshape_shape(Node& node, const InputNodes& in) {
   }
   std::int64_t numel = 1;
   for (auto size : node.shape) {
-    numel *= size;
+    if (__builtin_mul_overflow(numel, size, &numel)) {
+      throw node_error(node.id, node.op,
+                       "shape " + shape_text(node.shape) +
+                           " has more elements than 64 bits count; the input " +
+                           shape_text(in[0]->shape) + " has " + std::to_string(in[0]->numel()));
+    }
   }
   if (numel != in[0]->numel()) {
     throw node_error(node.id, node.op,
@@ -397,37 +411,39 @@ const std::vector<OpProperties>& table() {
   static const std::vector<OpProperties> ops = [] {
     // clang-format off
     std::vector<OpProperties> t = {
-        // {kind, name_of(kind), spellings {name, aliases, partial-sum inputs},
+        // {kind, name_of(kind), spellings {name, aliases, partial-sum inputs, backward reads},
         //  inputs min, max, shape, work, strategies that cut a dimension}
         {OpKind::input, "input", {{"input"}},
          0, 0, declared_shape, no_work, cut_any_dim},
         {OpKind::parameter, "parameter", {{"parameter", {"param", "weight"}}},
          0, 0, declared_shape, no_work, cut_any_dim},
-        {OpKind::output, "output", {{"output"}},
+        {OpKind::output, "output", {{"output", {}, {}, kReadsNone}},
          1, 1, same_as_first_input, no_work, cut_any_dim},
-        {OpKind::matmul, "matmul", {{"matmul"}},
+        {OpKind::matmul, "matmul", {{"matmul", {}, {}, kReadsOther}},
          2, 2, matmul_shape, matmul_flops, matmul_strategies},
-        {OpKind::batched_matmul, "batched_matmul", {{"batched_matmul", {"bmm"}}},
+        {OpKind::batched_matmul, "batched_matmul", {{"batched_matmul", {"bmm"}, {}, kReadsOther}},
          2, 2, batched_matmul_shape, batched_matmul_flops, batched_matmul_strategies},
         {OpKind::unary, "unary",
          {{"relu"}, {"gelu"}, {"silu"}, {"tanh"}, {"sigmoid"}, {"exp"}, {"log"}, {"sqrt"},
           {"rsqrt"}, {"square"}, {"dropout"}, {"unary"},
-          {"neg", {}, {{P}}}, {"scale", {}, {{P}}}, {"identity", {}, {{P}}}},
+          {"neg", {}, {{P}}, kReadsNone}, {"scale", {}, {{P}}, kReadsNone},
+          {"identity", {}, {{P}}, kReadsNone}},
          1, 1, same_as_first_input, per_element, cut_elementwise},
         // Sums of partial sums are partial sums; so are partial sums times (or over) a whole
         // tensor.
         {OpKind::binary, "binary",
-         {{"add", {}, {{P, P}}}, {"sub", {}, {{P, P}}}, {"mul", {}, {{P, R}, {R, P}}},
-          {"div", {}, {{P, R}}}, {"maximum"}, {"minimum"}, {"binary"}},
+         {{"add", {}, {{P, P}}, kReadsNone}, {"sub", {}, {{P, P}}, kReadsNone},
+          {"mul", {}, {{P, R}, {R, P}}, kReadsOther}, {"div", {}, {{P, R}}},
+          {"maximum"}, {"minimum"}, {"binary"}},
          2, 2, broadcast_shape, per_element, cut_elementwise},
         {OpKind::reduce, "reduce",
-         {{"reduce_sum", {"sum"}, {{P}}}, {"reduce_mean", {"mean"}, {{P}}},
+         {{"reduce_sum", {"sum"}, {{P}}, kReadsNone}, {"reduce_mean", {"mean"}, {{P}}, kReadsNone},
           {"reduce_max", {"max"}}},
          1, 1, reduce_shape, reduce_flops, reduce_strategies},
-        {OpKind::transpose, "transpose", {{"transpose", {}, {{P}}}},
+        {OpKind::transpose, "transpose", {{"transpose", {}, {{P}}, kReadsNone}},
          1, 1, transpose_shape, per_element, transpose_strategies},
         // A view: no work.
-        {OpKind::reshape, "reshape", {{"reshape", {}, {{P}}}},
+        {OpKind::reshape, "reshape", {{"reshape", {}, {{P}}, kReadsNone}},
          1, 1, reshape_shape, no_work, reshape_strategies},
         {OpKind::softmax, "softmax", {{"softmax"}},
          1, 1, softmax_shape, per_element, cut_outside_axes},

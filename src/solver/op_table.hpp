@@ -14,6 +14,13 @@ namespace fsdp::solver::detail {
 
 using InputNodes = std::vector<const Node*>;  // a node's producers, in its input order
 
+// Which inputs an op's backward reads (and so keeps alive until then, and converts again).
+enum class BackwardReads : std::uint8_t {
+  all,           // nonlinear ops: relu, softmax, layer_norm, div, ...
+  none,          // linear in every input: add, scale, transpose, reduce_sum, ...; needs dy only
+  other_factor,  // products (matmul, mul): input k only when the other input needs a gradient
+};
+
 // One name an op of a kind is written with in graph JSON.
 struct OpSpelling {
   const char* name;                       // canonical: what Node::op holds
@@ -21,6 +28,7 @@ struct OpSpelling {
   // The op is linear (partial sums pass through it) when this is not empty: each entry is the
   // input layouts of one strategy that turns partial sums into a partial sum, tried in this order.
   std::vector<std::vector<ShardingSpec>> partial_inputs = {};
+  BackwardReads backward_reads = BackwardReads::all;
 };
 
 struct OpProperties {
@@ -33,8 +41,9 @@ struct OpProperties {
   // attributes and puts them in canonical form (e.g. axes non-negative and sorted). Throws
   // node_error.
   std::vector<std::int64_t> (*shape)(Node& node, const InputNodes& inputs);
-  // The whole op's FLOPs, what one device does when it runs the op alone.
-  double (*flops)(const Node& node, const InputNodes& inputs);
+  // The whole op's FLOPs, what one device does when it runs the op alone. Checked: throws
+  // node_error when the count overflows 64 bits.
+  std::int64_t (*flops)(const Node& node, const InputNodes& inputs);
   // Adds the strategies that cut a dimension (devices > 1), best first; the partial-sum strategies
   // of the spelling and the replicated one come after them (strategies_for).
   void (*sharded_strategies)(const Node& node, const InputNodes& inputs, StrategyList& out);

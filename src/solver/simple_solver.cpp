@@ -1,10 +1,18 @@
 #include "fsdp/solver/simple_solver.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
+#include "checked_int.hpp"
 #include "fsdp/core/error.hpp"
+#include "pareto_search.hpp"
+#include "step_model.hpp"
 
 namespace fsdp::solver {
 namespace {
@@ -13,20 +21,47 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // How far around a cycle-closing node the refinement re-optimizes. 4 edges finds the optimum on
 // every reference and stress graph (docs/solver.md); 6 did no better and cost twice the time.
 constexpr int kConditioningRadius = 4;
+// The most pairs of strategies one refinement pass over every edge may look at for conditioning
+// to keep its full radius (a 2x4 transformer layer has about 20,000, a 1-D one 800).
+constexpr std::int64_t kFullRadiusPairs = std::int64_t{1} << 19;
+// Rounds of the budget search, each a refinement under new memory weights: growth until a plan
+// fits, bisections of their scale, and finer steps around the fastest plan that fits.
+constexpr int kGrowthRounds = 40;
+constexpr int kBisections = 6;
+constexpr int kFineRounds = 6;
+// The most strategy changes the final moves may cost (pairs of a node and an input each count).
+constexpr std::int64_t kMostTries = std::int64_t{1} << 24;
+// The most ways the recombination may extend in all, and keep at one step.
+constexpr std::int64_t kRecombinationWork = std::int64_t{1} << 18;
+constexpr std::size_t kRecombinationWays = std::size_t{1} << 12;
 
-// The state the phases share: every node's strategies, the current choice, and which choices are
-// decided (the others are not yet looked at and cost nothing to their neighbours).
+// Seconds per byte held at each step of the step's memory profile, as the node and edge terms
+// they become: a byte of persistent state is held at every step, a node's activation and
+// gradient at the steps of their live ranges, a conversion's buffer at its consumer's forward or
+// backward step. All zero: plans are weighed by their seconds alone.
+struct MemoryWeights {
+  bool any = false;
+  double state = 0;
+  std::vector<double> activation;  // per node
+  std::vector<double> gradient;    // per node
+  std::vector<double> forward;     // per node: its forward step
+  std::vector<double> backward;    // per node: its backward step
+};
+
+// The state the phases share: every node's strategies (the step model's), the current choice,
+// and which choices are decided (the others are not yet looked at and cost nothing to their
+// neighbours). Costs are seconds plus, under a memory budget, the weighted bytes of the memory
+// weights the budget search sets.
 class Assignment {
  public:
-  Assignment(const Graph& graph, const Machine& machine)
-      : graph_(graph),
-        machine_(machine),
-        strategies_(all_strategies(graph, machine.devices)),
-        choice_(graph.size(), 0),
-        decided_(graph.size(), 0),
-        changed_at_(graph.size(), 0) {}
+  explicit Assignment(const detail::StepModel& model)
+      : model_(model),
+        graph_(model.graph()),
+        choice_(graph_.size(), 0),
+        decided_(graph_.size(), 0),
+        changed_at_(graph_.size(), 0) {}
 
-  const std::vector<std::vector<Strategy>>& strategies() const { return strategies_; }
+  const detail::StepModel& model() const { return model_; }
   const std::vector<int>& choice() const { return choice_; }
   bool decided(int v) const { return decided_[static_cast<std::size_t>(v)] != 0; }
   void decide(int v, int s) {
@@ -41,27 +76,46 @@ class Assignment {
   // whose inputs have not moved.
   std::uint64_t changes() const { return changes_; }
   std::uint64_t changed_at(int v) const { return changed_at_[static_cast<std::size_t>(v)]; }
-  const Strategy& strategy(int v, int s) const {
-    return strategies_[static_cast<std::size_t>(v)][static_cast<std::size_t>(s)];
-  }
-  int count(int v) const {
-    return static_cast<int>(strategies_[static_cast<std::size_t>(v)].size());
+  const Strategy& strategy(int v, int s) const { return model_.strategy(v, s); }
+  int count(int v) const { return model_.count(v); }
+
+  void set_weights(MemoryWeights weights) { weights_ = std::move(weights); }
+  const MemoryWeights& weights() const { return weights_; }
+
+  // The seconds of input edge k of node t (forward conversion, and in training its backward
+  // conversions), with the producer at strategy sp and t at st; under memory weights plus the
+  // weighted bytes of the buffers its conversions make at t's steps.
+  double edge(int t, int k, int sp, int st) const {
+    const detail::EdgeTable& table = model_.edge_table(t, k);
+    const std::size_t at = table.at(sp, st);
+    if (!weights_.any) {
+      return table.seconds[at];
+    }
+    const std::size_t tu = static_cast<std::size_t>(t);
+    return table.seconds[at] + weights_.forward[tu] * static_cast<double>(table.forward_bytes[at]) +
+           weights_.backward[tu] * static_cast<double>(table.backward_bytes[at]);
   }
 
-  double edge(int producer, const ShardingSpec& from, const ShardingSpec& to) const {
-    return reshard_cost(from, to, graph_.node(producer).bytes(), machine_).seconds;
+  // Node v's seconds under strategy s, plus under memory weights its weighted bytes.
+  double compute_cost(int v, int s) const {
+    const double seconds = model_.node_seconds(v, s);
+    if (!weights_.any) {
+      return seconds;
+    }
+    const std::size_t vu = static_cast<std::size_t>(v);
+    return seconds + weights_.state * static_cast<double>(model_.state_bytes(v, s)) +
+           weights_.activation[vu] * static_cast<double>(model_.activation_bytes(v, s)) +
+           weights_.gradient[vu] * static_cast<double>(model_.gradient_bytes(v, s));
   }
 
-  // Node v's compute under strategy s plus the conversions on its edges to decided neighbours.
-  // `conflict` is set when two decided neighbours cannot both be served for free.
+  // Node v's cost under strategy s plus the conversions on its edges to decided neighbours.
   double local_cost(int v, int s, double extra = 0) const {
-    const Strategy& mine = strategy(v, s);
-    double cost = mine.flops_per_device / machine_.flops_per_s + extra;
+    double cost = compute_cost(v, s) + extra;
     const Node& node = graph_.node(v);
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {
       const int p = node.inputs[k];
       if (decided(p)) {
-        cost += edge(p, strategy(p, choice_[static_cast<std::size_t>(p)]).output, mine.inputs[k]);
+        cost += edge(v, static_cast<int>(k), choice_[static_cast<std::size_t>(p)], s);
       }
     }
     for (int c : graph_.consumers(v)) {
@@ -69,10 +123,9 @@ class Assignment {
         continue;
       }
       const Node& user = graph_.node(c);
-      const Strategy& theirs = strategy(c, choice_[static_cast<std::size_t>(c)]);
       for (std::size_t k = 0; k < user.inputs.size(); ++k) {
         if (user.inputs[k] == v) {
-          cost += edge(v, mine.output, theirs.inputs[k]);
+          cost += edge(c, static_cast<int>(k), s, choice_[static_cast<std::size_t>(c)]);
         }
       }
     }
@@ -97,47 +150,31 @@ class Assignment {
     return best_s;
   }
 
-  // The conversions on the edges between u (strategy su) and v (strategy sv), either direction.
+  // The seconds (and weighted bytes) of the edges between u at su and v at sv.
   double pair_cost(int u, int su, int v, int sv) const {
-    const Node& node_v = graph_.node(v);
+    const int c = std::max(u, v), p = std::min(u, v);
+    const int sc = c == v ? sv : su, sp = c == v ? su : sv;
+    const Node& consumer = graph_.node(c);
     double cost = 0;
-    bool v_uses_u = false;
-    for (std::size_t k = 0; k < node_v.inputs.size(); ++k) {
-      if (node_v.inputs[k] == u) {
-        v_uses_u = true;
-        cost += edge(u, strategy(u, su).output, strategy(v, sv).inputs[k]);
-      }
-    }
-    if (v_uses_u) {
-      return cost;
-    }
-    const Node& node_u = graph_.node(u);
-    for (std::size_t k = 0; k < node_u.inputs.size(); ++k) {
-      if (node_u.inputs[k] == v) {
-        cost += edge(v, strategy(v, sv).output, strategy(u, su).inputs[k]);
+    for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
+      if (consumer.inputs[k] == p) {
+        cost += edge(c, static_cast<int>(k), sp, sc);
       }
     }
     return cost;
   }
 
-  double compute_cost(int v, int s) const {
-    return strategy(v, s).flops_per_device / machine_.flops_per_s;
-  }
-
   // True when the decided neighbours of v cannot all be served without a conversion.
-  bool conflicted(int v, int s) const {
-    const Strategy& mine = strategy(v, s);
-    return local_cost(v, s) > mine.flops_per_device / machine_.flops_per_s;
-  }
+  bool conflicted(int v, int s) const { return local_cost(v, s) > compute_cost(v, s); }
 
  private:
+  const detail::StepModel& model_;
   const Graph& graph_;
-  const Machine& machine_;
-  std::vector<std::vector<Strategy>> strategies_;
   std::vector<int> choice_;
   std::vector<char> decided_;
   std::vector<std::uint64_t> changed_at_;
   std::uint64_t changes_ = 0;
+  MemoryWeights weights_;
 };
 
 // Exact re-optimization of tree-shaped parts of the graph with the rest held fixed.
@@ -164,29 +201,108 @@ class ForestRefiner {
         conditioned_at_(graph.size(), 0),
         table_(graph.size()),
         pick_(graph.size()) {
-    // The cost of every edge for every pair of strategies, computed once: the refinement looks
-    // them up many times.
-    for (std::size_t v = 0; v < graph.size(); ++v) {
-      const int iv = static_cast<int>(v);
-      for (int s = 0; s < a_.count(iv); ++s) {
-        compute_[v].push_back(a_.compute_cost(iv, s));
+    // The edges' costs for every pair of strategies, looked up many times: one block per edge
+    // table of the model (shared by the edges of identical layers) and orientation, in the
+    // order [this node's strategy][the other's]; an edge of a consumer that takes the same
+    // producer twice gets a block of its own, the sum of its inputs' tables.
+    const detail::StepModel& model = a_.model();
+    std::map<std::pair<const detail::EdgeTable*, bool>, std::size_t> shared;
+    const auto block_of = [&](const std::vector<const detail::EdgeTable*>& tables,
+                              bool producer_major) {
+      if (tables.size() == 1) {
+        const auto found = shared.find({tables[0], producer_major});
+        if (found != shared.end()) {
+          return found->second;
+        }
       }
-      for (int c : graph.consumers(iv)) {
-        const std::size_t cu = static_cast<std::size_t>(c);
-        const std::size_t mine = pair_.size();
-        const std::size_t theirs = mine + static_cast<std::size_t>(a_.count(iv) * a_.count(c));
-        pair_.resize(theirs + static_cast<std::size_t>(a_.count(iv) * a_.count(c)));
-        for (int sv = 0; sv < a_.count(iv); ++sv) {
-          for (int sc = 0; sc < a_.count(c); ++sc) {
-            const double cost = a_.pair_cost(iv, sv, c, sc);
-            pair_[mine + static_cast<std::size_t>(sv * a_.count(c) + sc)] = cost;
-            pair_[theirs + static_cast<std::size_t>(sc * a_.count(iv) + sv)] = cost;
+      PairBlock block;
+      const detail::EdgeTable& first = *tables[0];
+      const std::size_t size = first.seconds.size();
+      block.seconds.assign(size, 0);
+      block.forward_bytes.assign(size, 0);
+      block.backward_bytes.assign(size, 0);
+      for (int sp = 0; sp < first.producer_count; ++sp) {
+        for (int sc = 0; sc < first.consumer_count; ++sc) {
+          const std::size_t to = producer_major
+                                     ? first.at(sp, sc)
+                                     : static_cast<std::size_t>(sc) * first.producer_count + sp;
+          for (const detail::EdgeTable* table : tables) {
+            const std::size_t from = table->at(sp, sc);
+            block.seconds[to] += table->seconds[from];
+            block.forward_bytes[to] += static_cast<double>(table->forward_bytes[from]);
+            block.backward_bytes[to] += static_cast<double>(table->backward_bytes[from]);
           }
         }
-        links_[v].push_back(Link{c, static_cast<int>(links_[cu].size()), mine});
-        links_[cu].push_back(Link{iv, static_cast<int>(links_[v].size()) - 1, theirs});
+      }
+      blocks_.push_back(std::move(block));
+      if (tables.size() == 1) {
+        shared.emplace(std::make_pair(tables[0], producer_major), blocks_.size() - 1);
+      }
+      return blocks_.size() - 1;
+    };
+    struct Pending {
+      std::size_t node, at;  // a link, by its node and place
+      std::size_t block;
+    };
+    std::vector<Pending> pending;
+    for (std::size_t v = 0; v < graph.size(); ++v) {
+      const int iv = static_cast<int>(v);
+      for (int c : graph.consumers(iv)) {
+        const std::size_t cu = static_cast<std::size_t>(c);
+        std::vector<const detail::EdgeTable*> tables;
+        const Node& consumer = graph.node(c);
+        for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
+          if (consumer.inputs[k] == iv) {
+            tables.push_back(&model.edge_table(c, static_cast<int>(k)));
+          }
+        }
+        pending.push_back({v, links_[v].size(), block_of(tables, true)});
+        pending.push_back({cu, links_[cu].size(), block_of(tables, false)});
+        links_[v].push_back(Link{c, static_cast<int>(links_[cu].size()), c});
+        links_[cu].push_back(Link{iv, static_cast<int>(links_[v].size()) - 1, c});
       }
     }
+    // Pointers last: blocks_ no longer moves.
+    for (const Pending& p : pending) {
+      Link& link = links_[p.node][p.at];
+      const PairBlock& block = blocks_[p.block];
+      link.seconds = block.seconds.data();
+      link.forward_bytes = block.forward_bytes.data();
+      link.backward_bytes = block.backward_bytes.data();
+    }
+    reweigh();
+  }
+
+  // The costs again, after the assignment's memory weights changed. Every node counts as
+  // changed, so conditioning runs again everywhere.
+  void reweigh() {
+    for (std::size_t v = 0; v < compute_.size(); ++v) {
+      const int iv = static_cast<int>(v);
+      compute_[v].resize(static_cast<std::size_t>(a_.count(iv)));
+      for (int s = 0; s < a_.count(iv); ++s) {
+        compute_[v][static_cast<std::size_t>(s)] = a_.compute_cost(iv, s);
+      }
+    }
+    const MemoryWeights& w = a_.weights();
+    for (auto& links : links_) {
+      for (Link& link : links) {
+        const std::size_t c = static_cast<std::size_t>(link.consumer);
+        link.forward_weight = w.any ? w.forward[c] : 0;
+        link.backward_weight = w.any ? w.backward[c] : 0;
+      }
+    }
+    std::fill(conditioned_at_.begin(), conditioned_at_.end(), 0);
+  }
+
+  // The pairs of strategies one pass over every edge looks at with every strategy allowed.
+  double full_pass_pairs() const {
+    double pairs = 0;
+    for (std::size_t v = 0; v < links_.size(); ++v) {
+      for (const Link& link : links_[v]) {
+        pairs += static_cast<double>(a_.count(static_cast<int>(v))) * a_.count(link.other);
+      }
+    }
+    return pairs / 2;
   }
 
   // One forest over the whole graph in `order`, then conditioning on each node it left out.
@@ -311,19 +427,32 @@ class ForestRefiner {
       auto& pick = pick_[static_cast<std::size_t>(c)];
       const int np = a_.count(p);
       pick.assign(static_cast<std::size_t>(np), current);
-      const double* pair =
-          &pair_[links_[static_cast<std::size_t>(c)]
-                       [static_cast<std::size_t>(parent_link_[static_cast<std::size_t>(c)])]
-                           .offset];
+      const Link& up = links_[static_cast<std::size_t>(c)]
+                             [static_cast<std::size_t>(parent_link_[static_cast<std::size_t>(c)])];
+      // The child's strategies by their own cost: an edge never costs less than nothing, so the
+      // scan stops at the first whose own cost exceeds the best total found. Ties keep the
+      // current strategy, else go to the lowest index, as a scan in index order would.
+      order_.resize(static_cast<std::size_t>(a_.count(c)));
+      for (int sc = 0; sc < a_.count(c); ++sc) {
+        order_[static_cast<std::size_t>(sc)] = sc;
+      }
+      std::sort(order_.begin(), order_.end(), [&](int x, int y) {
+        return tc[static_cast<std::size_t>(x)] < tc[static_cast<std::size_t>(y)] ||
+               (tc[static_cast<std::size_t>(x)] == tc[static_cast<std::size_t>(y)] && x < y);
+      });
       for (int sp = 0; sp < np; ++sp) {
         double lowest = tc[static_cast<std::size_t>(current)] +
-                        pair[static_cast<std::size_t>(current * np + sp)];
-        for (int sc = 0; sc < a_.count(c); ++sc) {
-          const double cost =
-              tc[static_cast<std::size_t>(sc)] + pair[static_cast<std::size_t>(sc * np + sp)];
-          if (cost < lowest) {
+                        up.cost(static_cast<std::size_t>(current * np + sp));
+        int& chosen = pick[static_cast<std::size_t>(sp)];
+        for (const int sc : order_) {
+          const double own = tc[static_cast<std::size_t>(sc)];
+          if (own > lowest) {
+            break;
+          }
+          const double cost = own + up.cost(static_cast<std::size_t>(sc * np + sp));
+          if (cost < lowest || (cost == lowest && chosen != current && sc < chosen)) {
             lowest = cost;
-            pick[static_cast<std::size_t>(sp)] = sc;
+            chosen = sc;
           }
         }
         table_[static_cast<std::size_t>(p)][static_cast<std::size_t>(sp)] += lowest;
@@ -356,9 +485,8 @@ class ForestRefiner {
     double cost = compute_[vu][static_cast<std::size_t>(s)];
     for (const Link& link : links_[vu]) {
       if (!in_block_[static_cast<std::size_t>(link.other)]) {
-        cost += pair_[link.offset +
-                      static_cast<std::size_t>(s * a_.count(link.other) +
-                                               a_.choice()[static_cast<std::size_t>(link.other)])];
+        cost += link.cost(static_cast<std::size_t>(
+            s * a_.count(link.other) + a_.choice()[static_cast<std::size_t>(link.other)]));
       }
     }
     return cost;
@@ -418,13 +546,13 @@ class ForestRefiner {
           if (!in_block_[static_cast<std::size_t>(v)]) {
             continue;
           }
-          const double* pair =
-              &pair_[links_[static_cast<std::size_t>(v)][static_cast<std::size_t>(link.reverse)]
-                         .offset];
+          const Link& back =
+              links_[static_cast<std::size_t>(v)][static_cast<std::size_t>(link.reverse)];
           auto& t = table_[static_cast<std::size_t>(v)];
           for (int sv = 0; sv < a_.count(v); ++sv) {
-            t[static_cast<std::size_t>(sv)] += pair[static_cast<std::size_t>(sv * ne + s)] -
-                                               pair[static_cast<std::size_t>(sv * ne + current)];
+            t[static_cast<std::size_t>(sv)] +=
+                back.cost(static_cast<std::size_t>(sv * ne + s)) -
+                back.cost(static_cast<std::size_t>(sv * ne + current));
           }
         }
       }
@@ -440,17 +568,31 @@ class ForestRefiner {
     conditioned = a_.changes();  // every change so far is accounted for
   }
 
-  // A neighbour of a node: the edge costs for (this node's strategy, the other's) are
-  // pair_[offset + mine * count(other) + theirs]; reverse is this node's place in the other's list.
+  // A neighbour of a node, with the costs of their edges for (this node's strategy, the
+  // other's) at [mine * count(other) + theirs]: seconds plus the buffers' bytes at the
+  // consumer's forward and backward steps, weighted by the memory weights of those steps.
+  // reverse is this node's place in the other's list.
   struct Link {
     int other;
     int reverse;
-    std::size_t offset;
+    int consumer;
+    const double* seconds = nullptr;
+    const double* forward_bytes = nullptr;
+    const double* backward_bytes = nullptr;
+    double forward_weight = 0;
+    double backward_weight = 0;
+    double cost(std::size_t at) const {
+      return seconds[at] + forward_weight * forward_bytes[at] +
+             backward_weight * backward_bytes[at];
+    }
+  };
+  struct PairBlock {
+    std::vector<double> seconds, forward_bytes, backward_bytes;
   };
 
   Assignment& a_;
   std::vector<std::vector<Link>> links_;
-  std::vector<double> pair_;
+  std::vector<PairBlock> blocks_;
   std::vector<std::vector<double>> compute_;
   std::vector<char> in_block_;
   std::vector<char> seen_;
@@ -464,16 +606,201 @@ class ForestRefiner {
   std::vector<int> block_;
   std::vector<int> listing_;
   std::vector<int> ball_;
+  std::vector<int> order_;  // propagate(): a child's strategies by their own cost
+};
+
+// The peak of a plan under single-node changes, in O(degree log n) per change: a segment tree
+// over the steps (the forward of every node at its index, the backward of node t at n + t) holds
+// each step's bytes without the persistent ones; a node's activation and gradient are range
+// additions over the steps of their live ranges, conversion buffers point additions at their
+// consumer's steps (the rules of detail::memory_profile, which the tests compare it with).
+// Positions that are no step hold a large negative number, so they are never the peak.
+class PeakTracker {
+ public:
+  PeakTracker(const detail::StepModel& model, const std::vector<int>& choice)
+      : model_(model), choice_(choice), n_(static_cast<int>(choice.size())) {
+    size_ = 1;
+    while (size_ < 2 * n_) {
+      size_ *= 2;
+    }
+    high_.assign(2 * static_cast<std::size_t>(size_), kNoStep);
+    pending_.assign(2 * static_cast<std::size_t>(size_), 0);
+    for (int v = 0; v < n_; ++v) {
+      const detail::NodeFacts& f = model.facts(v);
+      if (f.computed) {
+        high_[static_cast<std::size_t>(size_ + v)] = 0;
+      }
+      if (f.has_backward) {
+        high_[static_cast<std::size_t>(size_ + n_ + v)] = 0;
+      }
+    }
+    for (int i = size_ - 1; i >= 1; --i) {
+      high_[static_cast<std::size_t>(i)] = std::max(high_[static_cast<std::size_t>(2 * i)],
+                                                    high_[static_cast<std::size_t>(2 * i + 1)]);
+    }
+    for (int v = 0; v < n_; ++v) {
+      add_node(v, +1, false);
+    }
+  }
+
+  std::int64_t peak() const { return state_ + high_[1]; }
+
+  // Node v takes strategy s.
+  void move(int v, int s) {
+    add_node(v, -1, true);
+    choice_[static_cast<std::size_t>(v)] = s;
+    add_node(v, +1, true);
+  }
+
+ private:
+  static constexpr std::int64_t kNoStep = std::numeric_limits<std::int64_t>::min() / 4;
+
+  // Adds (sign +1) or removes (-1) what node v holds under its current strategy: its state, its
+  // activation and gradient, and the buffers of its input edges; with edges_out also those of the
+  // edges to its consumers (a move changes both; building visits every edge once).
+  void add_node(int v, int sign, bool edges_out) {
+    const detail::NodeFacts& f = model_.facts(v);
+    const int s = choice_[static_cast<std::size_t>(v)];
+    state_ += sign * model_.state_bytes(v, s);
+    const std::int64_t activation = sign * model_.activation_bytes(v, s);
+    if (activation != 0) {
+      if (model_.options().training() && f.first_reader >= 0) {
+        add(v, n_ - 1, activation);
+        add(n_ + f.first_reader, 2 * n_ - 1, activation);
+      } else {
+        add(v, std::max(v, f.last_consumer), activation);
+      }
+    }
+    const std::int64_t gradient = sign * model_.gradient_bytes(v, s);
+    if (gradient != 0) {
+      add(n_ + v, n_ + f.last_consumer, gradient);
+    }
+    const Node& node = model_.graph().node(v);
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      add_edge(v, static_cast<int>(k), sign);
+    }
+    if (!edges_out) {
+      return;
+    }
+    for (const int c : model_.graph().consumers(v)) {
+      const Node& consumer = model_.graph().node(c);
+      for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
+        if (consumer.inputs[k] == v) {
+          add_edge(c, static_cast<int>(k), sign);
+        }
+      }
+    }
+  }
+
+  void add_edge(int t, int k, int sign) {
+    const int p = model_.graph().node(t).inputs[static_cast<std::size_t>(k)];
+    const int sp = choice_[static_cast<std::size_t>(p)];
+    const int st = choice_[static_cast<std::size_t>(t)];
+    const std::int64_t forward = model_.forward_buffer_bytes(t, k, sp, st);
+    if (forward != 0) {
+      add(t, t, sign * forward);
+    }
+    const std::int64_t backward =
+        model_.facts(t).has_backward ? model_.backward_buffer_bytes(t, k, sp, st) : 0;
+    if (backward != 0) {
+      add(n_ + t, n_ + t, sign * backward);
+    }
+  }
+
+  void add(int from, int to, std::int64_t bytes) { add(1, 0, size_ - 1, from, to, bytes); }
+
+  void add(int at, int low, int high, int from, int to, std::int64_t bytes) {
+    const std::size_t a = static_cast<std::size_t>(at);
+    if (to < low || high < from) {
+      return;
+    }
+    if (from <= low && high <= to) {
+      const auto what = [] { return std::string("the memory of a step"); };
+      detail::add_to(high_[a], bytes, what);
+      detail::add_to(pending_[a], bytes, what);
+      return;
+    }
+    const int middle = (low + high) / 2;
+    add(2 * at, low, middle, from, to, bytes);
+    add(2 * at + 1, middle + 1, high, from, to, bytes);
+    high_[a] = pending_[a] + std::max(high_[2 * a], high_[2 * a + 1]);
+  }
+
+  const detail::StepModel& model_;
+  std::vector<int> choice_;
+  int n_;
+  int size_ = 1;
+  std::int64_t state_ = 0;
+  std::vector<std::int64_t> high_;     // the highest step below a tree node, its additions included
+  std::vector<std::int64_t> pending_;  // additions to a whole subtree, not pushed down
 };
 
 bool is_matmul(const Node& node) {
   return node.kind == OpKind::matmul || node.kind == OpKind::batched_matmul;
 }
 
+// The seed phase's order of a matmul's candidates: split batch, then contracting, then output
+// features (along axis 0, then along axis 1 on a 2-D mesh); the replicated strategy is no
+// candidate.
+std::vector<int> seed_order(const std::vector<Strategy>& strategies) {
+  const auto rank = [](StrategyRole role) {
+    switch (role) {
+      case StrategyRole::split_batch:
+        return 0;
+      case StrategyRole::split_contracting:
+        return 1;
+      case StrategyRole::split_output_features:
+        return 2;
+      default:
+        return 3;
+    }
+  };
+  std::vector<int> order;
+  for (int s = 0; s < static_cast<int>(strategies.size()); ++s) {
+    const Strategy& strategy = strategies[static_cast<std::size_t>(s)];
+    if (rank(strategy.role) < 3 || rank(strategy.role_axis1) < 3) {
+      order.push_back(s);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    const Strategy& a = strategies[static_cast<std::size_t>(x)];
+    const Strategy& b = strategies[static_cast<std::size_t>(y)];
+    return std::make_pair(rank(a.role), rank(a.role_axis1)) <
+           std::make_pair(rank(b.role), rank(b.role_axis1));
+  });
+  return order;
+}
+
+// What a candidate's partial result costs to complete: the all-reduce of the output along the
+// axes where it is a partial sum.
+double completion_seconds(const Strategy& s, const Node& node, const Machine& machine) {
+  return s.output.is_partial()
+             ? convert(s.output, s.output.without_partial(), node.bytes(), machine).seconds()
+             : 0.0;
+}
+
+// Node costs (with the Lagrangian weight) plus every edge's seconds: what the refinement lowers.
+double surrogate_total(const Assignment& a) {
+  const Graph& graph = a.model().graph();
+  double total = 0;
+  for (std::size_t v = 0; v < graph.size(); ++v) {
+    const int iv = static_cast<int>(v);
+    total += a.compute_cost(iv, a.choice()[v]);
+    const Node& node = graph.node(iv);
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      total += a.edge(iv, static_cast<int>(k), a.choice()[static_cast<std::size_t>(node.inputs[k])],
+                      a.choice()[v]);
+    }
+  }
+  return total;
+}
+
 }  // namespace
 
-SimpleSolver::SimpleSolver(Machine machine) : machine_(machine) {
+SimpleSolver::SimpleSolver(Machine machine, StepOptions options)
+    : machine_(std::move(machine)), options_(options) {
   machine_.validate();
+  options_.validate();
 }
 
 std::vector<SeedCandidate> SimpleSolver::seed_candidates(const Graph& graph, int index) const {
@@ -481,22 +808,17 @@ std::vector<SeedCandidate> SimpleSolver::seed_candidates(const Graph& graph, int
   require(is_matmul(node), "seed_candidates: node '" + node.id + "' is a " + node.op +
                                ", not a matmul or batched_matmul");
   std::vector<SeedCandidate> candidates;
-  const std::vector<Strategy> strategies = strategies_for(graph, index, machine_.devices);
-  for (const StrategyRole role : {StrategyRole::split_batch, StrategyRole::split_contracting,
-                                  StrategyRole::split_output_features}) {
-    for (const Strategy& s : strategies) {
-      if (s.role != role) {
-        continue;
-      }
-      SeedCandidate candidate;
-      candidate.strategy = s;
-      candidate.compute_s = s.flops_per_device / machine_.flops_per_s;
-      if (s.output.is_partial()) {
-        candidate.communication =
-            collective_cost(LayoutCollective::all_reduce, node.bytes(), machine_);
-      }
-      candidates.push_back(candidate);
+  const std::vector<Strategy> strategies = strategies_for(graph, index, machine_);
+  for (const int s : seed_order(strategies)) {
+    SeedCandidate candidate;
+    candidate.strategy = strategies[static_cast<std::size_t>(s)];
+    candidate.compute_s = candidate.strategy.flops_per_device / machine_.flops_per_s;
+    if (candidate.strategy.output.is_partial()) {
+      candidate.communication =
+          reshard_cost(candidate.strategy.output, candidate.strategy.output.without_partial(),
+                       node.bytes(), machine_);
     }
+    candidates.push_back(candidate);
   }
   if (candidates.empty()) {
     SeedCandidate candidate;
@@ -509,7 +831,8 @@ std::vector<SeedCandidate> SimpleSolver::seed_candidates(const Graph& graph, int
 
 Solution SimpleSolver::solve(const Graph& graph) {
   stats_ = SolverStats{};
-  Assignment a(graph, machine_);
+  const detail::StepModel model(graph, machine_, options_);
+  Assignment a(model);
   const int count = static_cast<int>(graph.size());
   std::deque<int> queue;
   const auto push_neighbours = [&](int v) {
@@ -534,23 +857,12 @@ Solution SimpleSolver::solve(const Graph& graph) {
     }
     int chosen = -1;
     double lowest = kInfinity;
-    const auto& strategies = a.strategies()[static_cast<std::size_t>(v)];
-    for (const StrategyRole role : {StrategyRole::split_batch, StrategyRole::split_contracting,
-                                    StrategyRole::split_output_features}) {
-      for (int s = 0; s < a.count(v); ++s) {
-        if (strategies[static_cast<std::size_t>(s)].role != role) {
-          continue;
-        }
-        const double all_reduce =
-            strategies[static_cast<std::size_t>(s)].output.is_partial()
-                ? collective_cost(LayoutCollective::all_reduce, graph.node(v).bytes(), machine_)
-                      .seconds
-                : 0.0;
-        const double cost = a.local_cost(v, s, all_reduce);
-        if (cost < lowest) {
-          lowest = cost;
-          chosen = s;
-        }
+    for (const int s : seed_order(model.strategies(v))) {
+      const double cost =
+          a.local_cost(v, s, completion_seconds(a.strategy(v, s), graph.node(v), machine_));
+      if (cost < lowest) {
+        lowest = cost;
+        chosen = s;
       }
     }
     if (chosen < 0) {
@@ -596,14 +908,24 @@ Solution SimpleSolver::solve(const Graph& graph) {
     forward[static_cast<std::size_t>(v)] = v;
   }
   backward.assign(forward.rbegin(), forward.rend());
+  // Conditioning tries every strategy of a node that closes a cycle with the nodes within the
+  // radius re-optimized: on a 2-D mesh (about 25 strategies a node, 600 pairs an edge) that is
+  // most of a pass. The radius shrinks on graphs whose passes look at many pairs.
+  const double pairs = forest.full_pass_pairs();
+  const int radius = pairs <= static_cast<double>(kFullRadiusPairs)       ? kConditioningRadius
+                     : pairs <= static_cast<double>(4 * kFullRadiusPairs) ? 2
+                                                                          : 1;
+  // On large graphs refinement stops at the first round without gain (two, alternating the
+  // orders of the forest, elsewhere).
+  const bool large_graph = pairs > static_cast<double>(kFullRadiusPairs);
   const auto refine = [&] {
-    double total = total_cost(graph, a.strategies(), a.choice(), machine_);
+    double total = surrogate_total(a);
     int rounds_without_gain = 0;
-    for (int round = 0; round < 50 && rounds_without_gain < 2; ++round) {
+    for (int round = 0; round < 50 && rounds_without_gain < (large_graph ? 1 : 2); ++round) {
       ++stats_.refinement_sweeps;
       const std::vector<int> before = a.choice();
-      forest.run(round % 2 == 0 ? forward : backward, kConditioningRadius);
-      const double now = total_cost(graph, a.strategies(), a.choice(), machine_);
+      forest.run(round % 2 == 0 ? forward : backward, radius);
+      const double now = surrogate_total(a);
       for (int v = 0; v < count; ++v) {
         stats_.changed_in_refinement +=
             before[static_cast<std::size_t>(v)] != a.choice()[static_cast<std::size_t>(v)];
@@ -613,34 +935,312 @@ Solution SimpleSolver::solve(const Graph& graph) {
     }
     return total;
   };
-  const double seeded_total = refine();
-
   // When collectives are dear next to the compute they save (few tokens, a slow network), the
   // seeds can lead into a plan whose every improvement needs many nodes to move together. A
   // second start from the all-replicated plan, refined the same way, catches these; it is
-  // skipped when the seeded plan already costs no more than its bound (every node at its
-  // cheapest compute, no communication at all), which no plan can beat.
-  double bound = 0;
-  for (int v = 0; v < count; ++v) {
-    double cheapest = kInfinity;
-    for (int s = 0; s < a.count(v); ++s) {
-      cheapest = std::min(cheapest, a.compute_cost(v, s));
-    }
-    bound += cheapest;
-  }
-  if (seeded_total > bound * (1 + 1e-9)) {
-    ++stats_.restarts;
-    const std::vector<int> seeded = a.choice();
+  // skipped when the refined plan already costs no more than its bound (every node at its
+  // cheapest cost, no communication at all), which no plan can beat.
+  const auto refine_with_restart = [&] {
+    const double refined = refine();
+    double bound = 0;
     for (int v = 0; v < count; ++v) {
-      a.decide(v, a.count(v) - 1);  // replicated (the last strategy), or the pinned one
+      double cheapest = kInfinity;
+      for (int s = 0; s < a.count(v); ++s) {
+        cheapest = std::min(cheapest, a.compute_cost(v, s));
+      }
+      bound += cheapest;
     }
-    if (refine() >= seeded_total) {
+    if (refined > bound * (1 + 1e-9)) {
+      ++stats_.restarts;
+      const std::vector<int> kept = a.choice();
       for (int v = 0; v < count; ++v) {
-        a.decide(v, seeded[static_cast<std::size_t>(v)]);
+        a.decide(v, a.count(v) - 1);  // replicated (the last strategy), or the pinned one
+      }
+      if (refine() >= refined) {
+        for (int v = 0; v < count; ++v) {
+          a.decide(v, kept[static_cast<std::size_t>(v)]);
+        }
       }
     }
+  };
+  refine_with_restart();
+  const std::int64_t budget = options_.memory_budget_bytes;
+  if (budget <= 0) {
+    return detail::evaluate(model, a.choice(), "simple");
   }
-  return evaluate(graph, a.strategies(), a.choice(), machine_, "simple");
+
+  // Under a budget: the fastest plan that fits. The peak is a maximum over the steps of sums
+  // over nodes, so the search relaxes the budget of every step with a multiplier (Lagrangian
+  // relaxation): a byte held at a step costs that step's multiplier in seconds, which turns into
+  // node and edge weights (MemoryWeights) the refinement handles like seconds. Each round moves
+  // the multipliers along the steps' excess over the budget (a subgradient step, shrinking as
+  // 2 / sqrt(round)), refines the plan under the new weights and measures its real peak; the
+  // fastest plan that fits is kept.
+  std::vector<int> best, smallest = a.choice();
+  double best_seconds = kInfinity;
+  std::int64_t smallest_peak = std::numeric_limits<std::int64_t>::max();
+  // Every strategy some plan of the search gave a node, for the recombination below.
+  std::vector<std::vector<char>> visited(graph.size());
+  for (int v = 0; v < count; ++v) {
+    visited[static_cast<std::size_t>(v)].assign(static_cast<std::size_t>(a.count(v)), 0);
+  }
+  const auto consider = [&] {
+    for (int v = 0; v < count; ++v) {
+      visited[static_cast<std::size_t>(v)]
+             [static_cast<std::size_t>(a.choice()[static_cast<std::size_t>(v)])] = 1;
+    }
+    const std::int64_t peak = detail::memory_profile(model, a.choice()).peak_bytes;
+    if (peak < smallest_peak) {
+      smallest_peak = peak;
+      smallest = a.choice();
+    }
+    if (peak > budget) {
+      return false;
+    }
+    const double seconds = detail::step_seconds(model, a.choice());
+    if (seconds < best_seconds) {
+      best_seconds = seconds;
+      best = a.choice();
+    }
+    return true;
+  };
+  if (consider()) {
+    return detail::evaluate(model, a.choice(), "simple");
+  }
+  const std::size_t n = graph.size();
+  const double unit = detail::step_seconds(model, a.choice()) / static_cast<double>(budget);
+  std::vector<double> forward_step(n, 0), backward_step(n, 0);  // the multipliers
+  const auto weights = [&] {
+    std::vector<double> before_forward(n + 1, 0), before_backward(n + 1, 0);
+    for (std::size_t v = 0; v < n; ++v) {
+      before_forward[v + 1] = before_forward[v] + forward_step[v];
+      before_backward[v + 1] = before_backward[v] + backward_step[v];
+    }
+    const auto sum = [](const std::vector<double>& before, int from, int to) {
+      return before[static_cast<std::size_t>(to) + 1] - before[static_cast<std::size_t>(from)];
+    };
+    MemoryWeights w;
+    w.any = true;
+    w.state = before_forward[n] + before_backward[n];
+    w.activation.assign(n, 0);
+    w.gradient.assign(n, 0);
+    const int last = count - 1;
+    for (int v = 0; v < count; ++v) {
+      const detail::NodeFacts& f = model.facts(v);
+      const std::size_t vu = static_cast<std::size_t>(v);
+      w.activation[vu] =
+          options_.training() && f.first_reader >= 0
+              ? sum(before_forward, v, last) + sum(before_backward, f.first_reader, last)
+              : sum(before_forward, v, std::max(v, f.last_consumer));
+      w.gradient[vu] = f.last_consumer >= 0 ? sum(before_backward, v, f.last_consumer) : 0;
+    }
+    w.forward = forward_step;
+    w.backward = backward_step;
+    return w;
+  };
+  // The multipliers of the steps over the budget grow 4x (from the fastest plan's seconds per
+  // byte of budget) until a plan fits; then a common factor of all multipliers is bisected
+  // (geometrically) between the last that did not fit and the first that did; then rounds of
+  // finer steps (1.5x where over the budget, 0.8x elsewhere) search around the fastest plan
+  // found.
+  const auto refine_with = [&](double factor) {
+    ++stats_.budget_rounds;
+    MemoryWeights w = weights();
+    if (factor != 1) {
+      w.state *= factor;
+      for (auto* list : {&w.activation, &w.gradient, &w.forward, &w.backward}) {
+        for (double& x : *list) {
+          x *= factor;
+        }
+      }
+    }
+    a.set_weights(std::move(w));
+    forest.reweigh();
+    refine();
+    return consider();
+  };
+  const auto move_multipliers = [&](double up, double down, double floor) {
+    const detail::MemoryProfile profile = detail::memory_profile(model, a.choice());
+    // The steps in the upper half of the excess over the budget: raising every step over the
+    // budget would favour long-lived tensors (they span many of them) over the ones that make
+    // the peak.
+    const std::int64_t peak = profile.peak_bytes;
+    const std::int64_t line = peak - (peak - budget) / 2;
+    const auto update = [&](double& multiplier, std::int64_t bytes) {
+      multiplier =
+          bytes > budget && bytes >= line ? std::max(up * multiplier, floor) : down * multiplier;
+    };
+    for (std::size_t v = 0; v < n; ++v) {
+      const detail::NodeFacts& f = model.facts(static_cast<int>(v));
+      if (f.computed) {
+        update(forward_step[v], profile.forward_bytes[v]);
+      }
+      if (f.has_backward) {
+        update(backward_step[v], profile.backward_bytes[v]);
+      }
+    }
+  };
+  bool fits = false;
+  for (int round = 0; round < kGrowthRounds && !fits; ++round) {
+    move_multipliers(4, 1, unit);
+    fits = refine_with(1);
+  }
+  if (fits) {
+    double low = 0.25, high = 1;
+    // Large graphs get fewer rounds: each refines every node.
+    for (int round = 0; round < (large_graph ? 2 : kBisections); ++round) {
+      const double middle = std::sqrt(low * high);
+      (refine_with(middle) ? high : low) = middle;
+    }
+    for (double& x : forward_step) {
+      x *= high;
+    }
+    for (double& x : backward_step) {
+      x *= high;
+    }
+    for (int round = 0; round < (large_graph ? 1 : kFineRounds); ++round) {
+      move_multipliers(1.5, 0.8, 0);
+      refine_with(1);
+    }
+  }
+  // Recombination: the exact search (pareto_search) restricted, node by node, to the strategies
+  // the plans above gave it, finds the fastest mix of those plans that fits (one layer's layout
+  // from the fastest plan, another's from a leaner one), or the mix with the smallest peak. It
+  // gives up (keeping the plans found) past kRecombinationWork ways extended or
+  // kRecombinationWays ways at one step: on large graphs.
+  {
+    std::vector<std::vector<int>> allowed(graph.size());
+    for (std::size_t v = 0; v < graph.size(); ++v) {
+      for (std::size_t s = 0; s < visited[v].size(); ++s) {
+        if (visited[v][s]) {
+          allowed[v].push_back(static_cast<int>(s));
+        }
+      }
+    }
+    try {
+      std::vector<int> mixed = detail::pareto_search(
+          model, detail::Objective::within_budget, kRecombinationWays, allowed, kRecombinationWork);
+      if (mixed.empty()) {
+        mixed = detail::pareto_search(model, detail::Objective::smallest_peak, kRecombinationWays,
+                                      allowed, kRecombinationWork);
+      }
+      ++stats_.recombinations;
+      for (int v = 0; v < count; ++v) {
+        a.decide(v, mixed[static_cast<std::size_t>(v)]);
+      }
+      consider();
+    } catch (const Error&) {
+      // Too many ways: the plans found so far stand.
+    }
+  }
+
+  // Moves of one node, then of a node and one of its inputs together, each checked with the
+  // plan's whole memory profile (their number bounded so that large graphs stay fast). When
+  // nothing fit, moves that lower the peak, from the plan with the smallest; then, within the
+  // budget, moves that make the plan faster, or keep its seconds and lower its peak.
+  a.set_weights(MemoryWeights());
+  const std::vector<int>& start = best.empty() ? smallest : best;
+  for (int v = 0; v < count; ++v) {
+    a.decide(v, start[static_cast<std::size_t>(v)]);
+  }
+  const std::int64_t most_checks =
+      std::max<std::int64_t>(4096, (std::int64_t{1} << 26) / (count + 1));
+  std::int64_t checks = 0, tries = 0;
+  PeakTracker tracker(model, a.choice());
+  std::int64_t peak = tracker.peak();
+  // Checks a move against the budget: u to su (and v to sv when v >= 0), whose seconds around
+  // the moved nodes go from `here` to `there`; keeps it when it is better, else undoes it.
+  const auto attempt = [&](bool faster, double here, double there, int u, int su, int v, int sv) {
+    const int old_u = a.choice()[static_cast<std::size_t>(u)];
+    const int old_v = v >= 0 ? a.choice()[static_cast<std::size_t>(v)] : -1;
+    ++checks;
+    tracker.move(u, su);
+    if (v >= 0) {
+      tracker.move(v, sv);
+    }
+    const std::int64_t moved_peak = tracker.peak();
+    const bool better =
+        faster ? moved_peak <= budget && (there < here * (1 - 1e-12) || moved_peak < peak)
+               : moved_peak < peak;
+    if (better) {
+      a.decide(u, su);
+      if (v >= 0) {
+        a.decide(v, sv);
+      }
+      peak = moved_peak;
+      ++stats_.budget_moves;
+    } else {
+      tracker.move(u, old_u);
+      if (v >= 0) {
+        tracker.move(v, old_v);
+      }
+    }
+    return better;
+  };
+  // A node's seconds with its neighbours as they are, for each of its strategies.
+  std::vector<double> own, other;
+  const auto local_costs = [&](int v, std::vector<double>& costs) {
+    costs.resize(static_cast<std::size_t>(a.count(v)));
+    for (int s = 0; s < a.count(v); ++s) {
+      costs[static_cast<std::size_t>(s)] = a.local_cost(v, s);
+    }
+    tries += a.count(v);
+  };
+  const auto descend = [&](bool faster) {
+    for (int pass = 0; pass < 8 && checks < most_checks && tries < kMostTries; ++pass) {
+      bool moved = false;
+      for (int v = 0; v < count && checks < most_checks; ++v) {
+        local_costs(v, own);
+        for (int s = 0; s < a.count(v) && checks < most_checks; ++s) {
+          const int now = a.choice()[static_cast<std::size_t>(v)];
+          const double here = own[static_cast<std::size_t>(now)];
+          const double there = own[static_cast<std::size_t>(s)];
+          if (s != now && !(faster && there > here * (1 + 1e-12))) {
+            moved = attempt(faster, here, there, v, s, -1, -1) || moved;
+          }
+        }
+      }
+      // A node and one of its inputs together, from each one's costs with the other as it is:
+      // moving u to su and v to sv replaces the edges between them.
+      for (int v = 0; v < count && !moved && checks < most_checks && tries < kMostTries; ++v) {
+        for (const int u : graph.node(v).inputs) {
+          const int cu = a.choice()[static_cast<std::size_t>(u)];
+          const int cv = a.choice()[static_cast<std::size_t>(v)];
+          local_costs(u, own);
+          local_costs(v, other);
+          const double here = own[static_cast<std::size_t>(cu)] +
+                              other[static_cast<std::size_t>(cv)] - a.pair_cost(u, cu, v, cv);
+          for (int su = 0; su < a.count(u) && !moved && checks < most_checks; ++su) {
+            for (int sv = 0; sv < a.count(v) && !moved && checks < most_checks; ++sv) {
+              if (su == cu || sv == cv) {
+                continue;
+              }
+              ++tries;
+              const double there = own[static_cast<std::size_t>(su)] +
+                                   other[static_cast<std::size_t>(sv)] - a.pair_cost(u, su, v, cv) -
+                                   a.pair_cost(u, cu, v, sv) + a.pair_cost(u, su, v, sv);
+              if (!(faster && there > here * (1 + 1e-12))) {
+                moved = attempt(faster, here, there, u, su, v, sv);
+              }
+            }
+          }
+        }
+      }
+      if (!moved || (!faster && peak <= budget)) {
+        break;
+      }
+    }
+  };
+  if (peak > budget) {
+    descend(false);
+  }
+  if (peak <= budget) {
+    descend(true);
+  }
+  if (tracker.peak() != detail::memory_profile(model, a.choice()).peak_bytes) {
+    throw std::logic_error("fsdp: the solver's peak tracker disagrees with the memory profile");
+  }
+  return detail::evaluate(model, a.choice(), "simple");
 }
 
 }  // namespace fsdp::solver

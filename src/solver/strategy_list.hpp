@@ -12,7 +12,8 @@ namespace fsdp::solver::detail {
 class StrategyList {
  public:
   // `flops`: the whole op's work, what one device does when it runs the op alone.
-  StrategyList(int devices, double flops) : devices_(devices), flops_(flops) {}
+  StrategyList(int devices, std::int64_t flops)
+      : devices_(devices), flops_(static_cast<double>(flops)) {}
 
   int devices() const { return devices_; }
   double flops() const { return flops_; }

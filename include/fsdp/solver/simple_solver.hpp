@@ -6,6 +6,7 @@
 #include "fsdp/solver/cost_model.hpp"
 #include "fsdp/solver/graph.hpp"
 #include "fsdp/solver/solution.hpp"
+#include "fsdp/solver/step_options.hpp"
 #include "fsdp/solver/strategy.hpp"
 
 namespace fsdp::solver {
@@ -15,7 +16,9 @@ namespace fsdp::solver {
 struct SeedCandidate {
   Strategy strategy;
   double compute_s = 0;
-  Transfer communication;  // all-reduce of the output for split_contracting, none otherwise
+  // All-reduce of the output (along the axes where it is a partial sum) for a contraction split,
+  // none otherwise.
+  Transfer communication;
   double total_s() const { return compute_s + communication.seconds; }
 };
 
@@ -25,19 +28,26 @@ struct SolverStats {
   int conflicts = 0;              // nodes whose decided neighbours wanted different layouts
   int refinement_sweeps = 0;      // rounds of tree-block re-optimization until no gain
   int changed_in_refinement = 0;  // strategy changes those rounds made
-  int restarts = 0;               // 1 when the all-replicated start was also refined
+  int restarts = 0;               // all-replicated starts refined too
+  int budget_rounds = 0;          // refinements with a weight on memory, under a budget
+  int recombinations = 0;         // exact searches over the strategies the budget search visited
+  int budget_moves = 0;           // single-node moves that sped up the plan within the budget
 };
 
 class SimpleSolver {
  public:
-  explicit SimpleSolver(Machine machine = Machine());
+  // Plans what options say (default: the forward pass, no memory budget).
+  explicit SimpleSolver(Machine machine = Machine(), StepOptions options = StepOptions());
 
   // Seed matmuls with their cheapest candidate; propagate layouts forward and backward from
   // decided nodes to the others, each undecided node taking the strategy cheapest against its
   // decided neighbours (a conflict when they disagree: the lower total, resharding included,
   // wins); then refine: re-optimize tree-shaped blocks of the graph exactly with the rest held,
   // alternating the blocks, until the total stops falling; unless that plan provably cannot be
-  // beaten, refine the all-replicated plan too and keep the cheaper. Export: evaluate().
+  // beaten, refine the all-replicated plan too and keep the cheaper. Under a memory budget,
+  // search a weight on the bytes each node keeps until the fastest plan found fits (docs/
+  // solver.md). Export: evaluate(); when no plan fits, the one with the smallest peak found,
+  // with fits_budget false.
   Solution solve(const Graph& graph);
 
   // The seed candidates of matmul / batched_matmul node `index`: split batch (each row
@@ -46,10 +56,12 @@ class SimpleSolver {
   std::vector<SeedCandidate> seed_candidates(const Graph& graph, int index) const;
 
   const Machine& machine() const { return machine_; }
+  const StepOptions& options() const { return options_; }
   const SolverStats& stats() const { return stats_; }
 
  private:
   Machine machine_;
+  StepOptions options_;
   SolverStats stats_;
 };
 
