@@ -3,7 +3,9 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <string>
@@ -11,6 +13,7 @@
 #include "../common/mesh_options.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
+#include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/io/plan_file.hpp"
 #include "fsdp/io/publish_file.hpp"
@@ -76,9 +79,10 @@ void resolve(Options& o) {
 int run(const Options& o, fsdp::ProcessGroup& group) {
   using namespace fsdp::solver;
   o.machine.validate();
-  // Rank 0 reads and solves; the others receive the solution (and any error) by broadcast.
+  // Rank 0 reads and solves; the others receive each step's error, or the solution, by broadcast.
   Graph graph;
-  const Solution solution = solve_on_root(group, [&] {
+  const std::string reading = o.write_graph.empty() ? "read the graph" : "read and write the graph";
+  fsdp::on_root(group, reading, [&] {
     graph = load_graph(o);
     if (!o.write_graph.empty()) {
       // Atomic: a failed write (a full disk) leaves an existing file as it was.
@@ -87,14 +91,19 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
         std::ofstream file(temporary, std::ios::trunc);
         file << graph.to_json() << "\n";
         file.close();
-        fsdp::require(static_cast<bool>(file), "cannot write '" + temporary + "'",
-                      fsdp::ErrorKind::io);
+        fsdp::require(
+            static_cast<bool>(file),
+            "--write-graph: cannot write '" + temporary + "' (" + std::strerror(errno) + ")",
+            fsdp::ErrorKind::io);
         fsdp::publish_file(temporary, o.write_graph);
       } catch (...) {
         std::remove(temporary.c_str());
         throw;
       }
     }
+    return std::string();
+  });
+  const Solution solution = solve_on_root(group, [&] {
     const Solution solved = o.solver == "exact"
                                 ? ExactSolver(o.machine, o.step_options).solve(graph)
                                 : SimpleSolver(o.machine, o.step_options).solve(graph);
@@ -262,7 +271,7 @@ int main(int argc, char** argv) {
     code = fsdp_apps::usage_exit(app, error, "fsdp-solve", rank == 0);
   } catch (const std::exception& error) {
     if (rank == 0) {
-      std::fprintf(stderr, "fsdp-solve: %s\n", error.what());
+      std::fprintf(stderr, "fsdp-solve: %s\n", fsdp::message_of(error).c_str());
     }
     code = 1;
   }
