@@ -2,6 +2,8 @@
 // MPI_Reduce_scatter_block, and against the same group with the collective signature check off,
 // on the same buffers, interleaved in the same run.
 #include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <memory>
 
@@ -39,15 +41,16 @@ const char* transport_of(const ProcessGroup& group) {
 }
 
 // Times raw MPI, the group, and the group with the collective signature check off
-// (FSDP_CHECK_COLLECTIVES=0), rotating which goes first so that none always finds the caches warm.
+// (FSDP_CHECK_COLLECTIVES=0). The rounds go through every order of the three in turn, so that
+// each follows each other one as often: what ran just before (another algorithm, the caches it
+// left) moves a time by a few percent, more than the check costs.
 template <class Raw, class Wrapped, class Unchecked>
 void measure(const char* operation, std::size_t bytes, int repeats, ProcessGroup& group,
              const CommonOptions& common, Raw&& raw, Wrapped&& wrapped, Unchecked&& unchecked) {
-  constexpr int kWays = 3;  // raw, wrapped, unchecked
-  std::vector<double> seconds[kWays];
+  std::array<int, 3> order = {0, 1, 2};  // raw, wrapped, unchecked
+  std::vector<double> seconds[order.size()];
   for (int i = 0; i < repeats + 1; ++i) {  // the first round warms up and is dropped
-    for (int turn = 0; turn < kWays; ++turn) {
-      const int way = (turn + i) % kWays;
+    for (int way : order) {
       check(MPI_Barrier(group.mpi_comm()), "MPI_Barrier");
       const double start = MPI_Wtime();
       if (way == 0) {
@@ -61,6 +64,7 @@ void measure(const char* operation, std::size_t bytes, int repeats, ProcessGroup
         seconds[way].push_back(MPI_Wtime() - start);
       }
     }
+    std::next_permutation(order.begin(), order.end());
   }
   const double raw_median = median(slowest_rank(seconds[0], group.mpi_comm()));
   const double wrapped_median = median(slowest_rank(seconds[1], group.mpi_comm()));
@@ -78,6 +82,7 @@ void measure(const char* operation, std::size_t bytes, int repeats, ProcessGroup
                            {"raw_mpi_s", raw_median},
                            {"throughput_ratio", ratio},
                            {"check_cost", check_cost},
+                           {"check_s", wrapped_median - unchecked_median},
                            {"transport", transport_of(group)}};
   emit(common, group.rank(), result, [&] {
     std::printf("%-15s %12zu %8d %14.6f %14.6f %14.6f %10.3f %+10.2f%%\n", operation, bytes,
