@@ -72,7 +72,7 @@ void print_solution(const solver::Solution& solution, const solver::Graph& graph
   std::printf("%-22s %-14s %-20s %-28s %-12s %11s %10s %10s %10s", "node", "op", "shape",
               "strategy", "output", "GFLOP/dev", "compute", "comm", "reshard");
   if (training) {
-    std::printf(" %10s %10s %10s", "backward", "bwd comm", "grad sync");
+    std::printf(" %10s %10s %10s", "backward", "bwd comm", "sync+opt");
   }
   std::printf(" %11s %11s  %s\n", "mem fwd", training ? "mem bwd" : "", "input conversions");
   for (const auto& n : solution.nodes) {

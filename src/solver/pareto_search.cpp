@@ -146,7 +146,8 @@ std::vector<int> pareto_search(const StepModel& model, Objective objective, std:
     std::vector<std::string> next_keys;
     std::vector<std::vector<int>> next_ways;
     std::unordered_map<std::string, int> where;  // looked up only, never iterated
-    std::size_t held = 0;                        // ways kept in this step
+    where.reserve(std::min(max_states, keys.size() * choices.size()));
+    std::size_t held = 0;  // ways kept in this step
     for (std::size_t i = 0; i < keys.size(); ++i) {
       const std::string& key = keys[i];
       const auto strategy_of = [&](std::size_t position) {
@@ -161,7 +162,10 @@ std::vector<int> pareto_search(const StepModel& model, Objective objective, std:
         add_to(unread_bytes, not_read_yet[j] ? activation : 0, what);
         add_to(gradient_bytes, model.gradient_bytes(u, strategy_of(j)), what);
       }
-      for (const int w : ways[i]) {
+      // Without memory a state has one way, the entry of the same index.
+      const std::size_t way_count = track_memory ? ways[i].size() : 1;
+      for (std::size_t wi = 0; wi < way_count; ++wi) {
+        const int w = track_memory ? ways[i][wi] : static_cast<int>(i);
         const Entry& from = current[static_cast<std::size_t>(w)];
         if (from.previous == -2) {
           continue;  // covered by a later way
@@ -209,10 +213,29 @@ std::vector<int> pareto_search(const StepModel& model, Objective objective, std:
                                            : key[static_cast<std::size_t>(keep_from[j])];
           }
           auto found = where.find(next_key);
-          if (found == where.end()) {
+          const bool new_state = found == where.end();
+          if (new_state) {
             found = where.emplace(std::move(next_key), static_cast<int>(next_keys.size())).first;
             next_keys.push_back(found->first);
-            next_ways.emplace_back();
+            if (track_memory) {
+              next_ways.emplace_back();
+            }
+          }
+          if (!track_memory) {
+            // The cheapest way into each state (the first of equals).
+            if (new_state) {
+              if (next.size() >= max_states) {
+                throw Error("exact solver: more than " + std::to_string(max_states) +
+                            " frontier states at node '" + node.id + "' (" +
+                            std::to_string(next_live.size()) +
+                            " nodes wide); the graph is too wide for exact search, use "
+                            "SimpleSolver");
+              }
+              next.push_back(e);
+            } else if (e.cost < next[static_cast<std::size_t>(found->second)].cost) {
+              next[static_cast<std::size_t>(found->second)] = e;
+            }
+            continue;
           }
           auto& list = next_ways[static_cast<std::size_t>(found->second)];
           bool covered = false;

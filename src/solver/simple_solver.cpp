@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -12,6 +13,7 @@
 #include "checked_int.hpp"
 #include "fsdp/core/error.hpp"
 #include "pareto_search.hpp"
+#include "peak_tracker.hpp"
 #include "step_model.hpp"
 
 namespace fsdp::solver {
@@ -609,132 +611,6 @@ class ForestRefiner {
   std::vector<int> order_;  // propagate(): a child's strategies by their own cost
 };
 
-// The peak of a plan under single-node changes, in O(degree log n) per change: a segment tree
-// over the steps (the forward of every node at its index, the backward of node t at n + t) holds
-// each step's bytes without the persistent ones; a node's activation and gradient are range
-// additions over the steps of their live ranges, conversion buffers point additions at their
-// consumer's steps (the rules of detail::memory_profile, which the tests compare it with).
-// Positions that are no step hold a large negative number, so they are never the peak.
-class PeakTracker {
- public:
-  PeakTracker(const detail::StepModel& model, const std::vector<int>& choice)
-      : model_(model), choice_(choice), n_(static_cast<int>(choice.size())) {
-    size_ = 1;
-    while (size_ < 2 * n_) {
-      size_ *= 2;
-    }
-    high_.assign(2 * static_cast<std::size_t>(size_), kNoStep);
-    pending_.assign(2 * static_cast<std::size_t>(size_), 0);
-    for (int v = 0; v < n_; ++v) {
-      const detail::NodeFacts& f = model.facts(v);
-      if (f.computed) {
-        high_[static_cast<std::size_t>(size_ + v)] = 0;
-      }
-      if (f.has_backward) {
-        high_[static_cast<std::size_t>(size_ + n_ + v)] = 0;
-      }
-    }
-    for (int i = size_ - 1; i >= 1; --i) {
-      high_[static_cast<std::size_t>(i)] = std::max(high_[static_cast<std::size_t>(2 * i)],
-                                                    high_[static_cast<std::size_t>(2 * i + 1)]);
-    }
-    for (int v = 0; v < n_; ++v) {
-      add_node(v, +1, false);
-    }
-  }
-
-  std::int64_t peak() const { return state_ + high_[1]; }
-
-  // Node v takes strategy s.
-  void move(int v, int s) {
-    add_node(v, -1, true);
-    choice_[static_cast<std::size_t>(v)] = s;
-    add_node(v, +1, true);
-  }
-
- private:
-  static constexpr std::int64_t kNoStep = std::numeric_limits<std::int64_t>::min() / 4;
-
-  // Adds (sign +1) or removes (-1) what node v holds under its current strategy: its state, its
-  // activation and gradient, and the buffers of its input edges; with edges_out also those of the
-  // edges to its consumers (a move changes both; building visits every edge once).
-  void add_node(int v, int sign, bool edges_out) {
-    const detail::NodeFacts& f = model_.facts(v);
-    const int s = choice_[static_cast<std::size_t>(v)];
-    state_ += sign * model_.state_bytes(v, s);
-    const std::int64_t activation = sign * model_.activation_bytes(v, s);
-    if (activation != 0) {
-      if (model_.options().training() && f.first_reader >= 0) {
-        add(v, n_ - 1, activation);
-        add(n_ + f.first_reader, 2 * n_ - 1, activation);
-      } else {
-        add(v, std::max(v, f.last_consumer), activation);
-      }
-    }
-    const std::int64_t gradient = sign * model_.gradient_bytes(v, s);
-    if (gradient != 0) {
-      add(n_ + v, n_ + f.last_consumer, gradient);
-    }
-    const Node& node = model_.graph().node(v);
-    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
-      add_edge(v, static_cast<int>(k), sign);
-    }
-    if (!edges_out) {
-      return;
-    }
-    for (const int c : model_.graph().consumers(v)) {
-      const Node& consumer = model_.graph().node(c);
-      for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
-        if (consumer.inputs[k] == v) {
-          add_edge(c, static_cast<int>(k), sign);
-        }
-      }
-    }
-  }
-
-  void add_edge(int t, int k, int sign) {
-    const int p = model_.graph().node(t).inputs[static_cast<std::size_t>(k)];
-    const int sp = choice_[static_cast<std::size_t>(p)];
-    const int st = choice_[static_cast<std::size_t>(t)];
-    const std::int64_t forward = model_.forward_buffer_bytes(t, k, sp, st);
-    if (forward != 0) {
-      add(t, t, sign * forward);
-    }
-    const std::int64_t backward =
-        model_.facts(t).has_backward ? model_.backward_buffer_bytes(t, k, sp, st) : 0;
-    if (backward != 0) {
-      add(n_ + t, n_ + t, sign * backward);
-    }
-  }
-
-  void add(int from, int to, std::int64_t bytes) { add(1, 0, size_ - 1, from, to, bytes); }
-
-  void add(int at, int low, int high, int from, int to, std::int64_t bytes) {
-    const std::size_t a = static_cast<std::size_t>(at);
-    if (to < low || high < from) {
-      return;
-    }
-    if (from <= low && high <= to) {
-      const auto what = [] { return std::string("the memory of a step"); };
-      detail::add_to(high_[a], bytes, what);
-      detail::add_to(pending_[a], bytes, what);
-      return;
-    }
-    const int middle = (low + high) / 2;
-    add(2 * at, low, middle, from, to, bytes);
-    add(2 * at + 1, middle + 1, high, from, to, bytes);
-    high_[a] = pending_[a] + std::max(high_[2 * a], high_[2 * a + 1]);
-  }
-
-  const detail::StepModel& model_;
-  std::vector<int> choice_;
-  int n_;
-  int size_ = 1;
-  std::int64_t state_ = 0;
-  std::vector<std::int64_t> high_;     // the highest step below a tree node, its additions included
-  std::vector<std::int64_t> pending_;  // additions to a whole subtree, not pushed down
-};
-
 bool is_matmul(const Node& node) {
   return node.kind == OpKind::matmul || node.kind == OpKind::batched_matmul;
 }
@@ -794,6 +670,338 @@ double surrogate_total(const Assignment& a) {
   }
   return total;
 }
+
+// The budget search of docs/solver.md ("Memory budget"), from the fastest plan the refinement
+// found without a budget: multipliers on the steps' budgets (Lagrangian relaxation) and
+// refinements under the memory weights they make, the recombination of the plans visited, and
+// moves of one or two nodes checked against the budget.
+class BudgetSearch {
+ public:
+  BudgetSearch(const detail::StepModel& model, Assignment& a, ForestRefiner& forest,
+               std::function<void()> refine, bool large_graph, SolverStats& stats)
+      : model_(model),
+        graph_(model.graph()),
+        a_(a),
+        forest_(forest),
+        refine_(std::move(refine)),
+        large_graph_(large_graph),
+        stats_(stats),
+        budget_(model.options().memory_budget_bytes),
+        count_(static_cast<int>(graph_.size())),
+        visited_(graph_.size()),
+        forward_step_(graph_.size(), 0),
+        backward_step_(graph_.size(), 0) {
+    for (int v = 0; v < count_; ++v) {
+      visited_[static_cast<std::size_t>(v)].assign(static_cast<std::size_t>(a_.count(v)), 0);
+    }
+  }
+
+  // The fastest plan found that fits, else the one with the smallest peak found.
+  std::vector<int> run() {
+    if (consider()) {
+      return a_.choice();
+    }
+    search_multipliers();
+    recombine();
+    move_nodes();
+    return a_.choice();
+  }
+
+ private:
+  // Records the current plan: its strategies as visited, and it as the fastest that fits or the
+  // smallest so far. True when it fits.
+  bool consider() {
+    for (int v = 0; v < count_; ++v) {
+      visited_[static_cast<std::size_t>(v)]
+              [static_cast<std::size_t>(a_.choice()[static_cast<std::size_t>(v)])] = 1;
+    }
+    const std::int64_t peak = detail::memory_profile(model_, a_.choice()).peak_bytes;
+    if (peak < smallest_peak_) {
+      smallest_peak_ = peak;
+      smallest_ = a_.choice();
+    }
+    if (peak > budget_) {
+      return false;
+    }
+    const double seconds = detail::step_seconds(model_, a_.choice());
+    if (seconds < best_seconds_) {
+      best_seconds_ = seconds;
+      best_ = a_.choice();
+    }
+    return true;
+  }
+
+  // The node and edge weights the multipliers make: a byte of state is held at every step, an
+  // activation or a gradient at the steps of its live range, a buffer at its consumer's step.
+  MemoryWeights weights() const {
+    const std::size_t n = graph_.size();
+    std::vector<double> before_forward(n + 1, 0), before_backward(n + 1, 0);
+    for (std::size_t v = 0; v < n; ++v) {
+      before_forward[v + 1] = before_forward[v] + forward_step_[v];
+      before_backward[v + 1] = before_backward[v] + backward_step_[v];
+    }
+    const auto sum = [](const std::vector<double>& before, int from, int to) {
+      return before[static_cast<std::size_t>(to) + 1] - before[static_cast<std::size_t>(from)];
+    };
+    MemoryWeights w;
+    w.any = true;
+    w.state = before_forward[n] + before_backward[n];
+    w.activation.assign(n, 0);
+    w.gradient.assign(n, 0);
+    const int last = count_ - 1;
+    for (int v = 0; v < count_; ++v) {
+      const detail::NodeFacts& f = model_.facts(v);
+      const std::size_t vu = static_cast<std::size_t>(v);
+      w.activation[vu] =
+          model_.options().training() && f.first_reader >= 0
+              ? sum(before_forward, v, last) + sum(before_backward, f.first_reader, last)
+              : sum(before_forward, v, std::max(v, f.last_consumer));
+      w.gradient[vu] = f.last_consumer >= 0 ? sum(before_backward, v, f.last_consumer) : 0;
+    }
+    w.forward = forward_step_;
+    w.backward = backward_step_;
+    return w;
+  }
+
+  // Refines the plan under the multipliers times `factor`; true when it fits.
+  bool refine_with(double factor) {
+    ++stats_.budget_rounds;
+    MemoryWeights w = weights();
+    if (factor != 1) {
+      w.state *= factor;
+      for (auto* list : {&w.activation, &w.gradient, &w.forward, &w.backward}) {
+        for (double& x : *list) {
+          x *= factor;
+        }
+      }
+    }
+    a_.set_weights(std::move(w));
+    forest_.reweigh();
+    refine_();
+    return consider();
+  }
+
+  // The multipliers of the steps in the upper half of the excess over the budget go up by `up`
+  // (at least to `floor`), the others by `down`: raising every step over the budget would
+  // favour long-lived tensors (they span many of them) over the ones that make the peak.
+  void move_multipliers(double up, double down, double floor) {
+    const detail::MemoryProfile profile = detail::memory_profile(model_, a_.choice());
+    const std::int64_t peak = profile.peak_bytes;
+    const std::int64_t line = peak - (peak - budget_) / 2;
+    const auto update = [&](double& multiplier, std::int64_t bytes) {
+      multiplier =
+          bytes > budget_ && bytes >= line ? std::max(up * multiplier, floor) : down * multiplier;
+    };
+    for (std::size_t v = 0; v < graph_.size(); ++v) {
+      const detail::NodeFacts& f = model_.facts(static_cast<int>(v));
+      if (f.computed) {
+        update(forward_step_[v], profile.forward_bytes[v]);
+      }
+      if (f.has_backward) {
+        update(backward_step_[v], profile.backward_bytes[v]);
+      }
+    }
+  }
+
+  // Stage 1: the multipliers grow 4x (from the fastest plan's seconds per byte of budget) until
+  // a plan fits; then their common scale is bisected (geometrically) between the last plan that
+  // did not fit and the first that did; then finer rounds (1.5x over, 0.8x under) search around
+  // it. Large graphs get fewer rounds: each refines every node.
+  void search_multipliers() {
+    const double unit = detail::step_seconds(model_, a_.choice()) / static_cast<double>(budget_);
+    const bool large_graph = large_graph_;
+    auto& forward_step = forward_step_;
+    auto& backward_step = backward_step_;
+    bool fits = false;
+    for (int round = 0; round < kGrowthRounds && !fits; ++round) {
+      move_multipliers(4, 1, unit);
+      fits = refine_with(1);
+    }
+    if (fits) {
+      double low = 0.25, high = 1;
+      for (int round = 0; round < (large_graph ? 2 : kBisections); ++round) {
+        const double middle = std::sqrt(low * high);
+        (refine_with(middle) ? high : low) = middle;
+      }
+      for (double& x : forward_step) {
+        x *= high;
+      }
+      for (double& x : backward_step) {
+        x *= high;
+      }
+      for (int round = 0; round < (large_graph ? 1 : kFineRounds); ++round) {
+        move_multipliers(1.5, 0.8, 0);
+        refine_with(1);
+      }
+    }
+  }
+
+  // Stage 2, recombination: the exact search (pareto_search) restricted, node by node, to the
+  // strategies the plans above gave it finds the fastest mix of those plans that fits (one
+  // layer's layout from the fastest plan, another's from a leaner one), or the mix with the
+  // smallest peak. It gives up (keeping the plans found) past kRecombinationWork ways extended
+  // or kRecombinationWays ways at one step: on large graphs.
+  void recombine() {
+    const Graph& graph = graph_;
+    const detail::StepModel& model = model_;
+    const auto& visited = visited_;
+    auto& a = a_;
+    const int count = count_;
+    std::vector<std::vector<int>> allowed(graph.size());
+    for (std::size_t v = 0; v < graph.size(); ++v) {
+      for (std::size_t s = 0; s < visited[v].size(); ++s) {
+        if (visited[v][s]) {
+          allowed[v].push_back(static_cast<int>(s));
+        }
+      }
+    }
+    try {
+      std::vector<int> mixed = detail::pareto_search(
+          model, detail::Objective::within_budget, kRecombinationWays, allowed, kRecombinationWork);
+      if (mixed.empty()) {
+        mixed = detail::pareto_search(model, detail::Objective::smallest_peak, kRecombinationWays,
+                                      allowed, kRecombinationWork);
+      }
+      ++stats_.recombinations;
+      for (int v = 0; v < count; ++v) {
+        a.decide(v, mixed[static_cast<std::size_t>(v)]);
+      }
+      consider();
+    } catch (const Error&) {
+      // Too many ways: the plans found so far stand.
+    }
+  }
+
+  // Stage 3: moves of one node, then of a node and one of its inputs together, each checked
+  // against the budget with a PeakTracker (their number bounded so that large graphs stay fast).
+  // When nothing fit, moves that lower the peak, from the plan with the smallest; then, within
+  // the budget, moves that make the plan faster, or keep its seconds and lower its peak.
+  void move_nodes() {
+    const Graph& graph = graph_;
+    const detail::StepModel& model = model_;
+    auto& a = a_;
+    const int count = count_;
+    const std::int64_t budget = budget_;
+    a.set_weights(MemoryWeights());
+    const std::vector<int>& start = best_.empty() ? smallest_ : best_;
+    for (int v = 0; v < count; ++v) {
+      a.decide(v, start[static_cast<std::size_t>(v)]);
+    }
+    const std::int64_t most_checks =
+        std::max<std::int64_t>(4096, (std::int64_t{1} << 26) / (count + 1));
+    std::int64_t checks = 0, tries = 0;
+    detail::PeakTracker tracker(model, a.choice());
+    std::int64_t peak = tracker.peak();
+    // Checks a move against the budget: u to su (and v to sv when v >= 0), whose seconds around
+    // the moved nodes go from `here` to `there`; keeps it when it is better, else undoes it.
+    const auto attempt = [&](bool faster, double here, double there, int u, int su, int v, int sv) {
+      const int old_u = a.choice()[static_cast<std::size_t>(u)];
+      const int old_v = v >= 0 ? a.choice()[static_cast<std::size_t>(v)] : -1;
+      ++checks;
+      tracker.move(u, su);
+      if (v >= 0) {
+        tracker.move(v, sv);
+      }
+      const std::int64_t moved_peak = tracker.peak();
+      const bool better =
+          faster ? moved_peak <= budget && (there < here * (1 - 1e-12) || moved_peak < peak)
+                 : moved_peak < peak;
+      if (better) {
+        a.decide(u, su);
+        if (v >= 0) {
+          a.decide(v, sv);
+        }
+        peak = moved_peak;
+        ++stats_.budget_moves;
+      } else {
+        tracker.move(u, old_u);
+        if (v >= 0) {
+          tracker.move(v, old_v);
+        }
+      }
+      return better;
+    };
+    // A node's seconds with its neighbours as they are, for each of its strategies.
+    std::vector<double> own, other;
+    const auto local_costs = [&](int v, std::vector<double>& costs) {
+      costs.resize(static_cast<std::size_t>(a.count(v)));
+      for (int s = 0; s < a.count(v); ++s) {
+        costs[static_cast<std::size_t>(s)] = a.local_cost(v, s);
+      }
+      tries += a.count(v);
+    };
+    const auto descend = [&](bool faster) {
+      for (int pass = 0; pass < 8 && checks < most_checks && tries < kMostTries; ++pass) {
+        bool moved = false;
+        for (int v = 0; v < count && checks < most_checks; ++v) {
+          local_costs(v, own);
+          for (int s = 0; s < a.count(v) && checks < most_checks; ++s) {
+            const int now = a.choice()[static_cast<std::size_t>(v)];
+            const double here = own[static_cast<std::size_t>(now)];
+            const double there = own[static_cast<std::size_t>(s)];
+            if (s != now && !(faster && there > here * (1 + 1e-12))) {
+              moved = attempt(faster, here, there, v, s, -1, -1) || moved;
+            }
+          }
+        }
+        // A node and one of its inputs together, from each one's costs with the other as it is:
+        // moving u to su and v to sv replaces the edges between them.
+        for (int v = 0; v < count && !moved && checks < most_checks && tries < kMostTries; ++v) {
+          for (const int u : graph.node(v).inputs) {
+            const int cu = a.choice()[static_cast<std::size_t>(u)];
+            const int cv = a.choice()[static_cast<std::size_t>(v)];
+            local_costs(u, own);
+            local_costs(v, other);
+            const double here = own[static_cast<std::size_t>(cu)] +
+                                other[static_cast<std::size_t>(cv)] - a.pair_cost(u, cu, v, cv);
+            for (int su = 0; su < a.count(u) && !moved && checks < most_checks; ++su) {
+              for (int sv = 0; sv < a.count(v) && !moved && checks < most_checks; ++sv) {
+                if (su == cu || sv == cv) {
+                  continue;
+                }
+                ++tries;
+                const double there = own[static_cast<std::size_t>(su)] +
+                                     other[static_cast<std::size_t>(sv)] -
+                                     a.pair_cost(u, su, v, cv) - a.pair_cost(u, cu, v, sv) +
+                                     a.pair_cost(u, su, v, sv);
+                if (!(faster && there > here * (1 + 1e-12))) {
+                  moved = attempt(faster, here, there, u, su, v, sv);
+                }
+              }
+            }
+          }
+        }
+        if (!moved || (!faster && peak <= budget)) {
+          break;
+        }
+      }
+    };
+    if (peak > budget) {
+      descend(false);
+    }
+    if (peak <= budget) {
+      descend(true);
+    }
+    if (tracker.peak() != detail::memory_profile(model, a.choice()).peak_bytes) {
+      throw std::logic_error("fsdp: the solver's peak tracker disagrees with the memory profile");
+    }
+  }
+
+  const detail::StepModel& model_;
+  const Graph& graph_;
+  Assignment& a_;
+  ForestRefiner& forest_;
+  std::function<void()> refine_;
+  bool large_graph_;
+  SolverStats& stats_;
+  std::int64_t budget_;
+  int count_;
+  std::vector<int> best_, smallest_;
+  double best_seconds_ = kInfinity;
+  std::int64_t smallest_peak_ = std::numeric_limits<std::int64_t>::max();
+  std::vector<std::vector<char>> visited_;            // per node: the strategies some plan gave it
+  std::vector<double> forward_step_, backward_step_;  // the multipliers of the steps
+};
 
 }  // namespace
 
@@ -964,283 +1172,11 @@ Solution SimpleSolver::solve(const Graph& graph) {
     }
   };
   refine_with_restart();
-  const std::int64_t budget = options_.memory_budget_bytes;
-  if (budget <= 0) {
+  if (options_.memory_budget_bytes <= 0) {
     return detail::evaluate(model, a.choice(), "simple");
   }
-
-  // Under a budget: the fastest plan that fits. The peak is a maximum over the steps of sums
-  // over nodes, so the search relaxes the budget of every step with a multiplier (Lagrangian
-  // relaxation): a byte held at a step costs that step's multiplier in seconds, which turns into
-  // node and edge weights (MemoryWeights) the refinement handles like seconds. Each round moves
-  // the multipliers along the steps' excess over the budget (a subgradient step, shrinking as
-  // 2 / sqrt(round)), refines the plan under the new weights and measures its real peak; the
-  // fastest plan that fits is kept.
-  std::vector<int> best, smallest = a.choice();
-  double best_seconds = kInfinity;
-  std::int64_t smallest_peak = std::numeric_limits<std::int64_t>::max();
-  // Every strategy some plan of the search gave a node, for the recombination below.
-  std::vector<std::vector<char>> visited(graph.size());
-  for (int v = 0; v < count; ++v) {
-    visited[static_cast<std::size_t>(v)].assign(static_cast<std::size_t>(a.count(v)), 0);
-  }
-  const auto consider = [&] {
-    for (int v = 0; v < count; ++v) {
-      visited[static_cast<std::size_t>(v)]
-             [static_cast<std::size_t>(a.choice()[static_cast<std::size_t>(v)])] = 1;
-    }
-    const std::int64_t peak = detail::memory_profile(model, a.choice()).peak_bytes;
-    if (peak < smallest_peak) {
-      smallest_peak = peak;
-      smallest = a.choice();
-    }
-    if (peak > budget) {
-      return false;
-    }
-    const double seconds = detail::step_seconds(model, a.choice());
-    if (seconds < best_seconds) {
-      best_seconds = seconds;
-      best = a.choice();
-    }
-    return true;
-  };
-  if (consider()) {
-    return detail::evaluate(model, a.choice(), "simple");
-  }
-  const std::size_t n = graph.size();
-  const double unit = detail::step_seconds(model, a.choice()) / static_cast<double>(budget);
-  std::vector<double> forward_step(n, 0), backward_step(n, 0);  // the multipliers
-  const auto weights = [&] {
-    std::vector<double> before_forward(n + 1, 0), before_backward(n + 1, 0);
-    for (std::size_t v = 0; v < n; ++v) {
-      before_forward[v + 1] = before_forward[v] + forward_step[v];
-      before_backward[v + 1] = before_backward[v] + backward_step[v];
-    }
-    const auto sum = [](const std::vector<double>& before, int from, int to) {
-      return before[static_cast<std::size_t>(to) + 1] - before[static_cast<std::size_t>(from)];
-    };
-    MemoryWeights w;
-    w.any = true;
-    w.state = before_forward[n] + before_backward[n];
-    w.activation.assign(n, 0);
-    w.gradient.assign(n, 0);
-    const int last = count - 1;
-    for (int v = 0; v < count; ++v) {
-      const detail::NodeFacts& f = model.facts(v);
-      const std::size_t vu = static_cast<std::size_t>(v);
-      w.activation[vu] =
-          options_.training() && f.first_reader >= 0
-              ? sum(before_forward, v, last) + sum(before_backward, f.first_reader, last)
-              : sum(before_forward, v, std::max(v, f.last_consumer));
-      w.gradient[vu] = f.last_consumer >= 0 ? sum(before_backward, v, f.last_consumer) : 0;
-    }
-    w.forward = forward_step;
-    w.backward = backward_step;
-    return w;
-  };
-  // The multipliers of the steps over the budget grow 4x (from the fastest plan's seconds per
-  // byte of budget) until a plan fits; then a common factor of all multipliers is bisected
-  // (geometrically) between the last that did not fit and the first that did; then rounds of
-  // finer steps (1.5x where over the budget, 0.8x elsewhere) search around the fastest plan
-  // found.
-  const auto refine_with = [&](double factor) {
-    ++stats_.budget_rounds;
-    MemoryWeights w = weights();
-    if (factor != 1) {
-      w.state *= factor;
-      for (auto* list : {&w.activation, &w.gradient, &w.forward, &w.backward}) {
-        for (double& x : *list) {
-          x *= factor;
-        }
-      }
-    }
-    a.set_weights(std::move(w));
-    forest.reweigh();
-    refine();
-    return consider();
-  };
-  const auto move_multipliers = [&](double up, double down, double floor) {
-    const detail::MemoryProfile profile = detail::memory_profile(model, a.choice());
-    // The steps in the upper half of the excess over the budget: raising every step over the
-    // budget would favour long-lived tensors (they span many of them) over the ones that make
-    // the peak.
-    const std::int64_t peak = profile.peak_bytes;
-    const std::int64_t line = peak - (peak - budget) / 2;
-    const auto update = [&](double& multiplier, std::int64_t bytes) {
-      multiplier =
-          bytes > budget && bytes >= line ? std::max(up * multiplier, floor) : down * multiplier;
-    };
-    for (std::size_t v = 0; v < n; ++v) {
-      const detail::NodeFacts& f = model.facts(static_cast<int>(v));
-      if (f.computed) {
-        update(forward_step[v], profile.forward_bytes[v]);
-      }
-      if (f.has_backward) {
-        update(backward_step[v], profile.backward_bytes[v]);
-      }
-    }
-  };
-  bool fits = false;
-  for (int round = 0; round < kGrowthRounds && !fits; ++round) {
-    move_multipliers(4, 1, unit);
-    fits = refine_with(1);
-  }
-  if (fits) {
-    double low = 0.25, high = 1;
-    // Large graphs get fewer rounds: each refines every node.
-    for (int round = 0; round < (large_graph ? 2 : kBisections); ++round) {
-      const double middle = std::sqrt(low * high);
-      (refine_with(middle) ? high : low) = middle;
-    }
-    for (double& x : forward_step) {
-      x *= high;
-    }
-    for (double& x : backward_step) {
-      x *= high;
-    }
-    for (int round = 0; round < (large_graph ? 1 : kFineRounds); ++round) {
-      move_multipliers(1.5, 0.8, 0);
-      refine_with(1);
-    }
-  }
-  // Recombination: the exact search (pareto_search) restricted, node by node, to the strategies
-  // the plans above gave it, finds the fastest mix of those plans that fits (one layer's layout
-  // from the fastest plan, another's from a leaner one), or the mix with the smallest peak. It
-  // gives up (keeping the plans found) past kRecombinationWork ways extended or
-  // kRecombinationWays ways at one step: on large graphs.
-  {
-    std::vector<std::vector<int>> allowed(graph.size());
-    for (std::size_t v = 0; v < graph.size(); ++v) {
-      for (std::size_t s = 0; s < visited[v].size(); ++s) {
-        if (visited[v][s]) {
-          allowed[v].push_back(static_cast<int>(s));
-        }
-      }
-    }
-    try {
-      std::vector<int> mixed = detail::pareto_search(
-          model, detail::Objective::within_budget, kRecombinationWays, allowed, kRecombinationWork);
-      if (mixed.empty()) {
-        mixed = detail::pareto_search(model, detail::Objective::smallest_peak, kRecombinationWays,
-                                      allowed, kRecombinationWork);
-      }
-      ++stats_.recombinations;
-      for (int v = 0; v < count; ++v) {
-        a.decide(v, mixed[static_cast<std::size_t>(v)]);
-      }
-      consider();
-    } catch (const Error&) {
-      // Too many ways: the plans found so far stand.
-    }
-  }
-
-  // Moves of one node, then of a node and one of its inputs together, each checked with the
-  // plan's whole memory profile (their number bounded so that large graphs stay fast). When
-  // nothing fit, moves that lower the peak, from the plan with the smallest; then, within the
-  // budget, moves that make the plan faster, or keep its seconds and lower its peak.
-  a.set_weights(MemoryWeights());
-  const std::vector<int>& start = best.empty() ? smallest : best;
-  for (int v = 0; v < count; ++v) {
-    a.decide(v, start[static_cast<std::size_t>(v)]);
-  }
-  const std::int64_t most_checks =
-      std::max<std::int64_t>(4096, (std::int64_t{1} << 26) / (count + 1));
-  std::int64_t checks = 0, tries = 0;
-  PeakTracker tracker(model, a.choice());
-  std::int64_t peak = tracker.peak();
-  // Checks a move against the budget: u to su (and v to sv when v >= 0), whose seconds around
-  // the moved nodes go from `here` to `there`; keeps it when it is better, else undoes it.
-  const auto attempt = [&](bool faster, double here, double there, int u, int su, int v, int sv) {
-    const int old_u = a.choice()[static_cast<std::size_t>(u)];
-    const int old_v = v >= 0 ? a.choice()[static_cast<std::size_t>(v)] : -1;
-    ++checks;
-    tracker.move(u, su);
-    if (v >= 0) {
-      tracker.move(v, sv);
-    }
-    const std::int64_t moved_peak = tracker.peak();
-    const bool better =
-        faster ? moved_peak <= budget && (there < here * (1 - 1e-12) || moved_peak < peak)
-               : moved_peak < peak;
-    if (better) {
-      a.decide(u, su);
-      if (v >= 0) {
-        a.decide(v, sv);
-      }
-      peak = moved_peak;
-      ++stats_.budget_moves;
-    } else {
-      tracker.move(u, old_u);
-      if (v >= 0) {
-        tracker.move(v, old_v);
-      }
-    }
-    return better;
-  };
-  // A node's seconds with its neighbours as they are, for each of its strategies.
-  std::vector<double> own, other;
-  const auto local_costs = [&](int v, std::vector<double>& costs) {
-    costs.resize(static_cast<std::size_t>(a.count(v)));
-    for (int s = 0; s < a.count(v); ++s) {
-      costs[static_cast<std::size_t>(s)] = a.local_cost(v, s);
-    }
-    tries += a.count(v);
-  };
-  const auto descend = [&](bool faster) {
-    for (int pass = 0; pass < 8 && checks < most_checks && tries < kMostTries; ++pass) {
-      bool moved = false;
-      for (int v = 0; v < count && checks < most_checks; ++v) {
-        local_costs(v, own);
-        for (int s = 0; s < a.count(v) && checks < most_checks; ++s) {
-          const int now = a.choice()[static_cast<std::size_t>(v)];
-          const double here = own[static_cast<std::size_t>(now)];
-          const double there = own[static_cast<std::size_t>(s)];
-          if (s != now && !(faster && there > here * (1 + 1e-12))) {
-            moved = attempt(faster, here, there, v, s, -1, -1) || moved;
-          }
-        }
-      }
-      // A node and one of its inputs together, from each one's costs with the other as it is:
-      // moving u to su and v to sv replaces the edges between them.
-      for (int v = 0; v < count && !moved && checks < most_checks && tries < kMostTries; ++v) {
-        for (const int u : graph.node(v).inputs) {
-          const int cu = a.choice()[static_cast<std::size_t>(u)];
-          const int cv = a.choice()[static_cast<std::size_t>(v)];
-          local_costs(u, own);
-          local_costs(v, other);
-          const double here = own[static_cast<std::size_t>(cu)] +
-                              other[static_cast<std::size_t>(cv)] - a.pair_cost(u, cu, v, cv);
-          for (int su = 0; su < a.count(u) && !moved && checks < most_checks; ++su) {
-            for (int sv = 0; sv < a.count(v) && !moved && checks < most_checks; ++sv) {
-              if (su == cu || sv == cv) {
-                continue;
-              }
-              ++tries;
-              const double there = own[static_cast<std::size_t>(su)] +
-                                   other[static_cast<std::size_t>(sv)] - a.pair_cost(u, su, v, cv) -
-                                   a.pair_cost(u, cu, v, sv) + a.pair_cost(u, su, v, sv);
-              if (!(faster && there > here * (1 + 1e-12))) {
-                moved = attempt(faster, here, there, u, su, v, sv);
-              }
-            }
-          }
-        }
-      }
-      if (!moved || (!faster && peak <= budget)) {
-        break;
-      }
-    }
-  };
-  if (peak > budget) {
-    descend(false);
-  }
-  if (peak <= budget) {
-    descend(true);
-  }
-  if (tracker.peak() != detail::memory_profile(model, a.choice()).peak_bytes) {
-    throw std::logic_error("fsdp: the solver's peak tracker disagrees with the memory profile");
-  }
-  return detail::evaluate(model, a.choice(), "simple");
+  BudgetSearch search(model, a, forest, refine, large_graph, stats_);
+  return detail::evaluate(model, search.run(), "simple");
 }
 
 }  // namespace fsdp::solver

@@ -1,5 +1,7 @@
 #include "fsdp/solver/solution.hpp"
 
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "../core/json_input.hpp"
@@ -32,6 +34,36 @@ ParameterUse parse_use(const std::string& name) {
               "'; expected replicated, fsdp or tensor_parallel");
 }
 
+// A whole number in [low, high]: a JSON float or an integer out of range is an error, never a
+// conversion that overflows.
+std::int64_t whole_value(const nlohmann::json& value, const std::string& what,
+                         std::int64_t low = std::numeric_limits<std::int64_t>::min(),
+                         std::int64_t high = std::numeric_limits<std::int64_t>::max()) {
+  bool fits = value.is_number_integer();
+  std::int64_t number = 0;
+  if (value.is_number_unsigned()) {
+    fits = value.get<std::uint64_t>() <=
+           static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  }
+  if (fits) {
+    number = value.get<std::int64_t>();
+    fits = number >= low && number <= high;
+  }
+  require(fits, "solution JSON: " + what + " must be a whole number from " + std::to_string(low) +
+                    " to " + std::to_string(high));
+  return number;
+}
+
+std::int64_t whole(const nlohmann::json& j, const char* key) {
+  return whole_value(j.at(key), std::string("\"") + key + "\"");
+}
+
+int whole_int(const nlohmann::json& j, const char* key) {
+  return static_cast<int>(whole_value(j.at(key), std::string("\"") + key + "\"",
+                                      std::numeric_limits<int>::min(),
+                                      std::numeric_limits<int>::max()));
+}
+
 const char* kind_name(ShardingSpec::Kind kind) {
   switch (kind) {
     case ShardingSpec::Kind::replicated:
@@ -61,7 +93,7 @@ ShardingSpec::AxisUse axis_from(const nlohmann::json& j) {
     return {ShardingSpec::Kind::partial, -1};
   }
   require(kind == "sharded", "solution JSON: unknown sharding kind '" + kind + "'");
-  return {ShardingSpec::Kind::sharded, j.at("dim").get<int>()};
+  return {ShardingSpec::Kind::sharded, whole_int(j, "dim")};
 }
 
 // A spec that uses axis 0 only is written as version 1 wrote it: {"kind", "dim"}.
@@ -113,7 +145,7 @@ nlohmann::json transfer_json(const InputTransfer& t) {
 Transfer collective_from(const nlohmann::json& t) {
   Transfer transfer;
   transfer.collective = parse_collective(t.at("collective").get<std::string>());
-  transfer.axis = t.value("axis", 0);
+  transfer.axis = t.contains("axis") ? whole_int(t, "axis") : 0;
   transfer.buffer_bytes = t.at("buffer_bytes").get<double>();
   transfer.traffic_bytes = t.at("traffic_bytes").get<double>();
   transfer.seconds = t.at("seconds").get<double>();
@@ -304,14 +336,14 @@ Solution Solution::from_json(const std::string& text) {
     const nlohmann::json document = parse_json_input(text, "solution JSON");
     // Version 1 had no "format_version": a forward plan on a 1-D mesh.
     const int version = document.is_object() && document.contains("format_version")
-                            ? document.at("format_version").get<int>()
+                            ? whole_int(document, "format_version")
                             : 1;
     require(version == 1 || version == kSolutionFormatVersion,
             "solution JSON has format_version " + std::to_string(version) +
                 "; this fsdp reads versions 1 and " + std::to_string(kSolutionFormatVersion));
     s.solver = document.at("solver").get<std::string>();
     const auto& m = document.at("machine");
-    s.machine.devices = m.at("devices").get<int>();
+    s.machine.devices = whole_int(m, "devices");
     s.machine.flops_per_s = m.at("flops_per_s").get<double>();
     s.machine.link_bytes_per_s = m.at("link_bytes_per_s").get<double>();
     s.machine.collective_latency_s = m.at("collective_latency_s").get<double>();
@@ -324,7 +356,7 @@ Solution Solution::from_json(const std::string& text) {
       s.machine.memory_bytes_per_s = m.at("memory_bytes_per_s").get<double>();
       if (m.contains("mesh")) {
         for (const auto& axis : m.at("mesh")) {
-          s.machine.mesh.push_back(MeshAxis{axis.at("devices").get<int>(),
+          s.machine.mesh.push_back(MeshAxis{whole_int(axis, "devices"),
                                             axis.at("link_bytes_per_s").get<double>(),
                                             axis.at("collective_latency_s").get<double>()});
         }
@@ -334,26 +366,28 @@ Solution Solution::from_json(const std::string& text) {
       s.options.step = parse_step_kind(step.at("kind").get<std::string>());
       s.options.optimizer = parse_optimizer(step.at("optimizer").get<std::string>());
       s.options.precision = parse_precision(step.at("precision").get<std::string>());
-      s.options.memory_budget_bytes = step.at("memory_budget_bytes").get<std::int64_t>();
+      s.options.memory_budget_bytes = whole(step, "memory_budget_bytes");
       s.fits_budget = document.at("fits_budget").get<bool>();
       s.backward_compute_s = totals.at("backward_compute_s").get<double>();
       s.backward_communication_s = totals.at("backward_communication_s").get<double>();
       s.gradient_sync_s = totals.at("gradient_sync_s").get<double>();
       s.optimizer_s = totals.at("optimizer_s").get<double>();
       const auto& memory = document.at("memory");
-      s.memory.peak_bytes = memory.at("peak_bytes").get<std::int64_t>();
+      s.memory.peak_bytes = whole(memory, "peak_bytes");
       s.memory.peak_node = memory.at("peak_node").get<std::string>();
       s.memory.peak_phase = memory.at("peak_phase").get<std::string>();
-      s.memory.parameter_bytes = memory.at("parameter_bytes").get<std::int64_t>();
-      s.memory.gradient_bytes = memory.at("gradient_bytes").get<std::int64_t>();
-      s.memory.optimizer_bytes = memory.at("optimizer_bytes").get<std::int64_t>();
-      s.memory.input_bytes = memory.at("input_bytes").get<std::int64_t>();
+      s.memory.parameter_bytes = whole(memory, "parameter_bytes");
+      s.memory.gradient_bytes = whole(memory, "gradient_bytes");
+      s.memory.optimizer_bytes = whole(memory, "optimizer_bytes");
+      s.memory.input_bytes = whole(memory, "input_bytes");
     }
     for (const auto& item : document.at("nodes")) {
       NodeSolution n;
       n.id = item.at("id").get<std::string>();
       n.op = item.at("op").get<std::string>();
-      n.shape = item.at("shape").get<std::vector<std::int64_t>>();
+      for (const auto& size : item.at("shape")) {
+        n.shape.push_back(whole_value(size, "a shape's size"));
+      }
       n.strategy = item.at("strategy").get<std::string>();
       for (const auto& spec : item.at("inputs")) {
         n.input_specs.push_back(spec_from(spec));
@@ -375,10 +409,10 @@ Solution Solution::from_json(const std::string& text) {
           n.gradient_transfers.push_back(transfer_from(t));
         }
         const auto& memory = item.at("memory");
-        n.memory.state_bytes = memory.at("state_bytes").get<std::int64_t>();
-        n.memory.activation_bytes = memory.at("activation_bytes").get<std::int64_t>();
-        n.memory.forward_bytes = memory.at("forward_bytes").get<std::int64_t>();
-        n.memory.backward_bytes = memory.at("backward_bytes").get<std::int64_t>();
+        n.memory.state_bytes = whole(memory, "state_bytes");
+        n.memory.activation_bytes = whole(memory, "activation_bytes");
+        n.memory.forward_bytes = whole(memory, "forward_bytes");
+        n.memory.backward_bytes = whole(memory, "backward_bytes");
       }
       s.nodes.push_back(std::move(n));
     }
@@ -395,7 +429,7 @@ Solution Solution::from_json(const std::string& text) {
         for (std::size_t a = 0; a < uses.size(); ++a) {
           p.uses[a] = parse_use(uses[a].get<std::string>());
         }
-        p.state_bytes = item.at("state_bytes").get<std::int64_t>();
+        p.state_bytes = whole(item, "state_bytes");
         s.parameters.push_back(std::move(p));
       }
     }
