@@ -383,11 +383,14 @@ void run(const StepOptions& options, const CommonOptions& common) {
   require(baseline < count, "fsdp-bench step: no baseline (no_shard in fp32)", ErrorKind::state);
   fsdp_apps::barrier_without_spinning(group);
 
-  // Interleaved: every round times one step of each way, in rotating order.
+  // Interleaved: every round times one step of each way, in rotating order, backwards every
+  // other round, so that each way follows its neighbours as often as it precedes them (a way's
+  // "unchecked" twin would otherwise always run right after it).
   std::vector<std::vector<double>> seconds(count);
   for (int round = 0; round < options.steps + 1; ++round) {
     for (std::size_t i = 0; i < count; ++i) {
-      const std::size_t k = (i + static_cast<std::size_t>(round)) % count;
+      const std::size_t turn = round % 2 == 0 ? i : count - 1 - i;
+      const std::size_t k = (turn + static_cast<std::size_t>(round)) % count;
       Trainer* trainer = trainers[k].get();
       group.barrier();
       const StepBytes before = trainer ? trainer->sent_so_far() : StepBytes{};
