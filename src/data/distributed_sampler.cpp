@@ -16,14 +16,20 @@ namespace {
 const std::string kWho = "fsdp::DistributedSampler: ";
 
 void check_arguments(std::int64_t dataset_size, int replicas, int rank) {
-  require(dataset_size >= 1,
-          kWho + "dataset_size must be at least 1, got " + std::to_string(dataset_size));
-  require(replicas >= 1, kWho + "replicas must be at least 1 (a single replica is valid), got " +
-                             std::to_string(replicas));
-  require(rank >= 0 && rank < replicas, kWho + "rank " + std::to_string(rank) +
-                                            " is out of range for " + std::to_string(replicas) +
-                                            " replicas: it must be in [0, " +
-                                            std::to_string(replicas - 1) + "]");
+  // The checks below test first and build their message only on failure (not with require(),
+  // which takes a built message): samplers are cheap to make, and index() runs per sample.
+  if (dataset_size < 1) {
+    throw Error(kWho + "dataset_size must be at least 1, got " + std::to_string(dataset_size));
+  }
+  if (replicas < 1) {
+    throw Error(kWho + "replicas must be at least 1 (a single replica is valid), got " +
+                std::to_string(replicas));
+  }
+  if (rank < 0 || rank >= replicas) {
+    throw Error(kWho + "rank " + std::to_string(rank) + " is out of range for " +
+                std::to_string(replicas) + " replicas: it must be in [0, " +
+                std::to_string(replicas - 1) + "]");
+  }
 }
 
 // Separates the contiguous partition's per-block permutations of one epoch from each other.
@@ -99,12 +105,13 @@ void DistributedSampler::agree_with_ranks(std::int64_t dataset_size) {
 void DistributedSampler::validate_options() const {
   if (options_.partition == Partition::contiguous && !options_.drop_last &&
       options_.balance == ContiguousBalance::pad) {
-    require(size_ >= static_cast<std::uint64_t>(replicas_),
-            kWho + "the contiguous partition pads the shorter blocks with their own samples, so " +
-                "every one of the " + std::to_string(replicas_) +
-                " replicas needs at least one sample, but the dataset has " +
-                std::to_string(size_) +
-                "; use the strided partition (it pads across the whole dataset) or drop_last");
+    if (size_ < static_cast<std::uint64_t>(replicas_)) {
+      throw Error(
+          kWho + "the contiguous partition pads the shorter blocks with their own samples, so " +
+          "every one of the " + std::to_string(replicas_) +
+          " replicas needs at least one sample, but the dataset has " + std::to_string(size_) +
+          "; use the strided partition (it pads across the whole dataset) or drop_last");
+    }
   }
 }
 
@@ -112,7 +119,9 @@ void DistributedSampler::set_epoch(std::int64_t epoch) {
   if (group_) {
     group_->broadcast(&epoch, 1, 0);
   }
-  require(epoch >= 0, kWho + "epoch must be >= 0, got " + std::to_string(epoch));
+  if (epoch < 0) {
+    throw Error(kWho + "epoch must be >= 0, got " + std::to_string(epoch));
+  }
   if (epoch != epoch_) {
     start_epoch(epoch, 0);
   }
@@ -149,10 +158,12 @@ void DistributedSampler::start_epoch(std::int64_t epoch, std::int64_t samples_co
 }
 
 std::int64_t DistributedSampler::index(std::int64_t i) const {
-  require(i >= 0 && i < length_, kWho + "index " + std::to_string(i) + " is out of range: rank " +
-                                     std::to_string(rank_) + " has " + std::to_string(length_) +
-                                     " samples left in epoch " + std::to_string(epoch_) +
-                                     ", so i must be in [0, " + std::to_string(length_) + ")");
+  if (i < 0 || i >= length_) {
+    throw Error(kWho + "index " + std::to_string(i) + " is out of range: rank " +
+                std::to_string(rank_) + " has " + std::to_string(length_) +
+                " samples left in epoch " + std::to_string(epoch_) + ", so i must be in [0, " +
+                std::to_string(length_) + ")");
+  }
   return index_unchecked(i);
 }
 

@@ -66,7 +66,9 @@ inline std::string message_of(const std::exception& error) {
   return ours != nullptr ? ours->message() : error.what();
 }
 
-// Throws Error(kind, message) unless condition holds. Used for argument checks.
+// Throws Error(kind, message) unless condition holds. Used for argument checks. The message is
+// built before the call whether or not the condition holds: on a path that runs per sample or per
+// element, test first and build the message only on failure.
 inline void require(bool condition, const std::string& message, ErrorKind kind = ErrorKind::usage) {
   if (!condition) {
     throw Error(kind, message);
