@@ -7,7 +7,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -205,40 +204,67 @@ void print_modes_table(const std::vector<fsdp::PlanEstimate>& modes, fsdp::Shard
       "(* the chosen mode; memory, traffic: persistent bytes, send/step over no_shard's)\n");
 }
 
-void print_json(const std::string& model, const fsdp::ShardingPlan& plan,
-                const fsdp::PlanEstimate& e, const std::vector<fsdp::PlanEstimate>& modes) {
-  nlohmann::json ranks = nlohmann::json::array();
-  std::int64_t persistent_total = 0, send_total = 0;
-  for (const auto& r : e.ranks) {
-    ranks.push_back(rank_json(r));
-    persistent_total += r.persistent_bytes();
-    send_total += r.send_bytes();
+// The ranks the table and --json list, in order: every rank of a world of at most 16 (or with
+// --all-ranks), else the first and last four and the fullest. Nothing else loops over the ranks,
+// so fsdp-plan's time and memory do not grow with the world size beyond what it prints.
+std::vector<int> shown_ranks(const fsdp::PlanEstimate& e, bool all_ranks) {
+  const int n = e.world_size;
+  std::vector<int> shown;
+  if (all_ranks || n <= 16) {
+    for (int r = 0; r < n; ++r) {
+      shown.push_back(r);
+    }
+    return shown;
   }
-  const nlohmann::json out = {
-      {"model", model},
-      {"tensors", plan.parameters().size()},
-      {"total_elements", e.total_elements},
-      {"strategy", plan.strategy()},
-      {"world_size", plan.world_size()},
-      {"mode", fsdp::name_of(e.options.mode)},
-      {"zero_stage", fsdp::zero_stage(e.options.mode)},
-      {"shard_group_size", e.options.shard_group_size},
-      {"replicas", e.replicas()},
-      {"optimizer", fsdp::name_of(e.options.optimizer)},
-      {"precision", fsdp::name_of(e.options.precision)},
-      {"imbalance", plan.imbalance()},
-      {"always_gathered", plan.always_gathered()},
-      {"largest_unit",
-       {{"name", e.largest_unit},
-        {"elements", e.largest_unit_elements},
-        {"gathered_working_set_bytes", e.gathered_working_set_bytes},
-        {"working_set_holds", e.working_set_holds}}},
-      {"widened_parameter_bytes", e.widened_parameter_bytes},
-      {"peak_bytes", e.peak_bytes()},
-      {"unsharded_persistent_bytes", e.unsharded_persistent_bytes},
-      {"totals", {{"persistent_bytes", persistent_total}, {"send_bytes", send_total}}},
-      {"ranks", std::move(ranks)},
-      {"modes", modes_json(modes)}};
+  shown = {0, 1, 2, 3, n - 4, n - 3, n - 2, n - 1, e.fullest_rank().rank};
+  std::sort(shown.begin(), shown.end());
+  shown.erase(std::unique(shown.begin(), shown.end()), shown.end());
+  return shown;
+}
+
+void print_json(const std::string& model, const fsdp::ShardingPlan& plan,
+                const fsdp::PlanEstimate& e, const std::vector<fsdp::PlanEstimate>& modes,
+                bool all_ranks) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r : shown_ranks(e, all_ranks)) {
+    ranks.push_back(rank_json(e.ranks[static_cast<std::size_t>(r)]));
+  }
+  // Every rank, as runs of ranks with equal figures within a shard group.
+  nlohmann::json runs = nlohmann::json::array();
+  for (const fsdp::RankRun& run : e.ranks.runs()) {
+    nlohmann::json row = rank_json(run.estimate);
+    row.erase("rank");
+    row["first_rank"] = run.first;
+    row["rank_count"] = run.count;
+    runs.push_back(std::move(row));
+  }
+  const nlohmann::json out = {{"model", model},
+                              {"tensors", plan.parameters().size()},
+                              {"total_elements", e.total_elements},
+                              {"strategy", plan.strategy()},
+                              {"world_size", plan.world_size()},
+                              {"mode", fsdp::name_of(e.options.mode)},
+                              {"zero_stage", fsdp::zero_stage(e.options.mode)},
+                              {"shard_group_size", e.options.shard_group_size},
+                              {"replicas", e.replicas()},
+                              {"optimizer", fsdp::name_of(e.options.optimizer)},
+                              {"precision", fsdp::name_of(e.options.precision)},
+                              {"imbalance", plan.imbalance()},
+                              {"always_gathered", plan.always_gathered()},
+                              {"largest_unit",
+                               {{"name", e.largest_unit},
+                                {"elements", e.largest_unit_elements},
+                                {"gathered_working_set_bytes", e.gathered_working_set_bytes},
+                                {"working_set_holds", e.working_set_holds}}},
+                              {"widened_parameter_bytes", e.widened_parameter_bytes},
+                              {"peak_bytes", e.peak_bytes()},
+                              {"unsharded_persistent_bytes", e.unsharded_persistent_bytes},
+                              {"totals",
+                               {{"persistent_bytes", e.all_ranks.persistent_bytes()},
+                                {"send_bytes", e.all_ranks.send_bytes()}}},
+                              {"ranks", std::move(ranks)},
+                              {"rank_runs", std::move(runs)},
+                              {"modes", modes_json(modes)}};
   std::printf("%s\n", out.dump(2).c_str());
 }
 
@@ -261,19 +287,7 @@ void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
         e.options.shard_group_size);
   }
   std::printf("\n");
-  // Which ranks to show: all of a small world, else the first and last few and the fullest.
-  std::set<int> shown;
   const int n = plan.world_size();
-  if (all_ranks || n <= 16) {
-    for (int r = 0; r < n; ++r)
-      shown.insert(r);
-  } else {
-    for (int r = 0; r < 4; ++r)
-      shown.insert(r);
-    for (int r = n - 4; r < n; ++r)
-      shown.insert(r);
-    shown.insert(e.fullest_rank().rank);
-  }
   // The replica column only when there are copies to all-reduce with.
   const auto row = [replicas](const std::string& rank, std::int64_t elements,
                               const fsdp::RankEstimate& r) {
@@ -291,19 +305,8 @@ void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
               "optimizer", "persistent", "fwd gather", "bwd gather", "grad reduce");
   std::printf(replicas > 1 ? " %11s\n" : "\n", "replica ar");
   int previous = -1;
-  fsdp::RankEstimate all;
-  for (const auto& r : e.ranks) {
-    all.elements += r.elements;
-    all.parameter_bytes += r.parameter_bytes;
-    all.gradient_bytes += r.gradient_bytes;
-    all.optimizer_bytes += r.optimizer_bytes;
-    all.forward_gather_send_bytes += r.forward_gather_send_bytes;
-    all.backward_gather_send_bytes += r.backward_gather_send_bytes;
-    all.gradient_send_bytes += r.gradient_send_bytes;
-    all.replica_gradient_send_bytes += r.replica_gradient_send_bytes;
-    if (!shown.count(r.rank)) {
-      continue;
-    }
+  for (int rank : shown_ranks(e, all_ranks)) {
+    const fsdp::RankEstimate r = e.ranks[static_cast<std::size_t>(rank)];
     if (r.rank != previous + 1) {
       std::printf("%6s (%d ranks not shown; --all-ranks shows them)\n", "...",
                   r.rank - previous - 1);
@@ -314,7 +317,7 @@ void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
   if (previous != n - 1) {
     std::printf("%6s (%d ranks not shown; --all-ranks shows them)\n", "...", n - 1 - previous);
   }
-  row("all", all.elements, all);
+  row("all", e.all_ranks.elements, e.all_ranks);
   std::printf("\n");
   std::printf("imbalance (max owned bytes / mean): %.4f\n", plan.imbalance());
   std::printf("always gathered (replicated): %zu tensors\n", plan.always_gathered().size());
@@ -358,7 +361,7 @@ int run(const Options& o) {
   const fsdp::PlanEstimate estimate = fsdp::estimate(*plan, estimate_options);
   const std::vector<fsdp::PlanEstimate> modes = fsdp::estimate_every_mode(*plan, estimate_options);
   if (o.json) {
-    print_json(model, *plan, estimate, modes);
+    print_json(model, *plan, estimate, modes, o.all_ranks);
   } else {
     print_table(model, *plan, estimate, modes, o.all_ranks);
   }

@@ -59,7 +59,8 @@ Handle fixed_string_type(const Checker& file, std::size_t bytes) {
   Handle type(file.check(H5Tcopy(H5T_C_S1), "H5Tcopy", "the string type"), H5Tclose);
   file.check_status(H5Tset_size(type.get(), std::max<std::size_t>(bytes, 1)), "H5Tset_size",
                     "the string type");
-  file.check_status(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), "H5Tset_strpad", "the string type");
+  file.check_status(H5Tset_strpad(type.get(), H5T_STR_NULLTERM), "H5Tset_strpad",
+                    "the string type");
   file.check_status(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", "the string type");
   return type;
 }
@@ -128,11 +129,9 @@ std::string read_fixed(const Checker& file, hid_t attribute, hid_t stored, const
 
 void write_fixed_string_attribute(const Checker& file, hid_t object, const char* name,
                                   const std::string& value) {
-  Handle type = fixed_string_type(file, value.size());
+  Handle type = fixed_string_type(file, value.size() + 1);
   Handle space(file.check(H5Screate(H5S_SCALAR), "H5Screate", attribute_text(name)), H5Sclose);
-  std::string padded = value;
-  padded.resize(std::max<std::size_t>(value.size(), 1), '\0');
-  write_raw(file, object, name, type.get(), type.get(), space.get(), padded.data());
+  write_raw(file, object, name, type.get(), type.get(), space.get(), value.c_str());
 }
 
 std::string read_fixed_string_attribute(const Checker& file, hid_t object, const char* name,

@@ -14,7 +14,7 @@ namespace fsdp::hdf5 {
 
 // The variable-length UTF-8 string type (a new copy; closed by the Handle).
 Handle string_type(const Checker& file);
-// A fixed-length UTF-8 string type of `bytes` bytes (>= 1), padded with NULs (a new copy). Plan
+// A fixed-length UTF-8 string type of `bytes` bytes (>= 1), NUL-terminated (a new copy). Plan
 // files use these: reading a variable-length string follows a pointer into the file's global
 // heap, and one flipped bit there crashed inside HDF5.
 Handle fixed_string_type(const Checker& file, std::size_t bytes);
@@ -32,7 +32,7 @@ void write_string_attribute(const Checker& file, hid_t object, const char* name,
 // A variable-length or fixed-length string attribute (fixed ones of at most kMostTextBytes).
 std::string read_string_attribute(const Checker& file, hid_t object, const char* name,
                                   const char* expected);
-// A fixed-length string attribute of max(1, value.size()) bytes; value has no NUL byte.
+// A fixed-length string attribute of value.size() + 1 bytes; value has no NUL byte.
 void write_fixed_string_attribute(const Checker& file, hid_t object, const char* name,
                                   const std::string& value);
 // A fixed-length string attribute of at most most_bytes bytes; a variable-length one, or a longer

@@ -2,7 +2,7 @@
 //   user block  512 bytes: fsdp's header (below), which HDF5 readers skip
 //   attributes  format = "fsdp-sharding-plan", format_version (int32) = 2, strategy, world_size
 //               (int32); the strings fixed-length
-//   datasets    names, layers, dtypes, placements (fixed-length strings, NUL-padded, one per
+//   datasets    names, layers, dtypes, placements (fixed-length strings, NUL-terminated, one per
 //               parameter), owner_rank (int32, -1 unless placed whole), always_gather (int8),
 //               numel (int64), ndims (int32), dims (int64, the shapes concatenated in order)
 // The file is made in memory (HDF5's core driver) and written by fsdp itself, so HDF5 never
@@ -145,13 +145,13 @@ void write_dataset(const hdf5::Checker& file, hid_t group, const char* name, hid
   }
 }
 
-// Fixed-length strings as long as the longest value, NUL-padded (values hold no NUL:
-// validate_parameters and the strategy name rule refuse them).
+// Fixed-length strings one byte longer than the longest value, NUL-terminated (values hold no
+// NUL: validate_parameters and the strategy name rule refuse them).
 void write_strings(const hdf5::Checker& file, hid_t group, const char* name,
                    const std::vector<std::string>& values) {
   std::size_t longest = 1;
   for (const std::string& value : values) {
-    longest = std::max(longest, value.size());
+    longest = std::max(longest, value.size() + 1);
   }
   std::string packed(values.size() * longest, '\0');
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -309,10 +309,10 @@ class PlanReader {
     const htri_t variable = H5Tis_variable_str(stored.get());
     file_.check_status(variable, "H5Tis_variable_str", what(name));
     const std::size_t width = H5Tget_size(stored.get());
-    if (variable != 0 || width == 0 || width > kMostNameBytes ||
+    if (variable != 0 || width == 0 || width > kMostNameBytes + 1 ||
         (count > 0 && width > file_bytes_ / count)) {
       fail(what(name) + " is not " + std::to_string(count) + " fixed-length strings of at most " +
-           std::to_string(kMostNameBytes) + " bytes");
+           std::to_string(kMostNameBytes + 1) + " bytes");
     }
     std::string packed(count * width, '\0');
     if (count > 0) {
@@ -409,7 +409,7 @@ int int32_attribute(const PlanReader& read, const hdf5::Checker& file, hid_t roo
 ShardingPlan read_plan_contents(const hdf5::Checker& file, hid_t root, std::size_t file_bytes) {
   const PlanReader read(file, root, file_bytes);
   const std::string format =
-      hdf5::read_fixed_string_attribute(file, root, "format", kExpected, kMostStrategyName);
+      hdf5::read_fixed_string_attribute(file, root, "format", kExpected, kMostStrategyName + 1);
   if (format != kFormatName) {
     read.fail("its attribute 'format' is '" + format + "', not '" + kFormatName + "'");
   }
@@ -419,7 +419,7 @@ ShardingPlan read_plan_contents(const hdf5::Checker& file, hid_t root, std::size
               ", but its header says " + std::to_string(kPlanHdf5FormatVersion));
   }
   const std::string strategy =
-      hdf5::read_fixed_string_attribute(file, root, "strategy", kExpected, kMostStrategyName);
+      hdf5::read_fixed_string_attribute(file, root, "strategy", kExpected, kMostStrategyName + 1);
   const int world_size = int32_attribute(read, file, root, "world_size");
 
   const std::size_t n = read.parameter_count();

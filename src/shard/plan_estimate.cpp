@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <tuple>
+
+#include "plan_rank_sums.hpp"
 
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
@@ -127,11 +130,34 @@ ElementBytes element_bytes(DType dtype, const EstimateOptions& options) {
   return ElementBytes{own, own, buffers * own};
 }
 
+RankEstimates::RankEstimates(std::vector<RankRun> runs, int group_size, int world_size)
+    : runs_(std::move(runs)), group_size_(group_size), world_size_(world_size) {}
+
+RankEstimate RankEstimates::operator[](std::size_t rank) const {
+  const int position = static_cast<int>(rank % static_cast<std::size_t>(group_size_));
+  // The last run starting at or before the position.
+  const auto run = std::upper_bound(runs_.begin(), runs_.end(), position,
+                                    [](int p, const RankRun& r) { return p < r.first; }) -
+                   1;
+  RankEstimate estimate = run->estimate;
+  estimate.rank = static_cast<int>(rank);
+  return estimate;
+}
+
+RankEstimate RankEstimates::at(std::size_t rank) const {
+  require(rank < size(), "rank " + std::to_string(rank) + " is outside the estimate's " +
+                             std::to_string(size()) + " ranks");
+  return (*this)[rank];
+}
+
 const RankEstimate& PlanEstimate::fullest_rank() const {
-  require(!ranks.empty(), "the estimate has no ranks", ErrorKind::state);
-  return *std::max_element(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) {
-    return a.persistent_bytes() < b.persistent_bytes();
-  });
+  require(!ranks.runs().empty(), "the estimate has no ranks", ErrorKind::state);
+  // Runs are in rank order within the first shard group, whose ranks come first.
+  return std::max_element(ranks.runs().begin(), ranks.runs().end(),
+                          [](const RankRun& a, const RankRun& b) {
+                            return a.estimate.persistent_bytes() < b.estimate.persistent_bytes();
+                          })
+      ->estimate;
 }
 
 std::int64_t PlanEstimate::peak_bytes() const {
@@ -140,11 +166,39 @@ std::int64_t PlanEstimate::peak_bytes() const {
 
 std::int64_t PlanEstimate::max_send_bytes() const {
   std::int64_t most = 0;
-  for (const RankEstimate& rank : ranks) {
-    most = std::max(most, rank.send_bytes());
+  for (const RankRun& run : ranks.runs()) {
+    most = std::max(most, run.estimate.send_bytes());
   }
   return most;
 }
+
+namespace {
+
+// The figures of RankEstimate that are summed, as member pointers: one list for adding, taking
+// back, comparing and totalling.
+constexpr std::int64_t RankEstimate::*kFigures[] = {&RankEstimate::elements,
+                                                    &RankEstimate::parameter_bytes,
+                                                    &RankEstimate::gradient_bytes,
+                                                    &RankEstimate::optimizer_bytes,
+                                                    &RankEstimate::forward_gather_send_bytes,
+                                                    &RankEstimate::backward_gather_send_bytes,
+                                                    &RankEstimate::gradient_send_bytes,
+                                                    &RankEstimate::replica_gradient_send_bytes};
+
+bool same_figures(const RankEstimate& a, const RankEstimate& b) {
+  return std::all_of(std::begin(kFigures), std::end(kFigures),
+                     [&](auto figure) { return a.*figure == b.*figure; });
+}
+
+void multiply_checked(std::int64_t& value, std::int64_t factor, const std::string& what) {
+  if (__builtin_mul_overflow(value, factor, &value)) {
+    throw Error("the estimate of " + what +
+                " overflows 64 bits (more than 9.2e18 bytes); estimate fewer ranks or a "
+                "smaller model");
+  }
+}
+
+}  // namespace
 
 PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) {
   const int world = plan.world_size();
@@ -167,10 +221,9 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
       mode.transient_gradients
           ? (mode.transient_parameters ? "parameters and gradients" : "gradients")
           : "";
-  result.ranks.resize(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    result.ranks[static_cast<std::size_t>(r)].rank = r;
-  }
+  // Every rank of a shard group is laid out as the plan's first n ranks (rank r is position
+  // r % n of group r / n), so the sums are over the n positions of one group.
+  detail::RankSums<RankEstimate> positions(n);
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> units;  // elements, bytes
   // Mixed precision where parameters stay whole for the step (shard_grad_op, shard_optimizer):
   // fsdp computes in fp32, so it keeps no 16-bit copy between steps (the fp32 master pieces are
@@ -191,7 +244,6 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
             "parameter " + describe(parameter) + " has " + std::to_string(numel) +
                 " elements: its bytes of state and traffic would overflow 64 bits; the estimate "
                 "takes at most 2^57 elements per parameter");
-    const std::string what = "parameter '" + parameter.name + "'";
     const bool widened = widened_whole && bytes.gradient > 0;
     const std::int64_t held_parameter_bytes = widened ? 0 : bytes.parameter;
     const std::int64_t held_gradient_bytes = widened ? 4 : bytes.gradient;
@@ -208,13 +260,9 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
                 numel * (bytes.parameter + bytes.gradient + bytes.optimizer),
                 "the unsharded model state");
 
-    for (int r = 0; r < world; ++r) {
-      RankEstimate& rank = result.ranks[static_cast<std::size_t>(r)];
-      // Rank r is position r % n of shard group r / n; every group is laid out as the plan's
-      // first n ranks, a whole parameter's owner at position owner % n.
-      const int position = r % n;
-      const bool owner = where.placement == Placement::whole && position == where.owner_rank % n;
-      const std::int64_t piece = shard_range(numel, n, position).size;
+    // What one position holds and sends of this parameter, given its piece of a sharded
+    // parameter (shard_range at that position) and whether it owns a whole one.
+    const auto at_position = [&](std::int64_t piece, bool owner) {
       // The elements this rank holds of state kept in pieces: its piece of a sharded parameter,
       // all of a whole one it owns or of a replicated one.
       std::int64_t pieces = numel;
@@ -250,17 +298,30 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
           break;
       }
       const auto held = [&](bool in_pieces) { return in_pieces ? pieces : numel; };
-      add_checked(rank.elements, held(mode.pieces.parameters), what);
-      add_checked(rank.parameter_bytes, held(mode.pieces.parameters) * held_parameter_bytes, what);
-      add_checked(rank.gradient_bytes, held(mode.pieces.gradients) * held_gradient_bytes, what);
-      add_checked(rank.optimizer_bytes, held(mode.pieces.optimizer_state) * bytes.optimizer, what);
-      add_checked(rank.forward_gather_send_bytes,
-                  (mode.gathers_per_step >= 1 ? gather : 0) * bytes.parameter, what);
-      add_checked(rank.backward_gather_send_bytes,
-                  (mode.gathers_per_step >= 2 ? gather : 0) * bytes.parameter, what);
-      add_checked(rank.gradient_send_bytes, reduce * bytes.gradient, what);
-      add_checked(rank.replica_gradient_send_bytes,
-                  2 * (replicas - 1) * ceil_div(reduced, replicas) * replica_gradient_bytes, what);
+      RankEstimate rank;
+      rank.elements = held(mode.pieces.parameters);
+      rank.parameter_bytes = held(mode.pieces.parameters) * held_parameter_bytes;
+      rank.gradient_bytes = held(mode.pieces.gradients) * held_gradient_bytes;
+      rank.optimizer_bytes = held(mode.pieces.optimizer_state) * bytes.optimizer;
+      rank.forward_gather_send_bytes = (mode.gathers_per_step >= 1 ? gather : 0) * bytes.parameter;
+      rank.backward_gather_send_bytes = (mode.gathers_per_step >= 2 ? gather : 0) * bytes.parameter;
+      rank.gradient_send_bytes = reduce * bytes.gradient;
+      rank.replica_gradient_send_bytes =
+          2 * (replicas - 1) * ceil_div(reduced, replicas) * replica_gradient_bytes;
+      return rank;
+    };
+    // The positions with equal pieces (piece_runs), split at a whole parameter's owner.
+    const int owner = where.placement == Placement::whole ? where.owner_rank % n : -1;
+    for (const PieceRun& run : piece_runs(numel, n)) {
+      for (const auto& [begin, end, owns] :
+           {std::tuple<int, int, bool>{run.begin, std::min(run.end, std::max(owner, run.begin)),
+                                       false},
+            {std::max(owner, run.begin), std::min(run.end, owner + 1), true},
+            {std::max(owner + 1, run.begin), run.end, false}}) {
+        if (begin < end) {
+          positions.add(begin, end, at_position(run.size, owns), i);
+        }
+      }
     }
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];
@@ -283,24 +344,55 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   }
   result.widened_parameter_bytes = widened_bytes;
   add_checked(result.gathered_working_set_bytes, widened_bytes, "the working set");
+
+  const auto runs = positions.runs(
+      [&plan](RankEstimate& sum, const RankEstimate& value, std::size_t parameter) {
+        const std::string what = "parameter '" + plan.parameters()[parameter].name + "'";
+        for (auto figure : kFigures) {
+          add_checked(sum.*figure, value.*figure, what);
+        }
+      },
+      [](RankEstimate& sum, const RankEstimate& value) {
+        for (auto figure : kFigures) {
+          sum.*figure -= value.*figure;
+        }
+      },
+      same_figures);
   // Each rank's totals, and the sums over the ranks (fsdp-plan's "all" row and totals), fit too.
   const std::string over = "the sum over " + std::to_string(world) + " ranks";
-  RankEstimate all;
+  std::vector<RankRun> rank_runs;
+  RankEstimate& all = result.all_ranks;
+  all.rank = -1;
   std::int64_t persistent_all = 0, sent_all = 0;
-  for (const RankEstimate& rank : result.ranks) {
-    const std::string of_rank = "rank " + std::to_string(rank.rank) + "'s totals";
+  for (const auto& run : runs) {
+    RankEstimate estimate = run.sum;
+    estimate.rank = run.first;
+    const std::string of_rank = "rank " + std::to_string(run.first) + "'s totals";
     std::int64_t persistent = 0, sent = 0;
-    for (std::int64_t bytes : {rank.parameter_bytes, rank.gradient_bytes, rank.optimizer_bytes}) {
+    for (std::int64_t bytes :
+         {estimate.parameter_bytes, estimate.gradient_bytes, estimate.optimizer_bytes}) {
       add_checked(persistent, bytes, of_rank);
     }
-    for (std::int64_t bytes : {rank.forward_gather_send_bytes, rank.backward_gather_send_bytes,
-                               rank.gradient_send_bytes, rank.replica_gradient_send_bytes}) {
+    for (std::int64_t bytes :
+         {estimate.forward_gather_send_bytes, estimate.backward_gather_send_bytes,
+          estimate.gradient_send_bytes, estimate.replica_gradient_send_bytes}) {
       add_checked(sent, bytes, of_rank);
     }
+    // The run's ranks in every shard group.
+    std::int64_t copies = run.count;
+    multiply_checked(copies, replicas, over);
+    multiply_checked(persistent, copies, over);
+    multiply_checked(sent, copies, over);
     add_checked(persistent_all, persistent, over);
     add_checked(sent_all, sent, over);
-    add_checked(all.elements, rank.elements, over);
+    for (auto figure : kFigures) {
+      std::int64_t total = estimate.*figure;
+      multiply_checked(total, copies, over);
+      add_checked(all.*figure, total, over);
+    }
+    rank_runs.push_back(RankRun{run.first, run.count, estimate});
   }
+  result.ranks = RankEstimates(std::move(rank_runs), n, world);
   return result;
 }
 

@@ -8,6 +8,7 @@
 #include "../core/json_input.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/shard/shard_range.hpp"
+#include "plan_rank_sums.hpp"
 
 namespace fsdp {
 namespace {
@@ -179,24 +180,25 @@ std::int64_t ShardingPlan::owned_bytes(int rank) const {
 }
 
 double ShardingPlan::imbalance() const {
-  // One pass over parameters, accumulating per-rank bytes (owned_bytes per rank would be
-  // quadratic at large world sizes).
-  std::vector<std::int64_t> per_rank(static_cast<std::size_t>(world_size_), 0);
+  // The bytes each rank holds, as runs of ranks holding equal bytes (a loop over the ranks per
+  // parameter grew with the world size).
+  detail::ByteSums owned(world_size_);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const std::int64_t element = static_cast<std::int64_t>(size_of(parameters_[i].dtype));
     if (placements_[i].placement == Placement::sharded) {
-      for (int r = 0; r < world_size_; ++r) {
-        per_rank[static_cast<std::size_t>(r)] += piece(i, r).size * element;
-      }
+      detail::add_piece_bytes(owned, parameters_[i].numel(), element, world_size_, i);
     } else if (placements_[i].placement == Placement::whole) {
-      per_rank[static_cast<std::size_t>(placements_[i].owner_rank)] +=
-          parameters_[i].numel() * element;
+      owned.add(placements_[i].owner_rank, placements_[i].owner_rank + 1,
+                parameters_[i].numel() * element, i);
     }
   }
   std::int64_t total = 0, largest = 0;
-  for (std::int64_t bytes : per_rank) {
-    total += bytes;
-    largest = std::max(largest, bytes);
+  for (const detail::ByteRun& run : detail::byte_runs(owned)) {
+    std::int64_t bytes = 0;
+    require(!__builtin_mul_overflow(run.sum, std::int64_t{run.count}, &bytes) &&
+                !__builtin_add_overflow(total, bytes, &total),
+            "the bytes all ranks hold overflow 64 bits; the balance cannot be computed");
+    largest = std::max(largest, run.sum);
   }
   if (total == 0) {
     return 1.0;

@@ -3,18 +3,72 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <set>
 
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/shard/shard_range.hpp"
+#include "plan_rank_sums.hpp"
 
 namespace fsdp {
 namespace {
 
+// The bytes each rank holds while units are placed, without a value per rank (a vector of loads
+// and a search over it per unit grew with the world size). Ranks given a unit are kept one by one,
+// ordered by (load, rank); the others in runs of equal load from the sharded part, which are
+// non-increasing in rank (every sharded parameter's pieces are: full, the rest, none), so the
+// least loaded of them is the lowest untaken rank of the last run that has one.
+class RankLoads {
+ public:
+  explicit RankLoads(std::vector<detail::ByteRun> runs) : runs_(std::move(runs)) {
+    for (std::size_t i = 1; i < runs_.size(); ++i) {
+      require(runs_[i].sum < runs_[i - 1].sum,
+              "internal: the sharded bytes per rank should fall with the rank", ErrorKind::state);
+    }
+    taken_.assign(runs_.size(), 0);
+    last_ = static_cast<int>(runs_.size()) - 1;
+  }
+
+  // The rank holding the fewest bytes; on equal loads the lowest rank.
+  int lightest() const {
+    std::pair<std::int64_t, int> best{0, -1};
+    if (last_ >= 0) {
+      best = {runs_[last_].sum, runs_[last_].first + taken_[last_]};
+    }
+    if (!given_.empty() && (best.second < 0 || *given_.begin() < best)) {
+      best = *given_.begin();
+    }
+    return best.second;
+  }
+
+  void add(int rank, std::int64_t bytes) {
+    const auto it = load_of_.find(rank);
+    std::int64_t load = 0;
+    if (it != load_of_.end()) {
+      load = it->second;
+      given_.erase({load, rank});
+    } else {
+      load = runs_[last_].sum;  // rank is its lowest untaken rank (lightest())
+      if (++taken_[last_] == runs_[last_].count) {
+        --last_;  // the runs before it have every rank untaken
+      }
+    }
+    load_of_[rank] = load + bytes;
+    given_.emplace(load + bytes, rank);
+  }
+
+ private:
+  std::vector<detail::ByteRun> runs_;
+  std::vector<int> taken_;  // ranks of each run given a unit (a prefix of the run)
+  int last_ = -1;           // the last run with an untaken rank, or -1
+  std::set<std::pair<std::int64_t, int>> given_;  // (load, rank) of the ranks given a unit
+  std::map<int, std::int64_t> load_of_;           // and their loads by rank
+};
+
 // The whole-placement part of LayerWise and Hybrid. Places every parameter whose index is in
 // `members` whole, unit by unit, starting from the bytes `load` already holds per rank.
 void place_units_whole(const std::vector<ParameterInfo>& parameters,
-                       const std::vector<std::size_t>& members, std::vector<std::int64_t>& load,
+                       const std::vector<std::size_t>& members, RankLoads& load,
                        std::vector<ParameterPlacement>& placements) {
   // Units by name (std::map: ordered, so the result never depends on a hash or on addresses).
   std::map<std::string, std::pair<std::int64_t, std::vector<std::size_t>>> units;
@@ -31,32 +85,25 @@ void place_units_whole(const std::vector<ParameterInfo>& parameters,
   std::stable_sort(order.begin(), order.end(),
                    [](const auto* a, const auto* b) { return a->second.first > b->second.first; });
   for (const auto* unit : order) {
-    // The least-loaded rank; on equal loads the lowest rank (min_element returns the first).
-    const auto lightest = std::min_element(load.begin(), load.end());
-    const int rank = static_cast<int>(lightest - load.begin());
-    *lightest += unit->second.first;
+    // The least-loaded rank; on equal loads the lowest rank.
+    const int rank = load.lightest();
+    load.add(rank, unit->second.first);
     for (std::size_t index : unit->second.second) {
       placements[index] = ParameterPlacement{Placement::whole, rank};
     }
   }
 }
 
-// Bytes each rank holds of the sharded parameters among `members`.
-void add_sharded_load(const std::vector<ParameterInfo>& parameters,
-                      const std::vector<std::size_t>& members, std::vector<std::int64_t>& load) {
-  const int ranks = static_cast<int>(load.size());
+// Runs of the bytes each rank holds of the sharded parameters among `members`.
+RankLoads sharded_load(const std::vector<ParameterInfo>& parameters,
+                       const std::vector<std::size_t>& members, int world_size) {
+  detail::ByteSums sums(world_size);
   for (std::size_t index : members) {
-    const std::int64_t numel = parameters[index].numel();
-    const std::int64_t element = static_cast<std::int64_t>(size_of(parameters[index].dtype));
-    // The pieces after the first empty one are empty too.
-    for (int r = 0; r < ranks; ++r) {
-      const std::int64_t size = shard_range(numel, ranks, r).size;
-      if (size == 0) {
-        break;
-      }
-      load[static_cast<std::size_t>(r)] += size * element;
-    }
+    detail::add_piece_bytes(sums, parameters[index].numel(),
+                            static_cast<std::int64_t>(size_of(parameters[index].dtype)), world_size,
+                            index);
   }
+  return RankLoads(detail::byte_runs(sums));
 }
 
 void check_inputs(const std::vector<ParameterInfo>& parameters, int world_size) {
@@ -91,7 +138,7 @@ ShardingPlan LayerWiseSharding::make_plan(const std::vector<ParameterInfo>& para
       members.push_back(i);
     }
   }
-  std::vector<std::int64_t> load(static_cast<std::size_t>(world_size), 0);
+  RankLoads load = sharded_load(parameters, {}, world_size);
   place_units_whole(parameters, members, load, placements);
   return ShardingPlan(name(), world_size, parameters, std::move(placements));
 }
@@ -131,8 +178,7 @@ ShardingPlan HybridSharding::make_plan(const std::vector<ParameterInfo>& paramet
       sharded.push_back(i);  // full-shard patterns and everything unmatched
     }
   }
-  std::vector<std::int64_t> load(static_cast<std::size_t>(world_size), 0);
-  add_sharded_load(parameters, sharded, load);
+  RankLoads load = sharded_load(parameters, sharded, world_size);
   place_units_whole(parameters, whole, load, placements);
   return ShardingPlan(name(), world_size, parameters, std::move(placements));
 }

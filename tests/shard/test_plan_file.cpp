@@ -267,7 +267,7 @@ BOOST_AUTO_TEST_CASE(hostile_hdf5_plans_behind_a_valid_checksum_are_refused) {
   refused([&](hid_t f) { replace_dataset(f, "numel", H5T_STD_I64LE, huge); },
           {"dataset 'numel' is not a plain 1-D dataset of at most"});
   refused([&](hid_t f) { replace_dataset(f, "names", names_type(1u << 30), 7); },
-          {"dataset 'names' is not 7 fixed-length strings of at most 1024 bytes"});
+          {"dataset 'names' is not 7 fixed-length strings of at most 1025 bytes"});
   refused(
       [&](hid_t f) {
         const hid_t variable = H5Tcopy(H5T_C_S1);
@@ -343,7 +343,7 @@ BOOST_AUTO_TEST_CASE(hdf5_plan_strings_are_fixed_length) {
   const hid_t dataset = H5Dopen2(file, "names", H5P_DEFAULT);
   const hid_t type = H5Dget_type(dataset);
   const std::size_t width = H5Tget_size(type);
-  BOOST_TEST(width == 6u);  // "head.w"
+  BOOST_TEST(width == 7u);  // "head.w" and its NUL
   std::string names(7 * width, '\0');
   BOOST_TEST(H5Dread(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, names.data()) >= 0);
   BOOST_TEST(names.substr(width, 4) == "l0.w");

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "fsdp/shard/model_description.hpp"
+#include "fsdp/shard/shard_range.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "plan_test_util.hpp"
 
@@ -498,4 +499,70 @@ BOOST_AUTO_TEST_CASE(transformer_configs_are_whole_numbers_in_range) {
                         (MessageHas{{"kv_heads must be from 0 to 12 (0: heads), got 13"}}));
   BOOST_TEST(transformer_parameters(config(R"("layers": 65536, "hidden": 8, "heads": 2)")).size() ==
              2u + 65536u * 12u + 2u);
+}
+
+// LayerWise and Hybrid place units without a load per rank (runs of the sharded part's loads);
+// the placement is the greedy rule's, rank by rank: checked against the rule written plainly
+// (a vector of loads and the lowest least-loaded rank for each unit).
+BOOST_AUTO_TEST_CASE(whole_units_are_placed_by_the_plain_greedy_rule) {
+  const auto gpt2 = transformer_parameters(TransformerConfig::gpt2_small());
+  TransformerConfig small_llama = TransformerConfig::llama2_7b();
+  small_llama.layers = 5;
+  small_llama.hidden = 64;
+  small_llama.heads = 4;
+  small_llama.vocab = 1000;
+  const auto llama = transformer_parameters(small_llama);
+  // Equal loads everywhere: sharded pieces leave the trailing ranks lighter, and units as heavy as
+  // a piece tie with ranks that got none (the lowest rank must win).
+  std::vector<ParameterInfo> ties = {param("s0", {2}, "s0"), param("s1", {5}, "s1")};
+  for (int u = 0; u < 12; ++u) {
+    ties.push_back(param("u" + std::to_string(u), {1 + u % 2}, "u" + std::to_string(u)));
+  }
+  struct Case {
+    const std::vector<ParameterInfo>* model;
+    std::vector<std::string> full, layer_wise;  // both empty: LayerWise
+  };
+  const std::vector<Case> cases = {{&gpt2, {}, {}},
+                                   {&llama, {}, {}},
+                                   {&gpt2, {"h.1*"}, {"h.*", "embeddings"}},
+                                   {&llama, {"layers.0"}, {"*"}},
+                                   {&llama, {"embeddings", "lm_head"}, {"layers.*"}},
+                                   {&ties, {"s*"}, {"u*"}},
+                                   {&ties, {}, {}}};
+  for (const Case& c : cases) {
+    const auto& model = *c.model;
+    for (int world : {1, 2, 3, 7, 16, 33, 100, 1000, 4097}) {
+      const ShardingPlan plan = c.full.empty() && c.layer_wise.empty()
+                                    ? LayerWiseSharding().make_plan(model, world)
+                                    : HybridSharding(c.full, c.layer_wise).make_plan(model, world);
+      // The rule written plainly.
+      std::vector<std::int64_t> load(static_cast<std::size_t>(world), 0);
+      std::map<std::string, std::int64_t> units;
+      for (std::size_t i = 0; i < model.size(); ++i) {
+        if (plan.placements()[i].placement == Placement::sharded) {
+          for (int r = 0; r < world; ++r) {
+            load[static_cast<std::size_t>(r)] +=
+                shard_range(model[i].numel(), world, r).size * model[i].bytes() / model[i].numel();
+          }
+        } else if (plan.placements()[i].placement == Placement::whole) {
+          units[model[i].unit()] += model[i].bytes();
+        }
+      }
+      std::vector<std::pair<std::string, std::int64_t>> order(units.begin(), units.end());
+      std::stable_sort(order.begin(), order.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
+      std::map<std::string, int> owner;
+      for (const auto& [unit, bytes] : order) {
+        const auto lightest = std::min_element(load.begin(), load.end());
+        owner[unit] = static_cast<int>(lightest - load.begin());
+        *lightest += bytes;
+      }
+      for (std::size_t i = 0; i < model.size(); ++i) {
+        if (plan.placements()[i].placement == Placement::whole) {
+          BOOST_TEST(plan.placements()[i].owner_rank == owner[model[i].unit()],
+                     model[i].name << " at " << world << " ranks");
+        }
+      }
+    }
+  }
 }
