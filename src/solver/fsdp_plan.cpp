@@ -55,20 +55,39 @@ ExecutablePlan executable_plan(const Graph& graph, const Solution& solution) {
 
   std::vector<ParameterInfo> parameters;
   std::vector<ParameterPlacement> placements;
+  int tensor_parallel = 0;
+  std::string example;  // the first tensor-parallel parameter and its splits
   for (const ParameterOutcome& p : solution.parameters) {
     const Node& node = graph.node(graph.index_of(p.id));
     parameters.push_back(ParameterInfo{node.id, node.shape, node.dtype, "", false});
     const bool sharded = cut_along(p, 0) || (axes > 1 && cut_along(p, 1));
     placements.push_back(
         ParameterPlacement{sharded ? Placement::sharded : Placement::replicated, -1});
+    std::string splits;
     for (int a = 0; a < axes; ++a) {
       if (p.uses[static_cast<std::size_t>(a)] == ParameterUse::tensor_parallel) {
-        notes.push_back("parameter '" + p.id + "': the solution splits dimension " +
-                        std::to_string(p.layout.axis(a).dim) + " along mesh " + axis_text(a) +
-                        " for tensor parallelism, which fsdp does not run: the plan "
-                        "shards it (FSDP), so each rank gathers it whole for its compute");
+        splits += (splits.empty() ? "" : " and ") + std::string("dimension ") +
+                  std::to_string(p.layout.axis(a).dim) + " along mesh " + axis_text(a);
       }
     }
+    if (!splits.empty()) {
+      ++tensor_parallel;
+      if (example.empty()) {
+        example = "'" + p.id + "': " + splits;
+      }
+    }
+  }
+  if (tensor_parallel == 1) {
+    notes.push_back("1 parameter is split for tensor parallelism, which fsdp does not run (" +
+                    example +
+                    "): the plan shards it (FSDP), so each rank gathers it whole for its compute");
+  } else if (tensor_parallel > 1) {
+    notes.push_back(std::to_string(tensor_parallel) +
+                    " parameters are split for tensor parallelism, which fsdp does not run (such "
+                    "as " +
+                    example +
+                    "): the plan shards them (FSDP), so each rank gathers them whole for its "
+                    "compute");
   }
   require(!parameters.empty(),
           "executable_plan: the graph has no parameter node; a sharding plan needs at least one "
@@ -77,7 +96,7 @@ ExecutablePlan executable_plan(const Graph& graph, const Solution& solution) {
   // Compute: fsdp runs every op on a rank's rows of the batch (the first dimension of the data)
   // with parameters gathered whole; other splits of activations are not executed.
   int model_parallel = 0;
-  std::string example;
+  example.clear();
   for (std::size_t i = 0; i < graph.size(); ++i) {
     const Node& node = graph.node(static_cast<int>(i));
     if (node.inputs.empty() || node.kind == OpKind::output) {

@@ -25,13 +25,21 @@ struct Entry {
   int choice;    // the strategy the step's node took
 };
 
-// True when a is at least as good as b for every continuation (docs/solver.md).
+// The bytes that bound a way's future: the peak so far and the bytes held, each with the
+// persistent bytes so far (docs/solver.md, "Memory budget").
+std::int64_t peak_of(const Entry& e) {
+  return checked_add(e.state, e.worst, [] { return std::string("the peak of a plan"); });
+}
+std::int64_t held_of(const Entry& e) {
+  return checked_add(e.state, e.alive, [] { return std::string("the memory of a plan"); });
+}
+
+// True when a is at least as good as b for every continuation.
 bool covers(const Entry& a, const Entry& b, Objective objective) {
   if (objective == Objective::seconds) {
     return a.cost <= b.cost;
   }
-  const bool memory =
-      a.state + a.worst <= b.state + b.worst && a.state + a.alive <= b.state + b.alive;
+  const bool memory = peak_of(a) <= peak_of(b) && held_of(a) <= held_of(b);
   if (objective == Objective::smallest_peak) {
     return memory;
   }
@@ -193,7 +201,7 @@ std::vector<int> pareto_search(const StepModel& model, Objective objective, std:
               const std::int64_t activation = model.activation_bytes(v, s);
               std::int64_t step = checked_add(from.alive, activation, what);
               e.worst = std::max(e.worst, checked_add(step, forward, what));
-              e.alive = from.alive - freed_bytes + (v_kept ? activation : 0);
+              e.alive = checked_add(from.alive - freed_bytes, v_kept ? activation : 0, what);
               if (facts.has_backward) {
                 std::int64_t at_backward = from.alive - unread_bytes;
                 add_to(at_backward, gradient_bytes, what);
@@ -202,8 +210,7 @@ std::vector<int> pareto_search(const StepModel& model, Objective objective, std:
                 e.worst = std::max(e.worst, at_backward);
               }
             }
-            if (objective == Objective::within_budget &&
-                checked_add(e.state, e.worst, what) > budget) {
+            if (objective == Objective::within_budget && peak_of(e) > budget) {
               continue;  // the peak only grows from here
             }
           }
@@ -297,10 +304,10 @@ std::vector<int> pareto_search(const StepModel& model, Objective objective, std:
       continue;
     }
     const Entry& b = current[static_cast<std::size_t>(best)];
-    const bool better = objective == Objective::smallest_peak
-                            ? e.state + e.worst < b.state + b.worst ||
-                                  (e.state + e.worst == b.state + b.worst && e.cost < b.cost)
-                            : e.cost < b.cost;
+    const bool better =
+        objective == Objective::smallest_peak
+            ? peak_of(e) < peak_of(b) || (peak_of(e) == peak_of(b) && e.cost < b.cost)
+            : e.cost < b.cost;
     if (better) {
       best = static_cast<int>(i);
     }

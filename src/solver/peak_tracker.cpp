@@ -41,7 +41,8 @@ void PeakTracker::move(int v, int s) {
 void PeakTracker::add_node(int v, int sign, bool edges_out) {
   const NodeFacts& f = model_.facts(v);
   const int s = choice_[static_cast<std::size_t>(v)];
-  state_ += sign * model_.state_bytes(v, s);
+  add_to(state_, sign * model_.state_bytes(v, s),
+         [] { return std::string("the persistent memory of a plan"); });
   const std::int64_t activation = sign * model_.activation_bytes(v, s);
   if (activation != 0) {
     if (model_.options().training() && f.first_reader >= 0) {

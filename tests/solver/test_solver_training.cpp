@@ -457,8 +457,8 @@ BOOST_AUTO_TEST_CASE(executable_plan_states_what_fsdp_cannot_run) {
   // Tensor parallel along axis 1 (columns of w and of h): not run by fsdp.
   const ExecutablePlan tensor = plan_with("[R,S1]", "[S0,S1]");
   const std::string notes = all_notes(tensor);
-  BOOST_TEST(notes.find("parameter 'w': the solution splits dimension 1 along mesh axis 1 for "
-                        "tensor parallelism") != std::string::npos);
+  BOOST_TEST(notes.find("1 parameter is split for tensor parallelism, which fsdp does not run "
+                        "('w': dimension 1 along mesh axis 1)") != std::string::npos);
   BOOST_TEST(notes.find("1 computed nodes are laid out other than by rows of the batch (such as "
                         "'h' a0 split batch dim 0, a1 split output features (N))") !=
              std::string::npos);
