@@ -84,12 +84,27 @@ CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options
   // straight into it. Mixed, they would pair a signature with data: agree first, on every rank.
   // The lowest rank that checks and the lowest that does not, in one all-reduce (the duplicate
   // above has just synchronized every rank, so this cannot wait for long).
+  // The same all-reduce finds the lowest rank whose environment was malformed
+  // (CollectiveOptions::environment_error), whose words then reach every rank.
   const std::int64_t none = std::numeric_limits<std::int64_t>::max();
   const std::int64_t rank = comm_.rank();
-  std::int64_t lowest[2] = {options_.check_arguments ? rank : none,
-                            options_.check_arguments ? none : rank};
-  mpi::check(MPI_Allreduce(MPI_IN_PLACE, lowest, 2, MPI_INT64_T, MPI_MIN, comm_.get()),
+  std::int64_t lowest[3] = {options_.check_arguments ? rank : none,
+                            options_.check_arguments ? none : rank,
+                            options_.environment_error.empty() ? none : rank};
+  mpi::check(MPI_Allreduce(MPI_IN_PLACE, lowest, 3, MPI_INT64_T, MPI_MIN, comm_.get()),
              "MPI_Allreduce (collective check agreement)", comm_.rank());
+  if (lowest[2] != none) {
+    const int root = static_cast<int>(lowest[2]);
+    std::string problem = options_.environment_error;
+    int length = static_cast<int>(std::min<std::size_t>(problem.size(), 4096));
+    mpi::check(MPI_Bcast(&length, 1, MPI_INT, root, comm_.get()),
+               "MPI_Bcast (environment error length)", comm_.rank());
+    problem.resize(static_cast<std::size_t>(length));
+    mpi::check(MPI_Bcast(problem.data(), length, MPI_CHAR, root, comm_.get()),
+               "MPI_Bcast (environment error)", comm_.rank());
+    throw Error("the environment of rank " + std::to_string(root) + " is not understood: " +
+                problem + " (every rank of a process group checks it when the group is made)");
+  }
   if (lowest[0] != none && lowest[1] != none) {
     throw Error(ErrorKind::mismatch,
                 "ranks disagree on checking collectives: rank " + std::to_string(lowest[0]) +

@@ -10,8 +10,13 @@
 namespace fsdp {
 namespace {
 
-// A 0/1 switch from the environment; unset leaves value as it is.
-void read_switch(const char* variable, bool& value) {
+// Adds one problem to the options' environment_error.
+void add_problem(CollectiveOptions& options, const std::string& problem) {
+  options.environment_error += (options.environment_error.empty() ? "" : "; ") + problem;
+}
+
+// A 0/1 switch from the environment; unset, or malformed (a problem added), leaves value as it is.
+void read_switch(CollectiveOptions& options, const char* variable, bool& value) {
   if (const char* text = std::getenv(variable)) {
     const std::string given(text);
     if (given == "1" || given == "ON" || given == "on" || given == "true") {
@@ -19,7 +24,8 @@ void read_switch(const char* variable, bool& value) {
     } else if (given == "0" || given == "OFF" || given == "off" || given == "false") {
       value = false;
     } else {
-      throw Error(std::string(variable) + "='" + given + "' is not understood; use 1 or 0");
+      add_problem(options,
+                  std::string(variable) + "='" + given + "' is not understood; use 1 or 0");
     }
   }
 }
@@ -28,17 +34,18 @@ void read_switch(const char* variable, bool& value) {
 
 CollectiveOptions CollectiveOptions::from_environment() {
   CollectiveOptions options;
-  read_switch("FSDP_CHECK_COLLECTIVES", options.check_arguments);
-  read_switch("FSDP_STAGE_HOST_BUFFERS", options.stage_host_buffers);
+  read_switch(options, "FSDP_CHECK_COLLECTIVES", options.check_arguments);
+  read_switch(options, "FSDP_STAGE_HOST_BUFFERS", options.stage_host_buffers);
   if (const char* value = std::getenv("FSDP_COLLECTIVE_TIMEOUT_S")) {
     char* end = nullptr;
     errno = 0;
     const double seconds = std::strtod(value, &end);
     if (end == value || *end != '\0' || errno != 0 || !std::isfinite(seconds) || seconds < 0) {
-      throw Error(std::string("FSDP_COLLECTIVE_TIMEOUT_S='") + value +
-                  "' is not a number of seconds >= 0 (0 waits forever, default 600)");
+      add_problem(options, std::string("FSDP_COLLECTIVE_TIMEOUT_S='") + value +
+                               "' is not a number of seconds >= 0 (0 waits forever, default 600)");
+    } else {
+      options.timeout_s = seconds;
     }
-    options.timeout_s = seconds;
   }
   return options;
 }

@@ -102,17 +102,43 @@ BOOST_AUTO_TEST_CASE(view_sizes_are_checked) {
 
 BOOST_AUTO_TEST_CASE(environment_options_are_validated) {
   setenv("FSDP_COLLECTIVE_TIMEOUT_S", "soon", 1);
-  BOOST_CHECK_EXCEPTION(CollectiveOptions::from_environment(), Error,
-                        message_has("FSDP_COLLECTIVE_TIMEOUT_S='soon'"));
+  CollectiveOptions soon = CollectiveOptions::from_environment();
+  BOOST_TEST(soon.environment_error ==
+             "FSDP_COLLECTIVE_TIMEOUT_S='soon' is not a number of seconds >= 0 (0 waits forever, "
+             "default 600)");
+  BOOST_TEST(soon.timeout_s == 600.0);  // the default kept
   setenv("FSDP_COLLECTIVE_TIMEOUT_S", "2.5", 1);
   setenv("FSDP_CHECK_COLLECTIVES", "1", 1);
   CollectiveOptions options = CollectiveOptions::from_environment();
   BOOST_TEST(options.timeout_s == 2.5);
   BOOST_TEST(options.check_arguments);
+  BOOST_TEST(options.environment_error.empty());
   setenv("FSDP_CHECK_COLLECTIVES", "maybe", 1);
-  BOOST_CHECK_THROW(CollectiveOptions::from_environment(), Error);
+  BOOST_TEST(CollectiveOptions::from_environment().environment_error ==
+             "FSDP_CHECK_COLLECTIVES='maybe' is not understood; use 1 or 0");
   unsetenv("FSDP_CHECK_COLLECTIVES");
   setenv("FSDP_COLLECTIVE_TIMEOUT_S", "120", 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_environment_on_one_rank_fails_every_rank) {
+  // Only the last rank's environment is malformed; the group is made on every rank. Before, that
+  // rank threw while building its options and the others waited in the group's creation forever.
+  int ranks = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const bool last = rank == ranks - 1;
+  if (last) {
+    setenv("FSDP_CHECK_COLLECTIVES", "maybe", 1);
+  }
+  const std::string expected = "the environment of rank " + std::to_string(ranks - 1) +
+                               " is not understood: FSDP_CHECK_COLLECTIVES='maybe' is not "
+                               "understood; use 1 or 0 (every rank of a process group checks it "
+                               "when the group is made)";
+  BOOST_CHECK_EXCEPTION(ProcessGroup(MPI_COMM_WORLD), Error, [&](const Error& error) {
+    return error.kind() == ErrorKind::usage && error.message() == expected;
+  });
+  unsetenv("FSDP_CHECK_COLLECTIVES");
+  BOOST_TEST(ProcessGroup(MPI_COMM_WORLD).size() == ranks);  // and the next group is fine
 }
 
 namespace {

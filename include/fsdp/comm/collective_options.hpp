@@ -1,6 +1,8 @@
 // How a process group guards its collectives against ranks that disagree or never arrive.
 #pragma once
 
+#include <string>
+
 namespace fsdp {
 
 struct CollectiveOptions {
@@ -19,9 +21,15 @@ struct CollectiveOptions {
   // MPI groups only. FSDP_STAGE_HOST_BUFFERS.
   bool stage_host_buffers = false;
 
+  // What from_environment could not understand, empty when all was well. A process group made
+  // with these options raises it as fsdp::Error on every rank of the group, naming the rank: a
+  // throw inside from_environment on the one rank whose environment differs would leave the
+  // others waiting in the group's creation.
+  std::string environment_error;
+
   // The defaults above, overridden by FSDP_CHECK_COLLECTIVES (0/1), FSDP_COLLECTIVE_TIMEOUT_S
-  // (seconds) and FSDP_STAGE_HOST_BUFFERS (0/1); a malformed value is an error that says what is
-  // accepted.
+  // (seconds) and FSDP_STAGE_HOST_BUFFERS (0/1). A malformed value keeps the default and is
+  // described in environment_error (what was given and what is accepted).
   static CollectiveOptions from_environment();
 };
 
