@@ -3,21 +3,12 @@
 #pragma once
 
 #include <fstream>
-#include <string>
+
+#include "../common/process_status.hpp"
 
 namespace fsdp::bench {
 
-// A field of /proc/self/status in kB ("VmHWM:", "VmRSS:"); -1 when unavailable.
-inline long status_kb(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.compare(0, field.size(), field) == 0) {
-      return std::stol(line.substr(field.size()));
-    }
-  }
-  return -1;
-}
+using fsdp_apps::status_kb;
 
 // Measures the peak resident memory a piece of work adds to the process: the kernel's high-water
 // mark (VmHWM) is reset to the current RSS through /proc/self/clear_refs before the work and read
