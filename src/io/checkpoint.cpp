@@ -587,15 +587,16 @@ int crash_rank() {
 
 // Every string of the header fits what read_header reads back: a NUL-terminated string holds no
 // NUL byte (one would cut it short, silently), and each has its bound. The header is the same on
-// every rank (the plan is agreed on, the state is rank 0's), so every rank throws alike.
-void check_strings(const CheckpointHeader& h) {
-  const auto check = [](const std::string& what, const std::string& value, std::size_t most_bytes) {
-    require(
-        value.find('\0') == std::string::npos,
-        "save_checkpoint: " + what + " holds a NUL byte; checkpoints store NUL-terminated strings",
-        ErrorKind::usage);
+// every rank (the plan is agreed on, the state is rank 0's), so every rank throws alike. caller:
+// the function that writes the header, for the message.
+void check_strings(const CheckpointHeader& h, const std::string& caller) {
+  const auto check = [&](const std::string& what, const std::string& value,
+                         std::size_t most_bytes) {
+    require(value.find('\0') == std::string::npos,
+            caller + ": " + what + " holds a NUL byte; checkpoints store NUL-terminated strings",
+            ErrorKind::usage);
     require(value.size() < most_bytes,
-            "save_checkpoint: " + what + " has " + std::to_string(value.size()) +
+            caller + ": " + what + " has " + std::to_string(value.size()) +
                 " bytes; a checkpoint holds at most " + std::to_string(most_bytes - 1),
             ErrorKind::usage);
   };
@@ -604,7 +605,7 @@ void check_strings(const CheckpointHeader& h) {
   check("the plan", h.plan_json, kMostLongString);
   check("the optimizer's name", h.optimizer, kMostShortString);
   for (const auto& [key, value] : h.state.metadata) {
-    require(!key.empty(), "save_checkpoint: a metadata key is empty", ErrorKind::usage);
+    require(!key.empty(), caller + ": a metadata key is empty", ErrorKind::usage);
     check("metadata key '" + key + "'", key, kMostMetadataKey);
     check("the value of metadata key '" + key + "'", value, kMostLongString);
   }
@@ -822,7 +823,6 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
     broadcast_string(group, text, 0);
     header.state = header_from_json(Json::parse(text)).state;
   }
-  check_strings(header);
   std::vector<std::string> state_names;
   if (optimizer != nullptr) {
     header.optimizer = optimizer->name();
@@ -832,6 +832,7 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
       state_names = optimizer->state_names();
     }
   }
+  check_strings(header, "save_checkpoint");
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     model.unit(u).execution_space().fence();
   }
@@ -1170,7 +1171,7 @@ CheckpointHeader upgrade_checkpoint(const std::string& old_path, const std::stri
   CheckpointHeader header = old;
   header.format_version = kCheckpointFormatVersion;
   header.library_version = FSDP_VERSION_STRING;  // the fsdp that writes the new file
-  check_strings(header);
+  check_strings(header, "upgrade_checkpoint: " + file.file());
 
   long long file_bytes = header_bytes(header, header.tensors.size());
   for (const CheckpointTensor& tensor : header.tensors) {
