@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!header) {
     return 0;
   }
-  if (header->format_version < 1 || header->format_version > fsdp::kCheckpointFormatVersion) {
+  if (header->format_version != fsdp::kCheckpointFormatVersion) {
     fsdp_fuzz::finding("read_checkpoint_header accepted format version " +
                        std::to_string(header->format_version));
   }

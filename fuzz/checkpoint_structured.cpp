@@ -3,9 +3,9 @@
 // docs/checkpoints.md, each attribute of the intended type and value or another one, each tensor
 // of any type, shape, layout and storage, with its checksum right, wrong, of another type or
 // missing. read_checkpoint_header must give a header or fsdp::Error and leave no HDF5 object open;
-// a header it gives has a format version this fsdp reads, every tensor built with its shape, and
-// no negative extent; verify_checkpoint must refuse a tensor whose values are known and whose
-// checksum is missing or wrong.
+// a header it gives has a format version this fsdp reads, no variable-length string (format 1's,
+// never read), every tensor built with its shape, and no negative extent; verify_checkpoint must
+// refuse a tensor whose values are known and whose checksum is missing or wrong.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -95,22 +95,25 @@ BuiltTensor build_tensor(FuzzInput& in, hid_t group, const std::string& prefix) 
   return tensor;
 }
 
-std::vector<BuiltTensor> build_checkpoint(FuzzInput& in, hid_t file) {
+// The tensors as built; *variable_strings: whether any string attribute was built variable-length.
+std::vector<BuiltTensor> build_checkpoint(FuzzInput& in, hid_t file, bool* variable_strings) {
   Handle root(built(H5Gopen2(file, "/", H5P_DEFAULT)), H5Gclose);
   const hid_t r = root.get();
-  fsdp_fuzz::build_string_attribute(in, r, "format", "fsdp-checkpoint");
+  *variable_strings |= fsdp_fuzz::build_string_attribute(in, r, "format", "fsdp-checkpoint");
   fsdp_fuzz::build_number_attribute<std::int32_t>(in, r, "format_version", H5T_STD_I32LE,
                                                   H5T_NATIVE_INT32, fsdp::kCheckpointFormatVersion);
-  fsdp_fuzz::build_string_attribute(in, r, "library_version", FSDP_VERSION_STRING);
+  *variable_strings |=
+      fsdp_fuzz::build_string_attribute(in, r, "library_version", FSDP_VERSION_STRING);
   fsdp_fuzz::build_number_attribute<std::int64_t>(in, r, "step", H5T_STD_I64LE, H5T_NATIVE_INT64,
                                                   10);
   fsdp_fuzz::build_number_attribute<std::int64_t>(in, r, "epoch", H5T_STD_I64LE, H5T_NATIVE_INT64,
                                                   1);
   fsdp_fuzz::build_number_attribute<std::int32_t>(in, r, "world_size", H5T_STD_I32LE,
                                                   H5T_NATIVE_INT32, 2);
-  fsdp_fuzz::build_string_attribute(in, r, "strategy", "full");
-  fsdp_fuzz::build_string_attribute(in, r, "plan", "{}");
-  fsdp_fuzz::build_string_attribute(in, r, "checksum_algorithm", fsdp::kChecksumAlgorithm);
+  *variable_strings |= fsdp_fuzz::build_string_attribute(in, r, "strategy", "full");
+  *variable_strings |= fsdp_fuzz::build_string_attribute(in, r, "plan", "{}");
+  *variable_strings |=
+      fsdp_fuzz::build_string_attribute(in, r, "checksum_algorithm", fsdp::kChecksumAlgorithm);
   if (in.flag()) {
     fsdp::SamplerState sampler;
     sampler.dataset_size = 8;
@@ -125,7 +128,8 @@ std::vector<BuiltTensor> build_checkpoint(FuzzInput& in, hid_t file) {
     const int count = in.choice(4);
     for (int i = 0; i < count; ++i) {
       const std::string key = in.flag() ? in.text(12) : "key" + std::to_string(i);
-      fsdp_fuzz::build_string_attribute(in, metadata.get(), key.c_str(), "value");
+      *variable_strings |=
+          fsdp_fuzz::build_string_attribute(in, metadata.get(), key.c_str(), "value");
     }
   }
   std::vector<BuiltTensor> tensors;
@@ -134,7 +138,7 @@ std::vector<BuiltTensor> build_checkpoint(FuzzInput& in, hid_t file) {
     Handle group(built(H5Gcreate2(r, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                  H5Gclose);
     const hid_t o = group.get();
-    fsdp_fuzz::build_string_attribute(in, o, "name", "adam");
+    *variable_strings |= fsdp_fuzz::build_string_attribute(in, o, "name", "adam");
     for (const char* setting :
          {"lr", "weight_decay", "momentum", "dampening", "beta1", "beta2", "eps"}) {
       fsdp_fuzz::build_number_attribute<double>(in, o, setting, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
@@ -157,8 +161,14 @@ std::vector<BuiltTensor> build_checkpoint(FuzzInput& in, hid_t file) {
   return tensors;
 }
 
-void check_header(const fsdp::CheckpointHeader& header, const std::vector<BuiltTensor>& tensors) {
-  if (header.format_version < 1 || header.format_version > fsdp::kCheckpointFormatVersion) {
+void check_header(const fsdp::CheckpointHeader& header, const std::vector<BuiltTensor>& tensors,
+                  bool variable_strings) {
+  // Every string attribute built is read for a header: a variable-length one must be refused
+  // (reading it reads the global heap, where libhdf5 hangs on damage).
+  if (variable_strings) {
+    fsdp_fuzz::finding("read_checkpoint_header accepted a variable-length string attribute");
+  }
+  if (header.format_version != fsdp::kCheckpointFormatVersion) {
     fsdp_fuzz::finding("read_checkpoint_header accepted format version " +
                        std::to_string(header.format_version));
   }
@@ -198,10 +208,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FuzzInput in(data, size);
   const std::string path = fsdp_fuzz::scratch_path("checkpoint-built.h5");
   std::vector<BuiltTensor> tensors;
+  bool variable_strings = false;
   try {
     fsdp::hdf5::QuietErrorStack quiet;
     fsdp_fuzz::BuiltFile file(path, in);
-    tensors = build_checkpoint(in, file.get());
+    tensors = build_checkpoint(in, file.get(), &variable_strings);
     file.close();
   } catch (const fsdp_fuzz::CannotBuild&) {
     fsdp_fuzz::expect_no_open_hdf5_objects("building the input file");
@@ -213,7 +224,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!header) {
     return 0;
   }
-  check_header(*header, tensors);
+  check_header(*header, tensors, variable_strings);
   const auto verified = fsdp_fuzz::value_or_error("verify_checkpoint", [&] {
     fsdp::verify_checkpoint(path);
     return true;

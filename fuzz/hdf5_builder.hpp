@@ -340,12 +340,16 @@ inline BuiltDataset build_dataset(FuzzInput& in, hid_t parent, const std::string
 // Attributes: the intended type and value when the choice is 0, else another value, type, shape
 // or none at all.
 
-// A string attribute (variable-length UTF-8, as fsdp writes them).
-inline void build_string_attribute(FuzzInput& in, hid_t object, const char* name,
+// A string attribute: fixed-length, NUL-terminated UTF-8 (as fsdp writes them) of the intended
+// or a fuzzed value, or two of them, or a variable-length one (as checkpoints of format 1 and
+// other programs wrote them, which readers must refuse without reading the global heap), a
+// number, no value, an ASCII one padded without a NUL, or none. True when it built a
+// variable-length one.
+inline bool build_string_attribute(FuzzInput& in, hid_t object, const char* name,
                                    const std::string& intended) {
   const int pick = in.choice(8);
   if (pick == 7) {
-    return;  // missing
+    return false;  // missing
   }
   const std::string value = pick == 1 ? in.text(40) : intended;
   const hsize_t two = 2;  // pick 2: two strings instead of one
@@ -353,32 +357,44 @@ inline void build_string_attribute(FuzzInput& in, hid_t object, const char* name
                            : pick == 2 ? H5Screate_simple(1, &two, nullptr)
                                        : H5Screate(H5S_SCALAR)),
                      H5Sclose);
-  if (pick == 3 || pick == 4) {  // a fixed-length string, or a number
-    const hid_t stored = pick == 3 ? H5Tcopy(H5T_C_S1) : H5Tcopy(H5T_STD_I32LE);
-    Handle type(built(stored), H5Tclose);
-    if (pick == 3) {
-      built_status(H5Tset_size(type.get(), value.size() + 1));
-    }
-    std::vector<char> bytes(value.begin(), value.end());
-    bytes.resize(std::max<std::size_t>(bytes.size() + 1, 4), '\0');
+  if (pick == 3) {  // variable-length
+    Handle type(built(H5Tcopy(H5T_C_S1)), H5Tclose);
+    built_status(H5Tset_size(type.get(), H5T_VARIABLE));
+    built_status(H5Tset_cset(type.get(), in.flag() ? H5T_CSET_ASCII : H5T_CSET_UTF8));
     Handle attribute(
         built(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT)),
         H5Aclose);
-    built_status(H5Awrite(attribute.get(), type.get(), bytes.data()));
-    return;
+    const char* text = in.flag() ? value.c_str() : nullptr;  // or a null string
+    built_status(H5Awrite(attribute.get(), type.get(), &text));
+    return true;
   }
+  if (pick == 4) {  // a number
+    const std::int32_t number = 7;
+    Handle attribute(
+        built(H5Acreate2(object, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+        H5Aclose);
+    built_status(H5Awrite(attribute.get(), H5T_NATIVE_INT32, &number));
+    return false;
+  }
+  // Fixed-length: the value and its NUL, or (pick 6) ASCII of exactly the value's bytes, padded
+  // with NULs when shorter and ending without one.
+  const std::size_t width = pick == 6 ? std::max<std::size_t>(value.size(), 1) : value.size() + 1;
   Handle type(built(H5Tcopy(H5T_C_S1)), H5Tclose);
-  built_status(H5Tset_size(type.get(), H5T_VARIABLE));
+  built_status(H5Tset_size(type.get(), width));
+  built_status(H5Tset_strpad(type.get(), pick == 6 ? H5T_STR_NULLPAD : H5T_STR_NULLTERM));
   built_status(H5Tset_cset(type.get(), pick == 6 ? H5T_CSET_ASCII : H5T_CSET_UTF8));
+  std::vector<char> bytes(2 * width, '\0');
+  for (std::size_t copy = 0; copy < 2; ++copy) {
+    std::copy(value.begin(),
+              value.begin() + static_cast<std::ptrdiff_t>(std::min(value.size(), width)),
+              bytes.begin() + static_cast<std::ptrdiff_t>(copy * width));
+  }
   Handle attribute(
       built(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
-  const char* texts[2] = {value.c_str(), pick == 2 ? "second" : nullptr};
-  if (pick == 6 && in.flag()) {
-    texts[0] = nullptr;  // a null string
-  }
   if (pick != 5) {
-    built_status(H5Awrite(attribute.get(), type.get(), texts));
+    built_status(H5Awrite(attribute.get(), type.get(), bytes.data()));
   }
+  return false;
 }
 
 // A number attribute stored as `stored` (e.g. H5T_STD_I32LE) holding `intended` (memory type

@@ -2,6 +2,8 @@
 //   fsdp-ckpt inspect CHECKPOINT [--json]   what the file holds: state, optimizer, tensors
 //   fsdp-ckpt verify CHECKPOINT             every tensor's checksum against its data
 //   fsdp-ckpt export CHECKPOINT OUTPUT      the parameters as a plain unsharded HDF5 file
+//   fsdp-ckpt upgrade OLD NEW               a trusted checkpoint of format version 1 rewritten in
+//                                           this fsdp's format (NEW may be OLD)
 // CHECKPOINT is a file or a checkpoint directory (its "latest"). docs/checkpoints.md.
 #include <unistd.h>
 
@@ -135,12 +137,13 @@ int main(int argc, char** argv) {
     return fsdp_apps::kExitUsage;
   }
   CLI::App app{
-      "fsdp-ckpt: inspects, verifies and exports fsdp checkpoints (one process, no mpiexec). "
+      "fsdp-ckpt: inspects, verifies, exports and upgrades fsdp checkpoints (one process, no "
+      "mpiexec). "
       "CHECKPOINT is a checkpoint file or a checkpoint directory, which stands for the "
       "checkpoint its 'latest' names. docs/checkpoints.md describes the files."};
   app.footer(fsdp_apps::kKokkosOptions);
   app.require_subcommand(1);
-  std::string checkpoint, output;
+  std::string checkpoint, output, old_checkpoint;
   bool json = false;
   CLI::App* inspect = app.add_subcommand(
       "inspect", "print the step, epoch, sampler position, optimizer, metadata and tensors");
@@ -155,6 +158,17 @@ int main(int argc, char** argv) {
       "the parameter, in its logical shape (what load_parameters reads)");
   exporter->add_option("CHECKPOINT", checkpoint, "checkpoint file or directory")->required();
   exporter->add_option("OUTPUT", output, "the HDF5 file to write")->required();
+  CLI::App* upgrade = app.add_subcommand(
+      "upgrade",
+      "rewrite a checkpoint of format version 1 (variable-length strings, which this fsdp no "
+      "longer loads) in format version " +
+          std::to_string(fsdp::kCheckpointFormatVersion) +
+          ", checking every tensor against its checksum. OLD is trusted: HDF5 can hang on a "
+          "damaged format 1 file (stop it with Ctrl-C). NEW is written whole or not at all, "
+          "and may be OLD");
+  upgrade->add_option("OLD", old_checkpoint, "checkpoint file or directory of format version 1")
+      ->required();
+  upgrade->add_option("NEW", output, "the checkpoint file to write")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -162,6 +176,23 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (upgrade->parsed()) {
+      const std::string file = resolve(old_checkpoint);
+      const fsdp::CheckpointHeader old = fsdp::upgrade_checkpoint(file, output, [&] {
+        // Said before reading: if the file is damaged, this is the last line before the hang.
+        std::fprintf(stderr,
+                     "fsdp-ckpt: reading %s as a trusted checkpoint of format version 1 (HDF5 can "
+                     "hang on a damaged one: stop it with Ctrl-C)\n",
+                     file.c_str());
+      });
+      std::printf(
+          "fsdp-ckpt: wrote %s, format version %d: the %s of %s (format version %d, written by "
+          "fsdp %s), every checksum matching its data\n",
+          output.c_str(), fsdp::kCheckpointFormatVersion,
+          fsdp_apps::count_of(static_cast<long long>(old.tensors.size()), "tensor").c_str(),
+          file.c_str(), old.format_version, old.library_version.c_str());
+      return fsdp_apps::output_written("fsdp-ckpt", kExitOk);
+    }
     const std::string file = resolve(checkpoint);
     if (inspect->parsed()) {
       const fsdp::CheckpointHeader header = fsdp::read_checkpoint_header(file);

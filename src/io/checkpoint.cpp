@@ -1,4 +1,4 @@
-// Checkpoint files (format_version 1). HDF5 layout:
+// Checkpoint files (format_version 2). HDF5 layout:
 //   /                 attributes format = "fsdp-checkpoint", format_version (int32),
 //                     library_version, step (int64), epoch (int64), world_size (int32), strategy,
 //                     plan (the sharding plan as JSON), checksum_algorithm, sampler (int64[6],
@@ -9,7 +9,12 @@
 //   /optimizer        attributes name, lr, weight_decay, momentum, dampening, nesterov, beta1,
 //                     beta2, eps, step; only when an optimizer was saved
 //   /optimizer/<s>/<p> state s (exp_avg, exp_avg_sq, momentum) of parameter p, p's shape
-// A parameter name with '/' nests groups, as HDF5 paths do.
+// A parameter name with '/' nests groups, as HDF5 paths do. Every string is a fixed-length,
+// NUL-terminated UTF-8 string: a variable-length one lives in the file's global heap, and libhdf5
+// 1.10.8 hangs reading a damaged global heap (fuzz/corpus/checkpoint_hdf5/regressions). Format 1
+// stored them as variable-length strings; it is refused without reading one, and only
+// upgrade_checkpoint (fsdp-ckpt upgrade), which trusts the file, reads it. The file uses HDF5 1.8's
+// object format (libver bounds), the oldest that stores an attribute over 64 KiB (the plan).
 #include "fsdp/io/checkpoint.hpp"
 
 #include <hdf5.h>
@@ -24,6 +29,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
+#include <utility>
 
 #include "../core/json_input.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
@@ -37,6 +44,7 @@
 #include "fsdp/io/publish_file.hpp"
 #include "fsdp/io/row_major_boxes.hpp"
 #include "fsdp/io/tensor_checksum.hpp"
+#include "fsdp/shard/sharding_plan.hpp"
 #include "hdf5_attributes.hpp"
 
 namespace fsdp {
@@ -78,6 +86,11 @@ Handle access_list(const hdf5::Checker& file, MPI_Comm comm) {
 
 Handle create_file(const hdf5::Checker& file, MPI_Comm comm) {
   Handle fapl = access_list(file, comm);
+  // HDF5 1.8's object format: a fixed-length attribute over 64 KiB (the plan of a large model)
+  // fails in H5Acreate2 with the 1.0 format, and 1.8's moves it into dense attribute storage. Its
+  // metadata also carries checksums, which HDF5 checks when it reads them. Readable by HDF5 1.8 on.
+  file.check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
+                    "H5Pset_libver_bounds", "the file access list");
   return Handle(file.check(H5Fcreate(file.path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
                            "H5Fcreate", "the file"),
                 H5Fclose);
@@ -188,32 +201,97 @@ std::vector<CheckpointTensor> list_tensors(const hdf5::Checker& file, hid_t hand
 
 // ---- the header: read on one process, sent to the others as JSON ----
 
-CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle) {
+// The most bytes of a short string of the header (format, library_version, checksum_algorithm,
+// the optimizer's name), NUL included.
+constexpr std::size_t kMostShortString = 256;
+// The most bytes of the plan and of a metadata value, NUL included: as many as a JSON plan file
+// may have (kMostTextBytes, 256 MiB). A reader also takes no more than the file's size.
+constexpr std::size_t kMostLongString = static_cast<std::size_t>(kMostTextBytes);
+// The most bytes of a metadata key, NUL included (an attribute's name, which HDF5 keeps in the
+// group's object header beside its type).
+constexpr std::size_t kMostMetadataKey = 1025;
+
+// How read_header reads strings.
+enum class Strings {
+  // Fixed-length only, each of at most its bound: any bytes are safe to read (format 2).
+  fixed,
+  // Variable-length ones too, from the global heap: a file the caller trusts (format 1, for
+  // upgrade_checkpoint only).
+  trusted_variable,
+};
+
+// What a load says about a checkpoint of format version 1, found without reading its strings.
+std::string format_1_refusal(const hdf5::Checker& file) {
+  const std::string& path = file.path();
+  return file.file() +
+         " stores its attribute 'format' as a variable-length string, as checkpoints of format "
+         "version 1 did; this fsdp reads format version " +
+         std::to_string(kCheckpointFormatVersion) +
+         " only, since reading a damaged variable-length string can hang HDF5 (on every rank of a "
+         "job). If it is a checkpoint you trust, convert it and load the new file: fsdp-ckpt "
+         "upgrade " +
+         path + " NEW.h5 (or 'fsdp-ckpt upgrade " + path + " " + path + "' in place)";
+}
+
+// Rules out a format 1 checkpoint (or another file of variable-length strings) before any
+// string of it is read: then the global heap is never read.
+void refuse_variable_strings(const hdf5::Checker& file, hid_t root) {
+  if (hdf5::is_variable_string_attribute(file, root, "format")) {
+    throw Error(ErrorKind::io, format_1_refusal(file));
+  }
+}
+
+CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle,
+                             Strings strings = Strings::fixed) {
   Handle root = open_group(file, handle, "/");
+  if (strings == Strings::fixed) {
+    refuse_variable_strings(file, root.get());
+  }
+  hsize_t file_size = 0;
+  file.check_status(H5Fget_filesize(handle, &file_size), "H5Fget_filesize", "the file");
+  // A long string takes no more memory than the file's size: a damaged type cannot ask for more.
+  const std::size_t most_long =
+      static_cast<std::size_t>(std::min<hsize_t>(kMostLongString, std::max<hsize_t>(file_size, 1)));
+  const auto text = [&](hid_t object, const char* name, std::size_t most_bytes) {
+    return strings == Strings::fixed
+               ? hdf5::read_fixed_string_attribute(file, object, name, kExpected, most_bytes)
+               : hdf5::read_string_attribute(file, object, name, kExpected);
+  };
   CheckpointHeader header;
-  const std::string format = hdf5::read_string_attribute(file, root.get(), "format", kExpected);
+  const std::string format = text(root.get(), "format", kMostShortString);
   if (format != kFormatName) {
     throw Error(ErrorKind::io,
                 file.file() + " has format '" + format + "'; it is not " + kExpected);
   }
   header.format_version =
       hdf5::read_attribute<std::int32_t>(file, root.get(), "format_version", kExpected);
-  header.library_version =
-      hdf5::read_string_attribute(file, root.get(), "library_version", kExpected);
-  if (header.format_version > kCheckpointFormatVersion || header.format_version < 1) {
-    throw Error(ErrorKind::io, file.file() + " has format version " +
-                                   std::to_string(header.format_version) + " (written by fsdp " +
-                                   header.library_version + "); this fsdp (" + FSDP_VERSION_STRING +
-                                   ") reads version " + std::to_string(kCheckpointFormatVersion) +
-                                   ": load it with a newer fsdp");
+  const int readable = strings == Strings::fixed ? kCheckpointFormatVersion : 1;
+  if (header.format_version != readable) {
+    // Which fsdp wrote it, when that can be read safely (a newer format may store it otherwise).
+    std::string writer;
+    try {
+      writer = " (written by fsdp " + text(root.get(), "library_version", kMostShortString) + ")";
+    } catch (const Error&) {
+      // Not readable as this fsdp stores it: the message goes without it.
+    }
+    throw Error(ErrorKind::io,
+                file.file() + " has format version " + std::to_string(header.format_version) +
+                    writer +
+                    (strings == Strings::fixed
+                         ? "; this fsdp (" + std::string(FSDP_VERSION_STRING) + ") reads version " +
+                               std::to_string(kCheckpointFormatVersion) +
+                               (header.format_version > kCheckpointFormatVersion
+                                    ? ": load it with a newer fsdp"
+                                    : "")
+                         : "; fsdp-ckpt upgrade converts version 1"));
   }
+  header.library_version = text(root.get(), "library_version", kMostShortString);
   header.state.step = hdf5::read_attribute<std::int64_t>(file, root.get(), "step", kExpected);
   header.state.epoch = hdf5::read_attribute<std::int64_t>(file, root.get(), "epoch", kExpected);
   header.world_size = hdf5::read_attribute<std::int32_t>(file, root.get(), "world_size", kExpected);
-  header.strategy = hdf5::read_string_attribute(file, root.get(), "strategy", kExpected);
-  header.plan_json = hdf5::read_string_attribute(file, root.get(), "plan", kExpected);
-  const std::string algorithm =
-      hdf5::read_string_attribute(file, root.get(), "checksum_algorithm", kExpected);
+  header.strategy = text(root.get(), "strategy", kMostStrategyName + 1);
+  header.plan_json = text(root.get(), "plan", most_long);
+  const std::string algorithm = text(root.get(), "checksum_algorithm", kMostShortString);
   if (algorithm != kChecksumAlgorithm) {
     throw Error(ErrorKind::io, file.file() + " has checksums by '" + algorithm +
                                    "'; this fsdp knows '" + kChecksumAlgorithm + "'");
@@ -246,14 +324,13 @@ CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle) {
                             : 0,
                         "H5Aget_name_by_idx", "group metadata");
       key.resize(static_cast<std::size_t>(length));
-      header.state.metadata[key] =
-          hdf5::read_string_attribute(file, metadata.get(), key.c_str(), kExpected);
+      header.state.metadata[key] = text(metadata.get(), key.c_str(), most_long);
     }
   }
   if (has_link(file, root.get(), kOptimizerGroup)) {
     Handle optimizer = open_group(file, root.get(), kOptimizerGroup);
     const hid_t o = optimizer.get();
-    header.optimizer = hdf5::read_string_attribute(file, o, "name", kExpected);
+    header.optimizer = text(o, "name", kMostShortString);
     OptimizerSettings& s = header.optimizer_settings;
     s.lr = hdf5::read_attribute<double>(file, o, "lr", kExpected);
     s.weight_decay = hdf5::read_attribute<double>(file, o, "weight_decay", kExpected);
@@ -485,24 +562,67 @@ std::vector<std::uint64_t> checksums(ProcessGroup& group, const std::vector<Piec
   return sums;
 }
 
+// What a checkpoint's file takes besides its tensors' values: HDF5's metadata (measured: 13 KB for
+// fsdp-train's 18 datasets and header, about 0.7 KB per dataset; counted here as 2 KiB each, with
+// 16 KiB for the superblock and groups) and the header's attributes.
+long long header_bytes(const CheckpointHeader& header, std::size_t datasets) {
+  return 16384 + static_cast<long long>(header.plan_json.size()) +
+         static_cast<long long>(to_json(header).dump().size()) +
+         2048 * static_cast<long long>(datasets);
+}
+
+long long element_count(const std::vector<std::int64_t>& shape) {
+  long long numel = 1;
+  for (const std::int64_t extent : shape) {
+    numel *= extent;
+  }
+  return numel;
+}
+
 // Rank's crash point for the fault-injection test, or -1.
 int crash_rank() {
   const char* value = std::getenv("FSDP_CHECKPOINT_CRASH_RANK");
   return value != nullptr && *value != '\0' ? std::atoi(value) : -1;
 }
 
+// Every string of the header fits what read_header reads back: a NUL-terminated string holds no
+// NUL byte (one would cut it short, silently), and each has its bound. The header is the same on
+// every rank (the plan is agreed on, the state is rank 0's), so every rank throws alike. caller:
+// the function that writes the header, for the message.
+void check_strings(const CheckpointHeader& h, const std::string& caller) {
+  const auto check = [&](const std::string& what, const std::string& value,
+                         std::size_t most_bytes) {
+    require(value.find('\0') == std::string::npos,
+            caller + ": " + what + " holds a NUL byte; checkpoints store NUL-terminated strings",
+            ErrorKind::usage);
+    require(value.size() < most_bytes,
+            caller + ": " + what + " has " + std::to_string(value.size()) +
+                " bytes; a checkpoint holds at most " + std::to_string(most_bytes - 1),
+            ErrorKind::usage);
+  };
+  check("the library version", h.library_version, kMostShortString);
+  check("the strategy", h.strategy, kMostStrategyName + 1);
+  check("the plan", h.plan_json, kMostLongString);
+  check("the optimizer's name", h.optimizer, kMostShortString);
+  for (const auto& [key, value] : h.state.metadata) {
+    require(!key.empty(), caller + ": a metadata key is empty", ErrorKind::usage);
+    check("metadata key '" + key + "'", key, kMostMetadataKey);
+    check("the value of metadata key '" + key + "'", value, kMostLongString);
+  }
+}
+
 void write_header(const hdf5::Checker& file, hid_t handle, const CheckpointHeader& h) {
   Handle root = open_group(file, handle, "/");
   const hid_t r = root.get();
-  hdf5::write_string_attribute(file, r, "format", kFormatName);
+  hdf5::write_fixed_string_attribute(file, r, "format", kFormatName);
   hdf5::write_attribute<std::int32_t>(file, r, "format_version", h.format_version);
-  hdf5::write_string_attribute(file, r, "library_version", h.library_version);
+  hdf5::write_fixed_string_attribute(file, r, "library_version", h.library_version);
   hdf5::write_attribute<std::int64_t>(file, r, "step", h.state.step);
   hdf5::write_attribute<std::int64_t>(file, r, "epoch", h.state.epoch);
   hdf5::write_attribute<std::int32_t>(file, r, "world_size", h.world_size);
-  hdf5::write_string_attribute(file, r, "strategy", h.strategy);
-  hdf5::write_string_attribute(file, r, "plan", h.plan_json);
-  hdf5::write_string_attribute(file, r, "checksum_algorithm", kChecksumAlgorithm);
+  hdf5::write_fixed_string_attribute(file, r, "strategy", h.strategy);
+  hdf5::write_fixed_string_attribute(file, r, "plan", h.plan_json);
+  hdf5::write_fixed_string_attribute(file, r, "checksum_algorithm", kChecksumAlgorithm);
   if (h.state.sampler) {
     const auto words = h.state.sampler->to_words();
     hdf5::write_array_attribute<std::int64_t>(
@@ -510,13 +630,13 @@ void write_header(const hdf5::Checker& file, hid_t handle, const CheckpointHeade
   }
   Handle metadata = create_group(file, r, kMetadataGroup);
   for (const auto& [key, value] : h.state.metadata) {
-    hdf5::write_string_attribute(file, metadata.get(), key.c_str(), value);
+    hdf5::write_fixed_string_attribute(file, metadata.get(), key.c_str(), value);
   }
   if (!h.optimizer.empty()) {
     Handle optimizer = create_group(file, r, kOptimizerGroup);
     const hid_t o = optimizer.get();
     const OptimizerSettings& s = h.optimizer_settings;
-    hdf5::write_string_attribute(file, o, "name", h.optimizer);
+    hdf5::write_fixed_string_attribute(file, o, "name", h.optimizer);
     hdf5::write_attribute<double>(file, o, "lr", s.lr);
     hdf5::write_attribute<double>(file, o, "weight_decay", s.weight_decay);
     hdf5::write_attribute<double>(file, o, "momentum", s.momentum);
@@ -712,6 +832,7 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
       state_names = optimizer->state_names();
     }
   }
+  check_strings(header, "save_checkpoint");
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     model.unit(u).execution_space().fence();
   }
@@ -725,17 +846,9 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
   });
   const std::vector<std::uint64_t> sums = checksums(group, pieces);
 
-  // What the file will take: the tensors, and HDF5's metadata (measured: 13 KB for fsdp-train's
-  // 18 datasets and header, about 0.7 KB per dataset; counted here as 2 KiB each, with 16 KiB
-  // for the superblock and groups, and the header's attributes).
-  long long file_bytes = 16384 + static_cast<long long>(header.plan_json.size()) +
-                         static_cast<long long>(to_json(header).dump().size());
+  long long file_bytes = header_bytes(header, pieces.size());
   for (const Piece<T>& piece : pieces) {
-    long long numel = 1;
-    for (const std::int64_t extent : piece.shape) {
-      numel *= extent;
-    }
-    file_bytes += 2048 + numel * static_cast<long long>(sizeof(T));
+    file_bytes += element_count(piece.shape) * static_cast<long long>(sizeof(T));
   }
   // The root creates the temporary (a name of its own beside path) and checks that the file fits,
   // so the common failures (no directory, no permission, no space) are reported before anyone
@@ -940,22 +1053,18 @@ CheckpointHeader read_checkpoint_header(const std::string& path) {
 
 namespace {
 
-// Calls fn(tensor, host View of all its elements) for every tensor of the checkpoint whose name
-// starts with prefix, one at a time.
+// Calls fn(file, tensor, host View of all its elements) for every tensor of header (read from the
+// open file) whose name starts with prefix, one at a time.
 template <class Fn>
-void for_each_tensor(const std::string& path, const std::string& prefix, Fn&& fn) {
-  hdf5::QuietErrorStack quiet;
-  const hdf5::Checker file(path, file_text(path));
-  Handle handle = open_file(file, MPI_COMM_NULL);
-  const CheckpointHeader header = read_header(file, handle.get());
+void for_each_tensor(const hdf5::Checker& file, hid_t handle, const CheckpointHeader& header,
+                     const std::string& prefix, Fn&& fn) {
   for (const CheckpointTensor& tensor : header.tensors) {
     if (tensor.name.rfind(prefix, 0) != 0) {
       continue;
     }
     const std::string what = "dataset " + tensor.name;
-    Handle dataset(
-        file.check(H5Dopen2(handle.get(), tensor.name.c_str(), H5P_DEFAULT), "H5Dopen2", what),
-        H5Dclose);
+    Handle dataset(file.check(H5Dopen2(handle, tensor.name.c_str(), H5P_DEFAULT), "H5Dopen2", what),
+                   H5Dclose);
     // What the file declares is allocated only when the file holds it (a few bytes declared
     // 2^32 fp64 elements, 32 GiB; found by fuzz_checkpoint_structured).
     hdf5::require_stored_in_file(file, dataset.get(), what);
@@ -986,6 +1095,16 @@ void for_each_tensor(const std::string& path, const std::string& prefix, Fn&& fn
                                      "; checkpoints hold fp32 and fp64 tensors");
     }
   }
+}
+
+// The same for a checkpoint this fsdp reads, opened here.
+template <class Fn>
+void for_each_tensor(const std::string& path, const std::string& prefix, Fn&& fn) {
+  hdf5::QuietErrorStack quiet;
+  const hdf5::Checker file(path, file_text(path));
+  Handle handle = open_file(file, MPI_COMM_NULL);
+  const CheckpointHeader header = read_header(file, handle.get());
+  for_each_tensor(file, handle.get(), header, prefix, std::forward<Fn>(fn));
 }
 
 }  // namespace
@@ -1027,6 +1146,75 @@ void export_parameters(const std::string& checkpoint, const std::string& output)
     std::remove(tmp.c_str());
     throw;
   }
+}
+
+CheckpointHeader upgrade_checkpoint(const std::string& old_path, const std::string& new_path,
+                                    const std::function<void()>& reading_trusted) {
+  hdf5::QuietErrorStack quiet;
+  const hdf5::Checker file(old_path, file_text(old_path));
+  Handle handle = open_file(file, MPI_COMM_NULL);
+  {
+    Handle root = open_group(file, handle.get(), "/");
+    if (!hdf5::is_variable_string_attribute(file, root.get(), "format")) {
+      // Not format 1: read_header says what it is (not a checkpoint, or damaged), or it is one
+      // this fsdp loads as it is.
+      const CheckpointHeader current = read_header(file, handle.get());
+      throw Error(ErrorKind::io, file.file() + " is already of format version " +
+                                     std::to_string(current.format_version) + "; load it as it is");
+    }
+  }
+  // Format 1: its variable-length strings are read from the global heap, trusting the file.
+  if (reading_trusted) {
+    reading_trusted();
+  }
+  const CheckpointHeader old = read_header(file, handle.get(), Strings::trusted_variable);
+  CheckpointHeader header = old;
+  header.format_version = kCheckpointFormatVersion;
+  header.library_version = FSDP_VERSION_STRING;  // the fsdp that writes the new file
+  check_strings(header, "upgrade_checkpoint: " + file.file());
+
+  long long file_bytes = header_bytes(header, header.tensors.size());
+  for (const CheckpointTensor& tensor : header.tensors) {
+    file_bytes += element_count(tensor.shape) * (tensor.dtype == "fp32" ? 4 : 8);
+  }
+  const std::string tmp = temporary_beside(new_path);
+  try {
+    require_space(tmp, file_bytes);
+    const hdf5::Checker out(tmp, file_text(tmp));
+    Handle created = create_file(out, MPI_COMM_NULL);
+    write_header(out, created.get(), header);
+    std::vector<std::string> damaged;
+    for_each_tensor(
+        file, handle.get(), old, "",
+        [&](const hdf5::Checker&, const CheckpointTensor& tensor, const auto& values) {
+          // Only data that matches its checksum is carried over: the new file's checksums would
+          // vouch for it.
+          if (!tensor.has_checksum || partial_checksum(values, 0) != tensor.checksum) {
+            damaged.push_back(tensor.name + (tensor.has_checksum ? "" : " (no checksum)"));
+            return;
+          }
+          using Element = typename std::decay_t<decltype(values)>::non_const_value_type;
+          const std::string what = "dataset " + tensor.name;
+          Handle dataset =
+              create_dataset(out, created.get(), tensor.name, tensor.shape, stored_type<Element>());
+          out.check_status(H5Dwrite(dataset.get(), memory_type<Element>(), H5S_ALL, H5S_ALL,
+                                    H5P_DEFAULT, values.data()),
+                           "H5Dwrite", what);
+          hdf5::write_attribute<std::uint64_t>(out, dataset.get(), "checksum", tensor.checksum);
+        });
+    if (!damaged.empty()) {
+      throw Error(ErrorKind::io, file.file() + " is damaged: the checksum of " +
+                                     join(damaged, ", ") +
+                                     " does not match its data; nothing was written");
+    }
+    out.check_status(H5Fflush(created.get(), H5F_SCOPE_GLOBAL), "H5Fflush", "the file");
+    out.check_status(created.close(), "H5Fclose", "the file");
+    publish_file(tmp, new_path);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  return old;
 }
 
 template void save_checkpoint<float>(const std::string&, ShardedModel<float>&,

@@ -145,6 +145,23 @@ std::string read_fixed_string_attribute(const Checker& file, hid_t object, const
   return read_fixed(file, attribute.get(), stored.get(), what, most_bytes);
 }
 
+bool is_variable_string_attribute(const Checker& file, hid_t object, const char* name) {
+  if (!has_attribute(file, object, name)) {
+    return false;
+  }
+  const std::string what = attribute_text(name);
+  Handle attribute(file.check(H5Aopen(object, name, H5P_DEFAULT), "H5Aopen", what), H5Aclose);
+  Handle stored(file.check(H5Aget_type(attribute.get()), "H5Aget_type", what), H5Tclose);
+  const H5T_class_t type_class = H5Tget_class(stored.get());
+  file.check_status(type_class == H5T_NO_CLASS ? -1 : 0, "H5Tget_class", what);
+  if (type_class != H5T_STRING) {
+    return false;
+  }
+  const htri_t variable = H5Tis_variable_str(stored.get());
+  file.check_status(variable, "H5Tis_variable_str", what);
+  return variable > 0;
+}
+
 std::string read_string_attribute(const Checker& file, hid_t object, const char* name,
                                   const char* expected) {
   const std::string what = attribute_text(name);

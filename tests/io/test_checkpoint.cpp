@@ -194,6 +194,122 @@ void expect_equal_parameters(ShardedModel<double>& a, ShardedModel<double>& b,
   }
 }
 
+// Every variable-length string of an HDF5 file, by where it is ("/plan", "/model/x.w"): the
+// attributes of every group and dataset, and the datasets' elements. A checkpoint has none.
+std::vector<std::string> variable_length_strings(const std::string& path) {
+  std::vector<std::string> found;
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  BOOST_REQUIRE(file >= 0);
+  std::vector<std::string> objects = {"."};
+  const auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+    return 0;
+  };
+  BOOST_REQUIRE(H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, collect, &objects) >= 0);
+  const auto variable = [](hid_t type) {
+    return H5Tdetect_class(type, H5T_VLEN) > 0 ||
+           (H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0);
+  };
+  for (const std::string& name : objects) {
+    const hid_t object = H5Oopen(file, name.c_str(), H5P_DEFAULT);
+    BOOST_REQUIRE(object >= 0);
+    const std::string where = name == "." ? "/" : "/" + name + "/";
+    if (H5Iget_type(object) == H5I_DATASET) {
+      const hid_t type = H5Dget_type(object);
+      if (variable(type)) {
+        found.push_back("/" + name);
+      }
+      BOOST_REQUIRE(H5Tclose(type) >= 0);
+    }
+    std::vector<std::string> attributes;
+    const auto names = [](hid_t, const char* attribute, const H5A_info_t*, void* data) -> herr_t {
+      static_cast<std::vector<std::string>*>(data)->emplace_back(attribute);
+      return 0;
+    };
+    BOOST_REQUIRE(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, nullptr, names, &attributes) >=
+                  0);
+    for (const std::string& attribute_name : attributes) {
+      const hid_t attribute = H5Aopen(object, attribute_name.c_str(), H5P_DEFAULT);
+      const hid_t type = H5Aget_type(attribute);
+      if (variable(type)) {
+        found.push_back(where + attribute_name);
+      }
+      BOOST_REQUIRE(H5Tclose(type) >= 0 && H5Aclose(attribute) >= 0);
+    }
+    BOOST_REQUIRE(H5Oclose(object) >= 0);
+  }
+  BOOST_REQUIRE(H5Fclose(file) >= 0);
+  return found;
+}
+
+// Rewrites a checkpoint as format version 1 stored it: each string attribute variable-length
+// UTF-8 (what hdf5::write_string_attribute, format 1's writer, stores), format_version 1.
+void make_format_1(const std::string& path) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  BOOST_REQUIRE(file >= 0);
+  const auto rewrite = [&](const char* object, const std::string& name) {
+    const hid_t fixed = H5Aopen_by_name(file, object, name.c_str(), H5P_DEFAULT, H5P_DEFAULT);
+    BOOST_REQUIRE(fixed >= 0);
+    const hid_t fixed_type = H5Aget_type(fixed);
+    std::string value(H5Tget_size(fixed_type), '\0');
+    BOOST_REQUIRE(H5Aread(fixed, fixed_type, value.data()) >= 0);
+    value.resize(std::strlen(value.c_str()));
+    BOOST_REQUIRE(H5Tclose(fixed_type) >= 0 && H5Aclose(fixed) >= 0);
+    BOOST_REQUIRE(H5Adelete_by_name(file, object, name.c_str(), H5P_DEFAULT) >= 0);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    BOOST_REQUIRE(H5Tset_size(type, H5T_VARIABLE) >= 0 && H5Tset_cset(type, H5T_CSET_UTF8) >= 0);
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t attribute = H5Acreate_by_name(file, object, name.c_str(), type, space, H5P_DEFAULT,
+                                              H5P_DEFAULT, H5P_DEFAULT);
+    BOOST_REQUIRE(attribute >= 0);
+    const char* text = value.c_str();
+    BOOST_REQUIRE(H5Awrite(attribute, type, &text) >= 0);
+    BOOST_REQUIRE(H5Aclose(attribute) >= 0 && H5Sclose(space) >= 0 && H5Tclose(type) >= 0);
+  };
+  for (const char* name : {"format", "library_version", "strategy", "plan", "checksum_algorithm"}) {
+    rewrite(".", name);
+  }
+  const hid_t metadata = H5Gopen2(file, "metadata", H5P_DEFAULT);
+  BOOST_REQUIRE(metadata >= 0);
+  std::vector<std::string> keys;
+  const auto names = [](hid_t, const char* key, const H5A_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->emplace_back(key);
+    return 0;
+  };
+  BOOST_REQUIRE(H5Aiterate2(metadata, H5_INDEX_NAME, H5_ITER_INC, nullptr, names, &keys) >= 0);
+  BOOST_REQUIRE(H5Gclose(metadata) >= 0);
+  for (const std::string& key : keys) {
+    rewrite("metadata", key);
+  }
+  if (H5Lexists(file, "optimizer", H5P_DEFAULT) > 0) {
+    rewrite("optimizer", "name");
+  }
+  const hid_t version = H5Aopen(file, "format_version", H5P_DEFAULT);
+  const int one = 1;
+  BOOST_REQUIRE(version >= 0 && H5Awrite(version, H5T_NATIVE_INT, &one) >= 0);
+  BOOST_REQUIRE(H5Aclose(version) >= 0 && H5Fclose(file) >= 0);
+}
+
+// Flips one byte in the middle of a tensor's data, where HDF5 itself cannot notice.
+void damage_tensor(const std::string& path, const char* tensor) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  BOOST_REQUIRE(file >= 0);
+  const hid_t dataset = H5Dopen2(file, tensor, H5P_DEFAULT);
+  BOOST_REQUIRE(dataset >= 0);
+  const haddr_t offset = H5Dget_offset(dataset);
+  BOOST_REQUIRE(offset != HADDR_UNDEF);
+  BOOST_REQUIRE(H5Dclose(dataset) >= 0);
+  BOOST_REQUIRE(H5Fclose(file) >= 0);
+  std::fstream bytes(path, std::ios::in | std::ios::out | std::ios::binary);
+  bytes.seekg(static_cast<std::streamoff>(offset + 13));
+  char c = 0;
+  bytes.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  bytes.seekp(static_cast<std::streamoff>(offset + 13));
+  bytes.write(&c, 1);
+  BOOST_REQUIRE(bytes.good());
+}
+
 }  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(checkpoint, World)
@@ -408,23 +524,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_file_is_refused_on_every_rank_and_nothing_loads) 
     save_checkpoint(path, model, &adam, CheckpointState{});
   }
   if (world().rank() == 0) {
-    // Flip one byte in the middle of l1.w's data, where HDF5 itself cannot notice.
-    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    BOOST_REQUIRE(file >= 0);
-    const hid_t dataset = H5Dopen2(file, "model/l1.w", H5P_DEFAULT);
-    BOOST_REQUIRE(dataset >= 0);
-    const haddr_t offset = H5Dget_offset(dataset);
-    BOOST_REQUIRE(offset != HADDR_UNDEF);
-    BOOST_REQUIRE(H5Dclose(dataset) >= 0);
-    BOOST_REQUIRE(H5Fclose(file) >= 0);
-    std::fstream bytes(path, std::ios::in | std::ios::out | std::ios::binary);
-    bytes.seekg(static_cast<std::streamoff>(offset + 13));
-    char c = 0;
-    bytes.read(&c, 1);
-    c = static_cast<char>(c ^ 0x10);
-    bytes.seekp(static_cast<std::streamoff>(offset + 13));
-    bytes.write(&c, 1);
-    BOOST_REQUIRE(bytes.good());
+    damage_tensor(path, "model/l1.w");
   }
   world().barrier();
   auto model = make_model<double>(world(), "layerwise");
@@ -480,14 +580,17 @@ BOOST_AUTO_TEST_CASE(files_that_are_not_checkpoints_say_so) {
     BOOST_REQUIRE(H5Fclose(file) >= 0);
   }
   world().barrier();
-  BOOST_CHECK_EXCEPTION(load_checkpoint<double>(newer, model, nullptr), Error,
-                        error_of(ErrorKind::io, "has format version 2"));
+  BOOST_CHECK_EXCEPTION(
+      load_checkpoint<double>(newer, model, nullptr), Error,
+      error_of(ErrorKind::io, "has format version " + std::to_string(kCheckpointFormatVersion + 1) +
+                                  " (written by fsdp "));
 }
 
-// Found by fuzz_checkpoint_structured: a string attribute of two strings overflowed the stack
-// (H5Aread wrote two pointers where there was room for one). Checkpoints written by other tools
-// may use ASCII strings: they read the same in any process.
-BOOST_AUTO_TEST_CASE(string_attributes_hold_one_string_in_either_character_set) {
+// Strings are fixed-length: one string of at most its bound, in either character set (other
+// tools write ASCII), and a variable-length one is refused without being read. Found by
+// fuzz_checkpoint_structured when strings were variable-length: an attribute of two strings
+// overflowed the stack (H5Aread wrote two pointers where there was room for one).
+BOOST_AUTO_TEST_CASE(string_attributes_hold_one_fixed_length_string_in_either_character_set) {
   ScratchDirectory dir;
   const std::string path = dir.file("strings.h5");
   {
@@ -497,28 +600,184 @@ BOOST_AUTO_TEST_CASE(string_attributes_hold_one_string_in_either_character_set) 
   if (world().rank() != 0) {
     return;  // ~ScratchDirectory waits for rank 0
   }
-  const auto rewrite = [&](const char* name, H5T_cset_t cset, std::vector<const char*> texts) {
+  // Replaces attribute `name` by texts.size() strings of the given width (0: variable-length).
+  const auto rewrite = [&](const char* name, H5T_cset_t cset, std::size_t width,
+                           std::vector<std::string> texts) {
     const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     BOOST_REQUIRE(file >= 0);
     BOOST_REQUIRE(H5Adelete(file, name) >= 0);
     const hid_t type = H5Tcopy(H5T_C_S1);
-    BOOST_REQUIRE(H5Tset_size(type, H5T_VARIABLE) >= 0);
+    BOOST_REQUIRE(H5Tset_size(type, width == 0 ? H5T_VARIABLE : width) >= 0);
     BOOST_REQUIRE(H5Tset_cset(type, cset) >= 0);
     const hsize_t count = texts.size();
     const hid_t space = H5Screate_simple(1, &count, nullptr);
     const hid_t attribute = H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
     BOOST_REQUIRE(attribute >= 0);
-    BOOST_REQUIRE(H5Awrite(attribute, type, texts.data()) >= 0);
+    std::vector<const char*> pointers;
+    std::string packed(width * texts.size(), '\0');
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      pointers.push_back(texts[i].c_str());
+      packed.replace(i * width, std::min(width, texts[i].size()), texts[i], 0, width);
+    }
+    BOOST_REQUIRE(H5Awrite(attribute, type,
+                           width == 0 ? static_cast<const void*>(pointers.data())
+                                      : static_cast<const void*>(packed.data())) >= 0);
     BOOST_REQUIRE(H5Aclose(attribute) >= 0 && H5Sclose(space) >= 0 && H5Tclose(type) >= 0);
     BOOST_REQUIRE(H5Fclose(file) >= 0);
   };
-  rewrite("library_version", H5T_CSET_ASCII, {"0.0.1"});
+  rewrite("library_version", H5T_CSET_ASCII, 6, {"0.0.1"});
   BOOST_TEST(read_checkpoint_header(path).library_version == "0.0.1");
-  rewrite("library_version", H5T_CSET_UTF8, {"0.0.1", "0.0.2"});
+  rewrite("library_version", H5T_CSET_UTF8, 5, {"0.0.1"});  // no room for a NUL: all 5 bytes
+  BOOST_TEST(read_checkpoint_header(path).library_version == "0.0.1");
+  rewrite("library_version", H5T_CSET_UTF8, 6, {"0.0.1", "0.0.2"});
   BOOST_CHECK_EXCEPTION(read_checkpoint_header(path), Error,
                         error_of(ErrorKind::io,
-                                 "attribute library_version should hold one "
-                                 "string, it holds 2"));
+                                 "attribute library_version should be one string of at most 256 "
+                                 "bytes; it holds 2 of 6"));
+  rewrite("library_version", H5T_CSET_UTF8, 300, {"0.0.1"});
+  BOOST_CHECK_EXCEPTION(read_checkpoint_header(path), Error,
+                        error_of(ErrorKind::io, "it holds 1 of 300"));
+  rewrite("library_version", H5T_CSET_UTF8, 0, {"0.0.1"});
+  BOOST_CHECK_EXCEPTION(
+      read_checkpoint_header(path), Error,
+      error_of(ErrorKind::io, "attribute library_version is not a fixed-length string"));
+}
+
+// Format 2: no string is variable-length (those live in the global heap, where a damaged file hangs
+// libhdf5), and a string over 64 KiB (a large model's plan) still fits, in HDF5 1.8's dense
+// attribute storage. A string that a NUL-terminated string cannot hold is refused on every rank.
+BOOST_AUTO_TEST_CASE(no_string_is_variable_length_and_long_ones_fit) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("fixed.h5");
+  auto model = make_model<double>(world(), "hybrid");
+  Optimizer<double> adam("adamw", settings());
+  fill_model(model, adam);
+  CheckpointState state;
+  state.step = 5;
+  state.sampler = SamplerState{7, 1, 12, 100, world().size()};
+  state.metadata = {{"run", "test"}, {"long", std::string(100000, 'x') + "end"}, {"empty", ""}};
+  save_checkpoint(path, model, &adam, state);
+  if (world().rank() == 0) {
+    BOOST_TEST(variable_length_strings(path).empty(), join(variable_length_strings(path)));
+  }
+  auto loaded = make_model<double>(world(), "full");
+  Optimizer<double> other("adamw", settings());
+  const CheckpointHeader header = load_checkpoint(path, loaded, &other);
+  BOOST_TEST(wrong_elements(loaded, true) == 0);
+  BOOST_TEST(header.format_version == kCheckpointFormatVersion);
+  BOOST_TEST((header.state.metadata == state.metadata));
+  BOOST_TEST(header.strategy == "hybrid");
+  BOOST_TEST(header.optimizer == "adamw");
+  BOOST_TEST(header.plan_json == plan_to_json(model.plan()));
+
+  state.metadata["nul"] = std::string("a\0b", 3);
+  BOOST_CHECK_EXCEPTION(save_checkpoint(dir.file("nul.h5"), model, &adam, state), Error,
+                        error_of(ErrorKind::usage,
+                                 "the value of metadata key 'nul' holds a NUL byte; checkpoints "
+                                 "store NUL-terminated strings"));
+}
+
+// A checkpoint of format version 1 (variable-length strings) is refused by every reader without
+// reading its strings, with the way out named; upgrade_checkpoint (fsdp-ckpt upgrade) rewrites a
+// sound one, and the result loads as the checkpoint that format 1 file held, bit for bit.
+BOOST_AUTO_TEST_CASE(a_format_1_checkpoint_is_refused_and_upgraded) {
+  ScratchDirectory dir;
+  const std::string current = dir.file("current.h5");
+  const std::string old = dir.file("old.h5");
+  const std::string upgraded = dir.file("upgraded.h5");
+  CheckpointState state;
+  state.step = 17;
+  state.epoch = 2;
+  state.sampler = SamplerState{42, 3, 96, 1000, world().size()};
+  state.metadata = {{"run", "test"}, {"writers", std::to_string(world().size())}};
+  {
+    auto model = make_model<double>(world(), "layerwise");
+    Optimizer<double> adam("adam", settings());
+    fill_model(model, adam);
+    save_checkpoint(current, model, &adam, state);
+  }
+  if (world().rank() == 0) {
+    std::filesystem::copy_file(current, old);
+    make_format_1(old);
+    BOOST_TEST(!variable_length_strings(old).empty());
+  }
+  world().barrier();
+
+  const std::string refusal =
+      "checkpoint '" + old +
+      "' stores its attribute 'format' as a variable-length string, as checkpoints of format "
+      "version 1 did";
+  const std::string way_out = "convert it and load the new file: fsdp-ckpt upgrade " + old;
+  auto model = make_model<double>(world(), "full");
+  Optimizer<double> adam("adam", settings());
+  BOOST_CHECK_EXCEPTION(load_checkpoint(old, model, &adam), Error,
+                        error_of(ErrorKind::io, refusal));
+  BOOST_CHECK_EXCEPTION(load_checkpoint(old, model, &adam), Error, message_has(way_out));
+  BOOST_CHECK_EXCEPTION(load_parameters(old, model), Error, error_of(ErrorKind::io, refusal));
+  if (world().rank() == 0) {
+    BOOST_CHECK_EXCEPTION(read_checkpoint_header(old), Error, error_of(ErrorKind::io, refusal));
+    BOOST_CHECK_EXCEPTION(verify_checkpoint(old), Error, error_of(ErrorKind::io, refusal));
+    BOOST_CHECK_EXCEPTION(export_parameters(old, dir.file("plain.h5")), Error,
+                          error_of(ErrorKind::io, refusal));
+
+    int trusted = 0;  // calls of reading_trusted: once, before the format 1 strings are read
+    const CheckpointHeader read = upgrade_checkpoint(old, upgraded, [&] { ++trusted; });
+    BOOST_TEST(trusted == 1);
+    BOOST_TEST(read.format_version == 1);
+    BOOST_TEST(read.tensors.size() == 3 * parameters().size());
+    BOOST_TEST(variable_length_strings(upgraded).empty(), join(variable_length_strings(upgraded)));
+    verify_checkpoint(upgraded);
+    BOOST_CHECK_EXCEPTION(upgrade_checkpoint(upgraded, dir.file("again.h5"), [&] { ++trusted; }),
+                          Error,
+                          error_of(ErrorKind::io, "is already of format version " +
+                                                      std::to_string(kCheckpointFormatVersion) +
+                                                      "; load it as it is"));
+    BOOST_TEST(trusted == 1);  // a current file is not read as a trusted one
+    // In place: the file is read whole before the new one takes its name.
+    const std::string in_place = dir.file("in-place.h5");
+    std::filesystem::copy_file(old, in_place);
+    upgrade_checkpoint(in_place, in_place);
+    BOOST_TEST(read_checkpoint_header(in_place).format_version == kCheckpointFormatVersion);
+    // A damaged tensor: nothing is written, no temporary left.
+    const std::string damaged = dir.file("damaged.h5");
+    std::filesystem::copy_file(old, damaged);
+    damage_tensor(damaged, "model/l1.w");
+    BOOST_CHECK_EXCEPTION(upgrade_checkpoint(damaged, dir.file("from-damaged.h5")), Error,
+                          error_of(ErrorKind::io,
+                                   "is damaged: the checksum of model/l1.w does not match its "
+                                   "data; nothing was written"));
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    BOOST_TEST(names == (std::vector<std::string>{"current.h5", "damaged.h5", "in-place.h5",
+                                                  "old.h5", "upgraded.h5"}),
+               join(names));
+  }
+  world().barrier();
+
+  // The upgraded file loads, at this world size with another strategy, as the original does.
+  const CheckpointHeader original = read_checkpoint_header(current);
+  const CheckpointHeader header = load_checkpoint(upgraded, model, &adam);
+  BOOST_TEST(wrong_elements(model, true) == 0);
+  BOOST_TEST(adam.step_count() == 3);
+  BOOST_TEST(header.format_version == kCheckpointFormatVersion);
+  BOOST_TEST(header.state.step == 17);
+  BOOST_TEST(header.state.epoch == 2);
+  BOOST_TEST((header.state.sampler == state.sampler));
+  BOOST_TEST((header.state.metadata == state.metadata));
+  BOOST_TEST(header.world_size == world().size());
+  BOOST_TEST(header.strategy == "layerwise");
+  BOOST_TEST(header.plan_json == original.plan_json);
+  BOOST_TEST(header.optimizer == "adam");
+  BOOST_TEST(header.optimizer_settings.lr == 0.01);
+  BOOST_TEST(header.optimizer_steps == 3);
+  BOOST_TEST(header.tensors.size() == original.tensors.size());
+  for (std::size_t i = 0; i < std::min(header.tensors.size(), original.tensors.size()); ++i) {
+    BOOST_TEST(header.tensors[i].name == original.tensors[i].name);
+    BOOST_TEST(header.tensors[i].checksum == original.tensors[i].checksum);
+  }
 }
 
 // Found by fuzz_checkpoint_structured: verify_checkpoint allocated what a tensor's shape

@@ -12,11 +12,15 @@
       checkpoint, which is unchanged, and a third run resumes from it and ends where an
       uninterrupted run ends.
 
-  checkpoint_runs.py tools --mpiexec M --train T --ckpt C --dir D -- <train args>
+  checkpoint_runs.py tools --mpiexec M --train T --ckpt C --dir D [--format-1 F] -- <train args>
       fsdp-ckpt inspect (text and --json, on a file and on a directory), verify (a sound file,
       and a copy with one flipped byte, which must fail naming the tensor), h5dump -H on the
       file, export (compared
       with the checkpoint through h5py, then the start of a run with fsdp-train --init-from),
+      upgrade (a copy rewritten with variable-length strings as format version 1 stored them,
+      which every reader refuses, fsdp-train --resume included, and which upgrades to a file of
+      the same attributes and tensors, bit for bit, from which a resumed run ends where one
+      resumed from the original ends; and F, a checkpoint an fsdp of format version 1 wrote),
       and its usage errors.
 
   checkpoint_runs.py compare EXPECTED ACTUAL [--exact]
@@ -141,6 +145,109 @@ def tool(args, arguments, expect):
     return result
 
 
+def make_format_1(path):
+    """Rewrites a checkpoint as format version 1 stored it: every string attribute a
+    variable-length UTF-8 string, format_version 1."""
+    with h5py.File(path, "r+") as f:
+        groups = [f, f["metadata"]] + ([f["optimizer"]] if "optimizer" in f else [])
+        for group in groups:
+            for key in list(group.attrs):
+                value = group.attrs[key]
+                if isinstance(value, bytes):
+                    del group.attrs[key]
+                    group.attrs.create(key, value.decode(), dtype=h5py.string_dtype())
+        f.attrs["format_version"] = np.int32(1)
+
+
+def attributes(path):
+    """Every attribute of the root, metadata and optimizer groups, strings as str, but the
+    format version and the fsdp version that wrote the file."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        for group in ("/", "metadata", "optimizer"):
+            if group in f:
+                for key, value in f[group].attrs.items():
+                    if key not in ("format_version", "library_version"):
+                        value = value.decode() if isinstance(value, bytes) else value
+                        out[group + ":" + key] = np.asarray(value).tolist()
+    return out
+
+
+def variable_length_strings(path):
+    found = []
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            for key in obj.attrs:
+                kind = obj.attrs.get_id(key).get_type()
+                if isinstance(kind, h5py.h5t.TypeStringID) and kind.is_variable_str():
+                    found.append(name + ":" + key)
+        visit("/", f)
+        f.visititems(visit)
+    return found
+
+
+def upgrade(args, file, directory):
+    """fsdp-ckpt upgrade on format 1 copies of fsdp-train's checkpoint (and on args.format_1)."""
+    old = os.path.join(args.dir, "format-1.h5")
+    shutil.copyfile(file, old)
+    make_format_1(old)
+    if not variable_length_strings(old):
+        fail("the format 1 copy has no variable-length string")
+    if variable_length_strings(file):
+        fail("%s holds variable-length strings: %s" % (file, variable_length_strings(file)))
+    refusal = "as checkpoints of format version 1 did"
+    for arguments in (["inspect", old], ["verify", old], ["export", old, old + ".plain"]):
+        result = tool(args, arguments, 1)
+        if refusal not in result.stderr or "fsdp-ckpt upgrade " + old not in result.stderr:
+            fail("fsdp-ckpt %s does not refuse a format 1 file naming fsdp-ckpt upgrade" %
+                 arguments[0])
+
+    upgraded = os.path.join(args.dir, "upgraded.h5")
+    result = tool(args, ["upgrade", old, upgraded], 0)
+    if "trusted checkpoint of format version 1" not in result.stderr:
+        fail("fsdp-ckpt upgrade does not say that it trusts the file")
+    compare(file, upgraded, exact=True)
+    if attributes(upgraded) != attributes(file):
+        fail("the upgraded file's attributes differ from the original's:\n%s\n%s" %
+             (attributes(upgraded), attributes(file)))
+    if variable_length_strings(upgraded):
+        fail("the upgraded file holds variable-length strings: %s" %
+             variable_length_strings(upgraded))
+    tool(args, ["verify", upgraded], 0)
+    result = tool(args, ["upgrade", upgraded, old + ".again"], 1)
+    if "is already of format version" not in result.stderr or "trusted" in result.stderr:
+        fail("fsdp-ckpt upgrade of a current file does not say (only) that it is current")
+    if os.path.exists(old + ".again"):
+        fail("fsdp-ckpt upgrade of a current file wrote a file")
+
+    # A run resumed from a directory whose latest is of format 1 is refused on every rank, and
+    # after an upgrade in place (OLD a directory) it ends where a run resumed from the original
+    # ends.
+    name = os.path.basename(file)
+    original, converted = os.path.join(args.dir, "resume-original"), os.path.join(args.dir,
+                                                                                  "resume-upgraded")
+    for target in (original, converted):
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(directory, target)
+    shutil.copyfile(old, os.path.join(converted, name))
+    refused = run(args, 2, ["--checkpoint-dir", converted, "--resume"], expect_ok=False)
+    if refused.returncode == 0 or refused.stdout.count(refusal) < 1:
+        fail("fsdp-train --resume from a format 1 checkpoint was not refused with the message")
+    tool(args, ["upgrade", converted, os.path.join(converted, name)], 0)
+    run(args, 2, ["--checkpoint-dir", original, "--resume"])
+    run(args, 2, ["--checkpoint-dir", converted, "--resume"])
+    compare(latest(original), latest(converted), exact=True)
+
+    if args.format_1:
+        # A checkpoint an fsdp of format version 1 wrote (fsdp-train, 1 rank, fp32 Adam).
+        written = os.path.join(args.dir, "written-by-format-1.h5")
+        tool(args, ["upgrade", args.format_1, written], 0)
+        compare(args.format_1, written, exact=True)
+        if attributes(written) != attributes(args.format_1):
+            fail("%s upgraded holds other attributes" % args.format_1)
+        tool(args, ["verify", written], 0)
+
+
 def tools(args):
     import json
     shutil.rmtree(args.dir, ignore_errors=True)
@@ -197,12 +304,15 @@ def tools(args):
     if any(not np.array_equal(started["model/" + n], exported[n]) for n in exported):
         fail("a run with --init-from did not start from the exported parameters")
 
+    upgrade(args, file, directory)
+
     tool(args, [], 2)
     tool(args, ["inspect"], 2)
+    tool(args, ["upgrade", file], 2)
     result = tool(args, ["verify", os.path.join(args.dir, "missing.h5")], 1)
     if "fsdp-ckpt: " not in result.stderr or "missing.h5" not in result.stderr:
         fail("a missing file is not named")
-    if "inspect" not in tool(args, ["--help"], 0).stdout:
+    if "upgrade" not in tool(args, ["--help"], 0).stdout:
         fail("--help does not list the subcommands")
 
 
@@ -222,6 +332,7 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["resume", "crash", "tools"])
     parser.add_argument("--ckpt")
+    parser.add_argument("--format-1", help="a checkpoint of format version 1, for tools")
     parser.add_argument("--mpiexec", required=True)
     parser.add_argument("--train", required=True)
     parser.add_argument("--dir", required=True)

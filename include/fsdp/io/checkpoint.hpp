@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -17,8 +18,10 @@
 
 namespace fsdp {
 
-// The layout version this fsdp writes; it reads this one and refuses newer ones.
-inline constexpr int kCheckpointFormatVersion = 1;
+// The layout version this fsdp writes, and the only one it loads. Version 2 stores every string
+// fixed-length; version 1 (variable-length strings, which a damaged file turns into a hang inside
+// HDF5) is refused, and upgrade_checkpoint converts it.
+inline constexpr int kCheckpointFormatVersion = 2;
 
 // Where training stands, saved with the tensors and given back by a load.
 struct CheckpointState {
@@ -70,7 +73,9 @@ void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Opti
 // are loaded too (the file must hold the same rule; a file saved before the first step leaves the
 // optimizer with no state and step count 0); with none, the parameters only. Checks, on
 // every rank alike, before anything changes:
-//   - the file is an fsdp checkpoint of a format version this fsdp reads (else Error, kind io);
+//   - the file is an fsdp checkpoint of a format version this fsdp reads (else Error, kind io;
+//     a format 1 file is refused without reading its strings, the message naming fsdp-ckpt
+//     upgrade);
 //   - its tensors' names, shapes and dtypes are the model's (and the optimizer's): else Error
 //     (kind mismatch) listing every difference;
 //   - every tensor's checksum (else Error, kind io, naming the file and the tensor).
@@ -95,6 +100,19 @@ CheckpointHeader read_checkpoint_header(const std::string& path);
 // Serial: reads every tensor of a checkpoint and checks its checksum, one tensor in memory at a
 // time; Error (kind io) naming the first damaged tensor.
 void verify_checkpoint(const std::string& path);
+
+// Serial: converts a checkpoint of format version 1 at old_path into one of
+// kCheckpointFormatVersion at new_path (which may be old_path): the same header, but
+// library_version (this fsdp's), and the same tensors, every one checked against its checksum
+// first. Written like a save (a temporary beside new_path, renamed when complete), so new_path is
+// never half-written. It TRUSTS old_path: format 1 strings are read from HDF5's global heap, where
+// a damaged file can hang HDF5 forever. Error (kind io) when old_path is not a format 1 checkpoint
+// (one already of this version says so), a tensor's data does not match its checksum (nothing is
+// written), or new_path cannot be written. Returns old_path's header. reading_trusted, when given,
+// is called once it is known to be a format 1 file, just before its strings are read (fsdp-ckpt
+// says then that it trusts the file: the last words before a hang).
+CheckpointHeader upgrade_checkpoint(const std::string& old_path, const std::string& new_path,
+                                    const std::function<void()>& reading_trusted = {});
 
 // Serial: the parameters of a checkpoint as a plain HDF5 file (one dataset per parameter, named
 // as the parameter, at the root), for other programs and for load_parameters. Written under
