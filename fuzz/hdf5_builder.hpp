@@ -323,13 +323,16 @@ inline BuiltDataset build_dataset(FuzzInput& in, hid_t parent, const std::string
       }
     }
     // A contiguous dataset's storage comes whole with its first write; a chunked one's chunk by
-    // chunk, so chunks past the written rows stay unallocated.
+    // chunk, so chunks past the written rows stay unallocated, unless allocation is late: then
+    // the first write allocates every chunk, and HDF5 stores the unwritten ones filled (found by
+    // fuzzing: such a file holds all its chunks, as a complete one does, and no reader can tell).
     const bool some_written = count[0] > 0;
+    const bool late = allocation == 2 && within_budget;
     out.fully_stored =
-        has_storage_anyway || (chunked ? (count[0] + chunk[0] - 1) / chunk[0] ==
-                                                 (out.dims[0] + chunk[0] - 1) / chunk[0] &&
-                                             some_written
-                                       : some_written);
+        has_storage_anyway || (chunked && !late ? (count[0] + chunk[0] - 1) / chunk[0] ==
+                                                          (out.dims[0] + chunk[0] - 1) / chunk[0] &&
+                                                      some_written
+                                                : some_written);
   } else if (numel > 0) {
     out.fully_stored = has_storage_anyway;
   }
