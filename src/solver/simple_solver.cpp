@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -36,6 +37,12 @@ constexpr std::int64_t kMostTries = std::int64_t{1} << 24;
 // The most ways the recombination may extend in all, and keep at one step.
 constexpr std::int64_t kRecombinationWork = std::int64_t{1} << 18;
 constexpr std::size_t kRecombinationWays = std::size_t{1} << 12;
+// The exact neighbourhoods: every node within this many edges of a centre gets every strategy,
+// and one search may extend at most this many ways (it gives up past them).
+constexpr int kNeighbourhoodRadius = 3;
+constexpr std::int64_t kNeighbourhoodWork = std::int64_t{1} << 16;
+// The most ways all the exact neighbourhoods of one solve may extend (about a tenth of a second).
+constexpr std::int64_t kNeighbourhoodStageWork = std::int64_t{1} << 21;
 
 // Seconds per byte held at each step of the step's memory profile, as the node and edge terms
 // they become: a byte of persistent state is held at every step, a node's activation and
@@ -611,6 +618,11 @@ class ForestRefiner {
   std::vector<int> order_;  // propagate(): a child's strategies by their own cost
 };
 
+ShardingSpec mirrored(ShardingSpec spec) {
+  std::swap(spec.axes[0], spec.axes[1]);
+  return spec;
+}
+
 bool is_matmul(const Node& node) {
   return node.kind == OpKind::matmul || node.kind == OpKind::batched_matmul;
 }
@@ -703,6 +715,9 @@ class BudgetSearch {
     }
     search_multipliers();
     recombine();
+    if (!large_graph_) {
+      search_neighbourhoods();
+    }
     move_nodes();
     return a_.choice();
   }
@@ -848,9 +863,28 @@ class BudgetSearch {
     auto& a = a_;
     const int count = count_;
     std::vector<std::vector<int>> allowed(graph.size());
+    const bool mirrors = model.machine().axis_count() == 2;
     for (std::size_t v = 0; v < graph.size(); ++v) {
-      for (std::size_t s = 0; s < visited[v].size(); ++s) {
-        if (visited[v][s]) {
+      const auto& list = model.strategies(static_cast<int>(v));
+      std::vector<char> take = visited[v];
+      for (std::size_t s = 0; s < visited[v].size() && mirrors; ++s) {
+        if (!visited[v][s]) {
+          continue;
+        }
+        const Strategy& x = list[s];
+        for (std::size_t t = 0; t < list.size(); ++t) {
+          const Strategy& y = list[t];
+          bool same = mirrored(x.output) == y.output && x.inputs.size() == y.inputs.size();
+          for (std::size_t k = 0; k < x.inputs.size() && same; ++k) {
+            same = mirrored(x.inputs[k]) == y.inputs[k];
+          }
+          if (same) {
+            take[t] = 1;
+          }
+        }
+      }
+      for (std::size_t s = 0; s < take.size(); ++s) {
+        if (take[s]) {
           allowed[v].push_back(static_cast<int>(s));
         }
       }
@@ -872,7 +906,76 @@ class BudgetSearch {
     }
   }
 
-  // Stage 3: moves of one node, then of a node and one of its inputs together, each checked
+  // Stage 3, exact neighbourhoods: around each node in turn, the exact search (pareto_search)
+  // with every strategy allowed within kNeighbourhoodRadius edges of it and the rest of the
+  // fastest plan that fits held; repeated while it gains. It reaches plans that differ from the
+  // stages' plans in many nodes at once (a tensor-parallel chain where every weighting of memory
+  // prefers data parallelism), which single moves cannot: each step of the way is slower or over
+  // the budget. A search past kNeighbourhoodWork ways is given up.
+  void search_neighbourhoods() {
+    if (best_.empty()) {
+      return;
+    }
+    std::vector<std::vector<int>> allowed(graph_.size());
+    std::vector<int> distance(graph_.size(), -1), ball;
+    std::int64_t stage_work = 0;
+    for (bool gained = true; gained && stage_work < kNeighbourhoodStageWork;) {
+      gained = false;
+      for (int centre = 0; centre < count_ && stage_work < kNeighbourhoodStageWork; ++centre) {
+        for (int radius = kNeighbourhoodRadius; radius >= 1; --radius) {
+          ball.assign(1, centre);
+          distance[static_cast<std::size_t>(centre)] = 0;
+          for (std::size_t head = 0; head < ball.size(); ++head) {
+            const int v = ball[head];
+            const int next = distance[static_cast<std::size_t>(v)] + 1;
+            if (next > radius) {
+              continue;
+            }
+            const auto reach = [&](int u) {
+              if (distance[static_cast<std::size_t>(u)] < 0) {
+                distance[static_cast<std::size_t>(u)] = next;
+                ball.push_back(u);
+              }
+            };
+            for (const int p : graph_.node(v).inputs) {
+              reach(p);
+            }
+            for (const int c : graph_.consumers(v)) {
+              reach(c);
+            }
+          }
+          for (int v = 0; v < count_; ++v) {
+            allowed[static_cast<std::size_t>(v)].assign(1, best_[static_cast<std::size_t>(v)]);
+          }
+          for (const int v : ball) {
+            distance[static_cast<std::size_t>(v)] = -1;
+            auto& all = allowed[static_cast<std::size_t>(v)];
+            all.resize(static_cast<std::size_t>(a_.count(v)));
+            std::iota(all.begin(), all.end(), 0);
+          }
+          std::vector<int> found;
+          std::int64_t work = 0;
+          try {
+            found = detail::pareto_search(model_, detail::Objective::within_budget,
+                                          kRecombinationWays, allowed, kNeighbourhoodWork, &work);
+          } catch (const Error&) {
+            stage_work += work;
+            continue;  // too many ways around this node: a smaller ball
+          }
+          stage_work += work;
+          const double before = best_seconds_;
+          for (int v = 0; v < count_; ++v) {
+            a_.decide(v, found[static_cast<std::size_t>(v)]);
+          }
+          consider();
+          gained = gained || best_seconds_ < before * (1 - 1e-12);
+          break;
+        }
+      }
+    }
+  }
+
+  // Stage 4: moves of one node, then of a node and one of its inputs together, each checked
   // against the budget with a PeakTracker (their number bounded so that large graphs stay fast).
   // When nothing fit, moves that lower the peak, from the plan with the smallest; then, within
   // the budget, moves that make the plan faster, or keep its seconds and lower its peak.
