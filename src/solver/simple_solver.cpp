@@ -1026,6 +1026,15 @@ class BudgetSearch {
     };
     // A node's seconds with its neighbours as they are, for each of its strategies.
     std::vector<double> own, other;
+    std::vector<int> own_order, other_order;
+    // The strategies in increasing order of cost (the lower index first among equals).
+    const auto by_cost = [](const std::vector<double>& costs, std::vector<int>& order) {
+      order.resize(costs.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+        return costs[static_cast<std::size_t>(x)] < costs[static_cast<std::size_t>(y)];
+      });
+    };
     const auto local_costs = [&](int v, std::vector<double>& costs) {
       costs.resize(static_cast<std::size_t>(a.count(v)));
       for (int s = 0; s < a.count(v); ++s) {
@@ -1048,26 +1057,47 @@ class BudgetSearch {
           }
         }
         // A node and one of its inputs together, from each one's costs with the other as it is:
-        // moving u to su and v to sv replaces the edges between them.
+        // moving u to su and v to sv replaces the edges between them. Seeking a faster plan,
+        // each one's cost without their shared edges (which cost nothing or more) bounds a
+        // pair's: in increasing order of those, the scans stop at the first pair that cannot be
+        // faster, so most pairs are never priced.
         for (int v = 0; v < count && !moved && checks < most_checks && tries < kMostTries; ++v) {
           for (const int u : graph.node(v).inputs) {
+            if (moved) {
+              break;
+            }
             const int cu = a.choice()[static_cast<std::size_t>(u)];
             const int cv = a.choice()[static_cast<std::size_t>(v)];
             local_costs(u, own);
             local_costs(v, other);
             const double here = own[static_cast<std::size_t>(cu)] +
                                 other[static_cast<std::size_t>(cv)] - a.pair_cost(u, cu, v, cv);
-            for (int su = 0; su < a.count(u) && !moved && checks < most_checks; ++su) {
-              for (int sv = 0; sv < a.count(v) && !moved && checks < most_checks; ++sv) {
+            const double limit = faster ? here * (1 + 1e-12) : kInfinity;
+            for (int su = 0; su < a.count(u); ++su) {
+              own[static_cast<std::size_t>(su)] -= a.pair_cost(u, su, v, cv);
+            }
+            for (int sv = 0; sv < a.count(v); ++sv) {
+              other[static_cast<std::size_t>(sv)] -= a.pair_cost(u, cu, v, sv);
+            }
+            by_cost(own, own_order);
+            by_cost(other, other_order);
+            const double cheapest_v = other[static_cast<std::size_t>(other_order[0])];
+            for (const int su : own_order) {
+              const double alone = own[static_cast<std::size_t>(su)];
+              if (moved || checks >= most_checks || alone + cheapest_v > limit) {
+                break;
+              }
+              for (const int sv : other_order) {
+                const double bound = alone + other[static_cast<std::size_t>(sv)];
+                if (moved || checks >= most_checks || bound > limit) {
+                  break;
+                }
                 if (su == cu || sv == cv) {
                   continue;
                 }
                 ++tries;
-                const double there = own[static_cast<std::size_t>(su)] +
-                                     other[static_cast<std::size_t>(sv)] -
-                                     a.pair_cost(u, su, v, cv) - a.pair_cost(u, cu, v, sv) +
-                                     a.pair_cost(u, su, v, sv);
-                if (!(faster && there > here * (1 + 1e-12))) {
+                const double there = bound + a.pair_cost(u, su, v, sv);
+                if (there <= limit) {
                   moved = attempt(faster, here, there, u, su, v, sv);
                 }
               }
