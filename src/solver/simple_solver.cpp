@@ -714,8 +714,8 @@ class BudgetSearch {
       return a_.choice();
     }
     search_multipliers();
-    recombine();
     if (!large_graph_) {
+      recombine();
       search_neighbourhoods();
     }
     move_nodes();
@@ -913,12 +913,18 @@ class BudgetSearch {
   // prefers data parallelism), which single moves cannot: each step of the way is slower or over
   // the budget. A search past kNeighbourhoodWork ways is given up.
   void search_neighbourhoods() {
-    if (best_.empty()) {
+    // Each search walks every node, at about the price of 4 ways extended each, so that one
+    // around every node costs 4 count_^2: past the stage's work it is left out (graphs of more
+    // than about 720 nodes).
+    const std::int64_t pass = std::int64_t{4} * count_ * count_;
+    if (best_.empty() || pass > kNeighbourhoodStageWork) {
       return;
     }
     std::vector<std::vector<int>> allowed(graph_.size());
     std::vector<int> distance(graph_.size(), -1), ball;
     std::int64_t stage_work = 0;
+    // Balls searched, and given up, since the plan last changed (as node masks).
+    std::vector<std::vector<char>> searched, given_up;
     for (bool gained = true; gained && stage_work < kNeighbourhoodStageWork;) {
       gained = false;
       for (int centre = 0; centre < count_ && stage_work < kNeighbourhoodStageWork; ++centre) {
@@ -944,14 +950,31 @@ class BudgetSearch {
               reach(c);
             }
           }
-          for (int v = 0; v < count_; ++v) {
-            allowed[static_cast<std::size_t>(v)].assign(1, best_[static_cast<std::size_t>(v)]);
-          }
+          std::vector<char> members(graph_.size(), 0);
           for (const int v : ball) {
             distance[static_cast<std::size_t>(v)] = -1;
-            auto& all = allowed[static_cast<std::size_t>(v)];
-            all.resize(static_cast<std::size_t>(a_.count(v)));
-            std::iota(all.begin(), all.end(), 0);
+            members[static_cast<std::size_t>(v)] = 1;
+          }
+          // The same plan searched before over this ball and more stands; over this ball, given
+          // up before.
+          const auto within = [&](const std::vector<char>& wider) {
+            return std::all_of(ball.begin(), ball.end(),
+                               [&](int v) { return wider[static_cast<std::size_t>(v)] != 0; });
+          };
+          if (std::any_of(searched.begin(), searched.end(), within)) {
+            break;
+          }
+          if (std::find(given_up.begin(), given_up.end(), members) != given_up.end()) {
+            continue;
+          }
+          for (int v = 0; v < count_; ++v) {
+            auto& choices = allowed[static_cast<std::size_t>(v)];
+            if (members[static_cast<std::size_t>(v)]) {
+              choices.resize(static_cast<std::size_t>(a_.count(v)));
+              std::iota(choices.begin(), choices.end(), 0);
+            } else {
+              choices.assign(1, best_[static_cast<std::size_t>(v)]);
+            }
           }
           std::vector<int> found;
           std::int64_t work = 0;
@@ -959,16 +982,23 @@ class BudgetSearch {
             found = detail::pareto_search(model_, detail::Objective::within_budget,
                                           kRecombinationWays, allowed, kNeighbourhoodWork, &work);
           } catch (const Error&) {
-            stage_work += work;
+            stage_work += std::max<std::int64_t>(work, 4 * count_);
+            given_up.push_back(std::move(members));
             continue;  // too many ways around this node: a smaller ball
           }
-          stage_work += work;
+          stage_work += std::max<std::int64_t>(work, 4 * count_);
           const double before = best_seconds_;
           for (int v = 0; v < count_; ++v) {
             a_.decide(v, found[static_cast<std::size_t>(v)]);
           }
           consider();
-          gained = gained || best_seconds_ < before * (1 - 1e-12);
+          if (best_seconds_ < before * (1 - 1e-12)) {
+            gained = true;
+            searched.clear();
+            given_up.clear();
+          } else {
+            searched.push_back(std::move(members));
+          }
           break;
         }
       }
@@ -1027,6 +1057,14 @@ class BudgetSearch {
     // A node's seconds with its neighbours as they are, for each of its strategies.
     std::vector<double> own, other;
     std::vector<int> own_order, other_order;
+    // Every node's local costs as the pass over single moves found them, node v's from
+    // first_cost[v].
+    std::vector<std::size_t> first_cost(static_cast<std::size_t>(count) + 1, 0);
+    for (int v = 0; v < count; ++v) {
+      first_cost[static_cast<std::size_t>(v) + 1] =
+          first_cost[static_cast<std::size_t>(v)] + static_cast<std::size_t>(a.count(v));
+    }
+    std::vector<double> pass_costs(first_cost.back());
     // The strategies in increasing order of cost (the lower index first among equals).
     const auto by_cost = [](const std::vector<double>& costs, std::vector<int>& order) {
       order.resize(costs.size());
@@ -1047,6 +1085,9 @@ class BudgetSearch {
         bool moved = false;
         for (int v = 0; v < count && checks < most_checks; ++v) {
           local_costs(v, own);
+          std::copy(own.begin(), own.end(),
+                    pass_costs.begin() +
+                        static_cast<std::ptrdiff_t>(first_cost[static_cast<std::size_t>(v)]));
           for (int s = 0; s < a.count(v) && checks < most_checks; ++s) {
             const int now = a.choice()[static_cast<std::size_t>(v)];
             const double here = own[static_cast<std::size_t>(now)];
@@ -1056,11 +1097,12 @@ class BudgetSearch {
             }
           }
         }
-        // A node and one of its inputs together, from each one's costs with the other as it is:
-        // moving u to su and v to sv replaces the edges between them. Seeking a faster plan,
-        // each one's cost without their shared edges (which cost nothing or more) bounds a
-        // pair's: in increasing order of those, the scans stop at the first pair that cannot be
-        // faster, so most pairs are never priced.
+        // A node and one of its inputs together, from each one's costs with the other as it is
+        // (as the single moves found them: none was made when this runs): moving u to su and v
+        // to sv replaces the edges between them. Seeking a faster plan, each one's cost without
+        // their shared edges (which cost nothing or more) bounds a pair's: in increasing order of
+        // those, the scans stop at the first pair that cannot be faster, so most pairs are never
+        // priced.
         for (int v = 0; v < count && !moved && checks < most_checks && tries < kMostTries; ++v) {
           for (const int u : graph.node(v).inputs) {
             if (moved) {
@@ -1068,8 +1110,13 @@ class BudgetSearch {
             }
             const int cu = a.choice()[static_cast<std::size_t>(u)];
             const int cv = a.choice()[static_cast<std::size_t>(v)];
-            local_costs(u, own);
-            local_costs(v, other);
+            const auto costs_of = [&](int x, std::vector<double>& costs) {
+              const auto from = pass_costs.begin() + static_cast<std::ptrdiff_t>(
+                                                         first_cost[static_cast<std::size_t>(x)]);
+              costs.assign(from, from + a.count(x));
+            };
+            costs_of(u, own);
+            costs_of(v, other);
             const double here = own[static_cast<std::size_t>(cu)] +
                                 other[static_cast<std::size_t>(cv)] - a.pair_cost(u, cu, v, cv);
             const double limit = faster ? here * (1 + 1e-12) : kInfinity;
