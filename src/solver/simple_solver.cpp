@@ -545,7 +545,47 @@ class ForestRefiner {
     }
     int best = current;
     double lowest = std::numeric_limits<double>::infinity();
-    for (int s = 0; s < ne; ++s) {
+    // When every tree of the block is a single node (the usual ball of radius 1), a trial's cost
+    // is each node's cheapest entry, shifted: priced here without copying tables, by the same
+    // sums in the same order as propagate() (so the same choices).
+    const bool singletons = std::all_of(listing_.begin(), listing_.end(), [&](int v) {
+      return tree_parent_[static_cast<std::size_t>(v)] < 0;
+    });
+    if (singletons) {
+      backs_.assign(listing_.size(), nullptr);
+      for (std::size_t i = 0; i < listing_.size(); ++i) {
+        for (const Link& link : links_[static_cast<std::size_t>(listing_[i])]) {
+          if (link.other == e) {
+            backs_[i] = &link;
+          }
+        }
+      }
+      for (int s = 0; s < ne; ++s) {
+        double total = 0;
+        for (std::size_t i = listing_.size(); i-- > 0;) {
+          const std::vector<double>& t = base_[i];
+          double cheapest = kInfinity;
+          if (s == current || backs_[i] == nullptr) {
+            for (const double cost : t) {
+              cheapest = std::min(cheapest, cost);
+            }
+          } else {
+            const Link& back = *backs_[i];
+            for (std::size_t sv = 0; sv < t.size(); ++sv) {
+              cheapest = std::min(cheapest,
+                                  t[sv] + (back.cost(sv * ne + s) - back.cost(sv * ne + current)));
+            }
+          }
+          total += cheapest;
+        }
+        const double cost = total + outside_cost(e, s);
+        if (cost < lowest * (1 - 1e-12) || (s == current && cost <= lowest)) {
+          lowest = cost;
+          best = s;
+        }
+      }
+    }
+    for (int s = 0; s < ne && !singletons; ++s) {
       for (std::size_t i = 0; i < listing_.size(); ++i) {
         table_[static_cast<std::size_t>(listing_[i])] = base_[i];
       }
@@ -611,6 +651,7 @@ class ForestRefiner {
   std::vector<std::uint64_t> conditioned_at_;
   std::vector<std::vector<double>> table_;
   std::vector<std::vector<double>> base_;  // condition(): tables before e's trials
+  std::vector<const Link*> backs_;         // condition(): each one's link to e, if any
   std::vector<std::vector<int>> pick_;
   std::vector<int> block_;
   std::vector<int> listing_;
