@@ -1107,14 +1107,41 @@ class BudgetSearch {
     // A node's seconds with its neighbours as they are, for each of its strategies.
     std::vector<double> own, other;
     std::vector<int> own_order, other_order;
-    // Every node's local costs as the pass over single moves found them, node v's from
-    // first_cost[v].
+    // Every node's local costs, node v's from first_cost[v], computed when the assignment had
+    // made computed_at[v] changes: they hold until v or a neighbour changes.
     std::vector<std::size_t> first_cost(static_cast<std::size_t>(count) + 1, 0);
     for (int v = 0; v < count; ++v) {
       first_cost[static_cast<std::size_t>(v) + 1] =
           first_cost[static_cast<std::size_t>(v)] + static_cast<std::size_t>(a.count(v));
     }
-    std::vector<double> pass_costs(first_cost.back());
+    std::vector<double> node_costs(first_cost.back());
+    std::vector<std::uint64_t> computed_at(static_cast<std::size_t>(count), 0);
+    std::vector<char> known(static_cast<std::size_t>(count), 0);
+    // Brings node v's local costs up to date; returns when they were computed.
+    const auto refresh = [&](int v) {
+      const std::size_t vu = static_cast<std::size_t>(v);
+      std::uint64_t latest = a.changed_at(v);
+      for (const int p : graph.node(v).inputs) {
+        latest = std::max(latest, a.changed_at(p));
+      }
+      for (const int c : graph.consumers(v)) {
+        latest = std::max(latest, a.changed_at(c));
+      }
+      if (!known[vu] || latest > computed_at[vu]) {
+        for (int s = 0; s < a.count(v); ++s) {
+          node_costs[first_cost[vu] + static_cast<std::size_t>(s)] = a.local_cost(v, s);
+        }
+        tries += a.count(v);
+        computed_at[vu] = a.changes();
+        known[vu] = 1;
+      }
+      return computed_at[vu];
+    };
+    const auto costs_of = [&](int v, std::vector<double>& costs) {
+      const auto from =
+          node_costs.begin() + static_cast<std::ptrdiff_t>(first_cost[static_cast<std::size_t>(v)]);
+      costs.assign(from, from + a.count(v));
+    };
     // The strategies in increasing order of cost (the lower index first among equals).
     const auto by_cost = [](const std::vector<double>& costs, std::vector<int>& order) {
       order.resize(costs.size());
@@ -1123,48 +1150,57 @@ class BudgetSearch {
         return costs[static_cast<std::size_t>(x)] < costs[static_cast<std::size_t>(y)];
       });
     };
-    const auto local_costs = [&](int v, std::vector<double>& costs) {
-      costs.resize(static_cast<std::size_t>(a.count(v)));
-      for (int s = 0; s < a.count(v); ++s) {
-        costs[static_cast<std::size_t>(s)] = a.local_cost(v, s);
-      }
-      tries += a.count(v);
-    };
+    // Each node's input edges, edge (v, k) at first_edge[v] + k.
+    std::vector<std::size_t> first_edge(static_cast<std::size_t>(count) + 1, 0);
+    for (int v = 0; v < count; ++v) {
+      first_edge[static_cast<std::size_t>(v) + 1] =
+          first_edge[static_cast<std::size_t>(v)] + graph.node(v).inputs.size();
+    }
+    // A pass looks again at a node (an edge) only when it had a move to try when last looked at,
+    // or when its costs (either end's) have changed since: which moves are tried depends on the
+    // costs and the current strategies alone, whether they fit on the peak too.
     const auto descend = [&](bool faster) {
+      std::vector<std::uint64_t> node_seen(static_cast<std::size_t>(count), 0);
+      std::vector<std::uint64_t> edge_seen(first_edge.back(), 0);
+      std::vector<char> node_idle(node_seen.size(), 0), edge_idle(edge_seen.size(), 0);
       for (int pass = 0; pass < 8 && checks < most_checks && tries < kMostTries; ++pass) {
         bool moved = false;
         for (int v = 0; v < count && checks < most_checks; ++v) {
-          local_costs(v, own);
-          std::copy(own.begin(), own.end(),
-                    pass_costs.begin() +
-                        static_cast<std::ptrdiff_t>(first_cost[static_cast<std::size_t>(v)]));
+          const std::size_t vu = static_cast<std::size_t>(v);
+          const std::uint64_t at = refresh(v);
+          if (node_idle[vu] && at <= node_seen[vu]) {
+            continue;
+          }
+          costs_of(v, own);
+          bool tried = false;
           for (int s = 0; s < a.count(v) && checks < most_checks; ++s) {
-            const int now = a.choice()[static_cast<std::size_t>(v)];
+            const int now = a.choice()[vu];
             const double here = own[static_cast<std::size_t>(now)];
             const double there = own[static_cast<std::size_t>(s)];
             if (s != now && !(faster && there > here * (1 + 1e-12))) {
+              tried = true;
               moved = attempt(faster, here, there, v, s, -1, -1) || moved;
             }
           }
+          node_seen[vu] = a.changes();
+          node_idle[vu] = !tried;
         }
-        // A node and one of its inputs together, from each one's costs with the other as it is
-        // (as the single moves found them: none was made when this runs): moving u to su and v
-        // to sv replaces the edges between them. Seeking a faster plan, each one's cost without
-        // their shared edges (which cost nothing or more) bounds a pair's: in increasing order of
-        // those, the scans stop at the first pair that cannot be faster, so most pairs are never
-        // priced.
+        // A node and one of its inputs together, from each one's costs with the other as it is:
+        // moving u to su and v to sv replaces the edges between them. Seeking a faster plan,
+        // each one's cost without their shared edges (which cost nothing or more) bounds a
+        // pair's: in increasing order of those, the scans stop at the first pair that cannot be
+        // faster, so most pairs are never priced.
         for (int v = 0; v < count && !moved && checks < most_checks && tries < kMostTries; ++v) {
-          for (const int u : graph.node(v).inputs) {
-            if (moved) {
-              break;
+          const auto& inputs = graph.node(v).inputs;
+          for (std::size_t k = 0; k < inputs.size() && !moved; ++k) {
+            const int u = inputs[k];
+            const std::size_t edge = first_edge[static_cast<std::size_t>(v)] + k;
+            const std::uint64_t at = std::max(refresh(u), refresh(v));
+            if (edge_idle[edge] && at <= edge_seen[edge]) {
+              continue;
             }
             const int cu = a.choice()[static_cast<std::size_t>(u)];
             const int cv = a.choice()[static_cast<std::size_t>(v)];
-            const auto costs_of = [&](int x, std::vector<double>& costs) {
-              const auto from = pass_costs.begin() + static_cast<std::ptrdiff_t>(
-                                                         first_cost[static_cast<std::size_t>(x)]);
-              costs.assign(from, from + a.count(x));
-            };
             costs_of(u, own);
             costs_of(v, other);
             const double here = own[static_cast<std::size_t>(cu)] +
@@ -1179,6 +1215,7 @@ class BudgetSearch {
             by_cost(own, own_order);
             by_cost(other, other_order);
             const double cheapest_v = other[static_cast<std::size_t>(other_order[0])];
+            bool tried = false;
             for (const int su : own_order) {
               const double alone = own[static_cast<std::size_t>(su)];
               if (moved || checks >= most_checks || alone + cheapest_v > limit) {
@@ -1195,10 +1232,13 @@ class BudgetSearch {
                 ++tries;
                 const double there = bound + a.pair_cost(u, su, v, sv);
                 if (there <= limit) {
+                  tried = true;
                   moved = attempt(faster, here, there, u, su, v, sv);
                 }
               }
             }
+            edge_seen[edge] = a.changes();
+            edge_idle[edge] = !tried;
           }
         }
         if (!moved || (!faster && peak <= budget)) {
