@@ -298,6 +298,7 @@ class ForestRefiner {
         const std::size_t c = static_cast<std::size_t>(link.consumer);
         link.forward_weight = w.any ? w.forward[c] : 0;
         link.backward_weight = w.any ? w.backward[c] : 0;
+        link.weighted = link.forward_weight != 0 || link.backward_weight != 0;
       }
     }
     std::fill(conditioned_at_.begin(), conditioned_at_.end(), 0);
@@ -630,9 +631,11 @@ class ForestRefiner {
     const double* backward_bytes = nullptr;
     double forward_weight = 0;
     double backward_weight = 0;
+    bool weighted = false;  // some weight is not 0 (most steps' multipliers are)
     double cost(std::size_t at) const {
-      return seconds[at] + forward_weight * forward_bytes[at] +
-             backward_weight * backward_bytes[at];
+      return weighted ? seconds[at] + forward_weight * forward_bytes[at] +
+                            backward_weight * backward_bytes[at]
+                      : seconds[at];
     }
   };
   struct PairBlock {
