@@ -407,12 +407,22 @@ class ForestRefiner {
     return propagate(apply);
   }
 
+  // Every block node's outside_cost() for each of its strategies (link by link: the same sums).
   void fill_tables() {
     for (int v : listing_) {
-      auto& t = table_[static_cast<std::size_t>(v)];
-      t.resize(static_cast<std::size_t>(a_.count(v)));
-      for (int s = 0; s < a_.count(v); ++s) {
-        t[static_cast<std::size_t>(s)] = outside_cost(v, s);
+      const std::size_t vu = static_cast<std::size_t>(v);
+      auto& t = table_[vu];
+      t = compute_[vu];
+      for (const Link& link : links_[vu]) {
+        const std::size_t other = static_cast<std::size_t>(link.other);
+        if (in_block_[other]) {
+          continue;
+        }
+        const std::size_t stride = static_cast<std::size_t>(a_.count(link.other));
+        const std::size_t theirs = static_cast<std::size_t>(a_.choice()[other]);
+        for (std::size_t s = 0; s < t.size(); ++s) {
+          t[s] += link.cost(s * stride + theirs);
+        }
       }
     }
   }
