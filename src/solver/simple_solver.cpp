@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "checked_int.hpp"
@@ -446,9 +448,27 @@ class ForestRefiner {
       }
       auto& pick = pick_[static_cast<std::size_t>(c)];
       const int np = a_.count(p);
-      pick.assign(static_cast<std::size_t>(np), current);
       const Link& up = links_[static_cast<std::size_t>(c)]
                              [static_cast<std::size_t>(parent_link_[static_cast<std::size_t>(c)])];
+      auto& parent = table_[static_cast<std::size_t>(p)];
+      // A child whose table, current strategy and edge to its parent equal an earlier child's
+      // sends the same message (the layers of a stack): it is computed once.
+      const std::uint64_t key = message_key(tc, current, up);
+      const auto found = sent_.find(key);
+      if (found != sent_.end()) {
+        const Message& earlier = messages_[found->second];
+        if (earlier.current == current && earlier.up->seconds == up.seconds &&
+            earlier.up->forward_weight == up.forward_weight &&
+            earlier.up->backward_weight == up.backward_weight &&
+            table_[static_cast<std::size_t>(earlier.child)] == tc) {
+          pick = pick_[static_cast<std::size_t>(earlier.child)];
+          for (std::size_t sp = 0; sp < parent.size(); ++sp) {
+            parent[sp] += message_values_[earlier.first + sp];
+          }
+          continue;
+        }
+      }
+      pick.assign(static_cast<std::size_t>(np), current);
       // The child's strategies by their own cost: an edge never costs less than nothing, so the
       // scan stops at the first whose own cost exceeds the best total found. Ties keep the
       // current strategy, else go to the lowest index, as a scan in index order would.
@@ -475,9 +495,19 @@ class ForestRefiner {
             chosen = sc;
           }
         }
-        table_[static_cast<std::size_t>(p)][static_cast<std::size_t>(sp)] += lowest;
+        parent[static_cast<std::size_t>(sp)] += lowest;
+        message_values_.push_back(lowest);
+      }
+      if (found == sent_.end()) {
+        sent_.emplace(key, messages_.size());
+        messages_.push_back(Message{c, current, &up, message_values_.size() - parent.size()});
+      } else {
+        message_values_.resize(message_values_.size() - parent.size());  // a different key
       }
     }
+    sent_.clear();
+    messages_.clear();
+    message_values_.clear();
     if (apply) {
       for (int v : listing_) {
         const int p = tree_parent_[static_cast<std::size_t>(v)];
@@ -652,6 +682,28 @@ class ForestRefiner {
     std::vector<double> seconds, forward_bytes, backward_bytes;
   };
 
+  // A hash of what a child's message depends on: its table, its current strategy (ties), and
+  // the edge to its parent (its table and weights).
+  static std::uint64_t message_key(const std::vector<double>& table, int current, const Link& up) {
+    std::uint64_t key = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(up.seconds));
+    const auto mix = [&key](std::uint64_t bits) {
+      key = (key ^ bits) * 0x100000001b3ULL;  // FNV-1a's prime
+      key ^= key >> 29;
+    };
+    mix(static_cast<std::uint64_t>(current));
+    for (const double x : {up.forward_weight, up.backward_weight}) {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &x, sizeof bits);
+      mix(bits);
+    }
+    for (const double x : table) {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &x, sizeof bits);
+      mix(bits);
+    }
+    return key;
+  }
+
   Assignment& a_;
   std::vector<std::vector<Link>> links_;
   std::vector<PairBlock> blocks_;
@@ -670,6 +722,17 @@ class ForestRefiner {
   std::vector<int> listing_;
   std::vector<int> ball_;
   std::vector<int> order_;  // propagate(): a child's strategies by their own cost
+  // propagate(): the messages sent so far, by a hash of their key (looked up, never iterated);
+  // each message's values from `first` in message_values_.
+  struct Message {
+    int child;
+    int current;
+    const Link* up;
+    std::size_t first;
+  };
+  std::unordered_map<std::uint64_t, std::size_t> sent_;
+  std::vector<Message> messages_;
+  std::vector<double> message_values_;
 };
 
 ShardingSpec mirrored(ShardingSpec spec) {
