@@ -1288,10 +1288,23 @@ class BudgetSearch {
             for (int sv = 0; sv < a.count(v); ++sv) {
               other[static_cast<std::size_t>(sv)] -= a.pair_cost(u, cu, v, sv);
             }
+            // No pair can be faster when the cheapest other strategies of both cannot.
+            const auto cheapest_other = [](const std::vector<double>& costs, int now) {
+              double cheapest = kInfinity;
+              for (std::size_t x = 0; x < costs.size(); ++x) {
+                cheapest = static_cast<int>(x) == now ? cheapest : std::min(cheapest, costs[x]);
+              }
+              return cheapest;
+            };
+            bool tried = false;
+            if (cheapest_other(own, cu) + cheapest_other(other, cv) > limit) {
+              edge_seen[edge] = a.changes();
+              edge_idle[edge] = 1;
+              continue;
+            }
             by_cost(own, own_order);
             by_cost(other, other_order);
             const double cheapest_v = other[static_cast<std::size_t>(other_order[0])];
-            bool tried = false;
             for (const int su : own_order) {
               const double alone = own[static_cast<std::size_t>(su)];
               if (moved || checks >= most_checks || alone + cheapest_v > limit) {
