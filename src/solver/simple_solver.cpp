@@ -43,6 +43,8 @@ constexpr std::size_t kRecombinationWays = std::size_t{1} << 12;
 // and one search may extend at most this many ways (it gives up past them).
 constexpr int kNeighbourhoodRadius = 3;
 constexpr std::int64_t kNeighbourhoodWork = std::int64_t{1} << 16;
+// A radius whose searches were given up this many times in a row is not tried again.
+constexpr int kNeighbourhoodGiveUps = 2;
 // The most ways all the exact neighbourhoods of one solve may extend (about a tenth of a second).
 constexpr std::int64_t kNeighbourhoodStageWork = std::int64_t{1} << 21;
 
@@ -1051,10 +1053,15 @@ class BudgetSearch {
     std::int64_t stage_work = 0;
     // Balls searched, and given up, since the plan last changed (as node masks).
     std::vector<std::vector<char>> searched, given_up;
+    // Per radius: the searches given up since the last one that finished.
+    std::vector<int> given_up_in_a_row(kNeighbourhoodRadius + 1, 0);
     for (bool gained = true; gained && stage_work < kNeighbourhoodStageWork;) {
       gained = false;
       for (int centre = 0; centre < count_ && stage_work < kNeighbourhoodStageWork; ++centre) {
         for (int radius = kNeighbourhoodRadius; radius >= 1; --radius) {
+          if (given_up_in_a_row[static_cast<std::size_t>(radius)] >= kNeighbourhoodGiveUps) {
+            continue;  // balls this wide are too wide here
+          }
           ball.assign(1, centre);
           distance[static_cast<std::size_t>(centre)] = 0;
           for (std::size_t head = 0; head < ball.size(); ++head) {
@@ -1110,9 +1117,11 @@ class BudgetSearch {
           } catch (const Error&) {
             stage_work += std::max<std::int64_t>(work, 4 * count_);
             given_up.push_back(std::move(members));
+            ++given_up_in_a_row[static_cast<std::size_t>(radius)];
             continue;  // too many ways around this node: a smaller ball
           }
           stage_work += std::max<std::int64_t>(work, 4 * count_);
+          given_up_in_a_row[static_cast<std::size_t>(radius)] = 0;
           const double before = best_seconds_;
           for (int v = 0; v < count_; ++v) {
             a_.decide(v, found[static_cast<std::size_t>(v)]);
