@@ -29,6 +29,9 @@ constexpr int kConditioningRadius = 4;
 // The most pairs of strategies one refinement pass over every edge may look at for conditioning
 // to keep its full radius (a 2x4 transformer layer has about 20,000, a 1-D one 800).
 constexpr std::int64_t kFullRadiusPairs = std::int64_t{1} << 19;
+// Blocks of at least this many nodes remember the messages their children send (smaller ones,
+// the balls of conditioning, would spend more on remembering than they save).
+constexpr std::size_t kRememberedBlock = 64;
 // Rounds of the budget search, each a refinement under new memory weights: growth until a plan
 // fits, bisections of their scale, and finer steps around the fastest plan that fits.
 constexpr int kGrowthRounds = 40;
@@ -435,6 +438,7 @@ class ForestRefiner {
   // the choices from the roots down.
   double propagate(bool apply) {
     double total = 0;
+    const bool remember = listing_.size() >= kRememberedBlock;
     for (std::size_t i = listing_.size(); i-- > 0;) {
       const int c = listing_[i];
       const int p = tree_parent_[static_cast<std::size_t>(c)];
@@ -455,8 +459,8 @@ class ForestRefiner {
       auto& parent = table_[static_cast<std::size_t>(p)];
       // A child whose table, current strategy and edge to its parent equal an earlier child's
       // sends the same message (the layers of a stack): it is computed once.
-      const std::uint64_t key = message_key(tc, current, up);
-      const auto found = sent_.find(key);
+      const std::uint64_t key = remember ? message_key(tc, current, up) : 0;
+      const auto found = remember ? sent_.find(key) : sent_.end();
       if (found != sent_.end()) {
         const Message& earlier = messages_[found->second];
         if (earlier.current == current && earlier.up->seconds == up.seconds &&
@@ -498,7 +502,12 @@ class ForestRefiner {
           }
         }
         parent[static_cast<std::size_t>(sp)] += lowest;
-        message_values_.push_back(lowest);
+        if (remember) {
+          message_values_.push_back(lowest);
+        }
+      }
+      if (!remember) {
+        continue;
       }
       if (found == sent_.end()) {
         sent_.emplace(key, messages_.size());
@@ -575,8 +584,8 @@ class ForestRefiner {
     if (conditioned > 0 && latest <= conditioned) {
       return;
     }
-    const std::vector<int> candidates(ball_.begin() + 1, ball_.end());
-    grow(candidates, nullptr);
+    candidates_.assign(ball_.begin() + 1, ball_.end());
+    grow(candidates_, nullptr);
     // The tables with e at its current strategy, once; each trial only shifts the entries of
     // e's neighbours by the difference its strategy makes on their edge.
     const int current = a_.choice()[static_cast<std::size_t>(e)];
@@ -723,7 +732,8 @@ class ForestRefiner {
   std::vector<int> block_;
   std::vector<int> listing_;
   std::vector<int> ball_;
-  std::vector<int> order_;  // propagate(): a child's strategies by their own cost
+  std::vector<int> candidates_;  // condition(): the ball without e
+  std::vector<int> order_;       // propagate(): a child's strategies by their own cost
   // propagate(): the messages sent so far, by a hash of their key (looked up, never iterated);
   // each message's values from `first` in message_values_.
   struct Message {
