@@ -193,6 +193,21 @@ class Assignment {
   MemoryWeights weights_;
 };
 
+// Mixes a number's bits, or an address, into a hash key (FNV-1a's prime, then a shift), for the
+// refinement's hash maps of answers it has computed.
+void mix(std::uint64_t& key, std::uint64_t bits) {
+  key = (key ^ bits) * 0x100000001b3ULL;
+  key ^= key >> 29;
+}
+void mix(std::uint64_t& key, double x) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  mix(key, bits);
+}
+void mix(std::uint64_t& key, const double* address) {
+  mix(key, static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(address)));
+}
+
 // Exact re-optimization of tree-shaped parts of the graph with the rest held fixed.
 //
 // A block grows over candidate nodes in a given order while it stays a forest (a node joins only
@@ -324,6 +339,10 @@ class ForestRefiner {
 
   // One forest over the whole graph in `order`, then conditioning on each node it left out.
   void run(const std::vector<int>& order, int radius) {
+    tried_.clear();
+    answers_.clear();
+    trial_values_.clear();
+    trial_link_values_.clear();
     std::vector<int> excluded;
     grow(order, &excluded);
     solve(true);
@@ -540,6 +559,19 @@ class ForestRefiner {
     return total;
   }
 
+  // A hash of the numbers and edge tables the trials of a ball depend on.
+  static std::uint64_t trials_key(const std::vector<double>& values,
+                                  const std::vector<const double*>& links) {
+    std::uint64_t key = 0;
+    for (const double x : values) {
+      mix(key, x);
+    }
+    for (const double* link : links) {
+      mix(key, link);
+    }
+    return key;
+  }
+
   // Node v's compute under s plus its edges to nodes outside the block at their current choice.
   double outside_cost(int v, int s) const {
     const std::size_t vu = static_cast<std::size_t>(v);
@@ -603,6 +635,10 @@ class ForestRefiner {
     const bool singletons = std::all_of(listing_.begin(), listing_.end(), [&](int v) {
       return tree_parent_[static_cast<std::size_t>(v)] < 0;
     });
+    // The same trials (the same tables, links to e and current strategy) in an earlier ball of
+    // the pass give the same answer (the layers of a stack): they are priced once.
+    std::uint64_t key = 0;
+    bool known = false;
     if (singletons) {
       backs_.assign(listing_.size(), nullptr);
       for (std::size_t i = 0; i < listing_.size(); ++i) {
@@ -612,6 +648,35 @@ class ForestRefiner {
           }
         }
       }
+      own_.resize(static_cast<std::size_t>(ne));
+      for (int s = 0; s < ne; ++s) {
+        own_[static_cast<std::size_t>(s)] = outside_cost(e, s);
+      }
+      trial_.clear();
+      trial_.push_back(static_cast<double>(current));
+      trial_.push_back(static_cast<double>(ne));
+      trial_.insert(trial_.end(), own_.begin(), own_.end());
+      for (std::size_t i = 0; i < listing_.size(); ++i) {
+        const Link* back = backs_[i];
+        trial_.push_back(static_cast<double>(base_[i].size()));
+        trial_.insert(trial_.end(), base_[i].begin(), base_[i].end());
+        trial_.push_back(back != nullptr ? back->forward_weight : -1);
+        trial_.push_back(back != nullptr ? back->backward_weight : -1);
+        trial_links_.push_back(back != nullptr ? back->seconds : nullptr);
+      }
+      key = trials_key(trial_, trial_links_);
+      const auto found = tried_.find(key);
+      if (found != tried_.end()) {
+        const TrialsAnswer& earlier = answers_[found->second];
+        known = earlier.size == trial_.size() && earlier.links == trial_links_.size() &&
+                std::equal(trial_.begin(), trial_.end(), trial_values_.begin() + earlier.first) &&
+                std::equal(trial_links_.begin(), trial_links_.end(),
+                           trial_link_values_.begin() + earlier.first_link);
+        best = known ? earlier.best : best;
+      }
+      trial_links_.clear();
+    }
+    if (singletons && !known) {
       for (int s = 0; s < ne; ++s) {
         double total = 0;
         for (std::size_t i = listing_.size(); i-- > 0;) {
@@ -630,10 +695,19 @@ class ForestRefiner {
           }
           total += cheapest;
         }
-        const double cost = total + outside_cost(e, s);
+        const double cost = total + own_[static_cast<std::size_t>(s)];
         if (cost < lowest * (1 - 1e-12) || (s == current && cost <= lowest)) {
           lowest = cost;
           best = s;
+        }
+      }
+      if (tried_.find(key) == tried_.end()) {
+        tried_.emplace(key, answers_.size());
+        answers_.push_back(TrialsAnswer{trial_values_.size(), trial_.size(),
+                                        trial_link_values_.size(), backs_.size(), best});
+        trial_values_.insert(trial_values_.end(), trial_.begin(), trial_.end());
+        for (const Link* back : backs_) {
+          trial_link_values_.push_back(back != nullptr ? back->seconds : nullptr);
         }
       }
     }
@@ -696,21 +770,13 @@ class ForestRefiner {
   // A hash of what a child's message depends on: its table, its current strategy (ties), and
   // the edge to its parent (its table and weights).
   static std::uint64_t message_key(const std::vector<double>& table, int current, const Link& up) {
-    std::uint64_t key = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(up.seconds));
-    const auto mix = [&key](std::uint64_t bits) {
-      key = (key ^ bits) * 0x100000001b3ULL;  // FNV-1a's prime
-      key ^= key >> 29;
-    };
-    mix(static_cast<std::uint64_t>(current));
-    for (const double x : {up.forward_weight, up.backward_weight}) {
-      std::uint64_t bits = 0;
-      std::memcpy(&bits, &x, sizeof bits);
-      mix(bits);
-    }
+    std::uint64_t key = 0;
+    mix(key, up.seconds);
+    mix(key, static_cast<double>(current));
+    mix(key, up.forward_weight);
+    mix(key, up.backward_weight);
     for (const double x : table) {
-      std::uint64_t bits = 0;
-      std::memcpy(&bits, &x, sizeof bits);
-      mix(bits);
+      mix(key, x);
     }
     return key;
   }
@@ -733,7 +799,21 @@ class ForestRefiner {
   std::vector<int> listing_;
   std::vector<int> ball_;
   std::vector<int> candidates_;  // condition(): the ball without e
-  std::vector<int> order_;       // propagate(): a child's strategies by their own cost
+  // condition(): what the trials of a ball of single nodes depend on (e's current strategy, its
+  // costs, each node's table and link to e), and the answers of the run so far, by a hash of
+  // that (looked up, never iterated).
+  struct TrialsAnswer {
+    std::size_t first, size;        // in trial_values_
+    std::size_t first_link, links;  // in trial_link_values_
+    int best;
+  };
+  std::vector<double> own_, trial_;
+  std::vector<const double*> trial_links_;
+  std::unordered_map<std::uint64_t, std::size_t> tried_;
+  std::vector<TrialsAnswer> answers_;
+  std::vector<double> trial_values_;
+  std::vector<const double*> trial_link_values_;
+  std::vector<int> order_;  // propagate(): a child's strategies by their own cost
   // propagate(): the messages sent so far, by a hash of their key (looked up, never iterated);
   // each message's values from `first` in message_values_.
   struct Message {
