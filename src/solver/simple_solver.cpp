@@ -29,9 +29,12 @@ constexpr int kConditioningRadius = 4;
 // The most pairs of strategies one refinement pass over every edge may look at for conditioning
 // to keep its full radius (a 2x4 transformer layer has about 20,000, a 1-D one 800).
 constexpr std::int64_t kFullRadiusPairs = std::int64_t{1} << 19;
-// Blocks of at least this many nodes remember the messages their children send (smaller ones,
-// the balls of conditioning, would spend more on remembering than they save).
+// Blocks of at least this many nodes remember the messages their children send, over edges of
+// at least this many pairs of strategies, and conditioning remembers trials that look at that
+// many at least: smaller ones (the balls of conditioning, 1-D meshes with about 8 strategies a
+// node) cost more to remember than to compute.
 constexpr std::size_t kRememberedBlock = 64;
+constexpr std::size_t kRememberedPairs = 256;
 // Rounds of the budget search, each a refinement under new memory weights: growth until a plan
 // fits, bisections of their scale, and finer steps around the fastest plan that fits.
 constexpr int kGrowthRounds = 40;
@@ -478,8 +481,9 @@ class ForestRefiner {
       auto& parent = table_[static_cast<std::size_t>(p)];
       // A child whose table, current strategy and edge to its parent equal an earlier child's
       // sends the same message (the layers of a stack): it is computed once.
-      const std::uint64_t key = remember ? message_key(tc, current, up) : 0;
-      const auto found = remember ? sent_.find(key) : sent_.end();
+      const bool remembered = remember && tc.size() * parent.size() >= kRememberedPairs;
+      const std::uint64_t key = remembered ? message_key(tc, current, up) : 0;
+      const auto found = remembered ? sent_.find(key) : sent_.end();
       if (found != sent_.end()) {
         const Message& earlier = messages_[found->second];
         if (earlier.current == current && earlier.up->seconds == up.seconds &&
@@ -521,11 +525,11 @@ class ForestRefiner {
           }
         }
         parent[static_cast<std::size_t>(sp)] += lowest;
-        if (remember) {
+        if (remembered) {
           message_values_.push_back(lowest);
         }
       }
-      if (!remember) {
+      if (!remembered) {
         continue;
       }
       if (found == sent_.end()) {
@@ -639,6 +643,12 @@ class ForestRefiner {
     // the pass give the same answer (the layers of a stack): they are priced once.
     std::uint64_t key = 0;
     bool known = false;
+    std::size_t entries = 0;
+    for (const auto& table : base_) {
+      entries += table.size();
+    }
+    const bool remembered =
+        singletons && static_cast<std::size_t>(ne) * entries >= kRememberedPairs;
     if (singletons) {
       backs_.assign(listing_.size(), nullptr);
       for (std::size_t i = 0; i < listing_.size(); ++i) {
@@ -652,6 +662,8 @@ class ForestRefiner {
       for (int s = 0; s < ne; ++s) {
         own_[static_cast<std::size_t>(s)] = outside_cost(e, s);
       }
+    }
+    if (remembered) {
       trial_.clear();
       trial_.push_back(static_cast<double>(current));
       trial_.push_back(static_cast<double>(ne));
@@ -701,7 +713,7 @@ class ForestRefiner {
           best = s;
         }
       }
-      if (tried_.find(key) == tried_.end()) {
+      if (remembered && tried_.find(key) == tried_.end()) {
         tried_.emplace(key, answers_.size());
         answers_.push_back(TrialsAnswer{trial_values_.size(), trial_.size(),
                                         trial_link_values_.size(), backs_.size(), best});
