@@ -839,6 +839,7 @@ class ForestRefiner {
   std::vector<double> message_values_;
 };
 
+// The layout with the two mesh axes' uses swapped ([S1,R] for [S0,R], +P0 for +P1).
 ShardingSpec mirrored(ShardingSpec spec) {
   std::swap(spec.axes[0], spec.axes[1]);
   return spec;
@@ -1345,7 +1346,8 @@ class BudgetSearch {
     }
     // A pass looks again at a node (an edge) only when it had a move to try when last looked at,
     // or when its costs (either end's) have changed since: which moves are tried depends on the
-    // costs and the current strategies alone, whether they fit on the peak too.
+    // costs and the current strategies alone; whether one is kept depends on the peak too, so a
+    // node or edge with a move to try is looked at in every pass.
     const auto descend = [&](bool faster) {
       std::vector<std::uint64_t> node_seen(static_cast<std::size_t>(count), 0);
       std::vector<std::uint64_t> edge_seen(first_edge.back(), 0);
