@@ -94,6 +94,12 @@ void optimality(const CommonOptions& common, const SolverOptions& options, const
       unfit += !heuristic.fits_budget;
       optimal += ratio <= 1 + 1e-9;
       over += ratio > 1.05;
+      if (ratio > 1.05 && !common.json) {
+        // Each miss by name, so that it can be looked at (fsdp-solve --compare).
+        std::printf("  over 1.05: %s%s on %s: %.4f\n", g.name.c_str(),
+                    budget > 0 ? (", budget " + std::to_string(budget)).c_str() : "",
+                    m.mesh_text().c_str(), ratio);
+      }
       graph_worst = std::max(graph_worst, ratio);
       if (ratio > worst) {
         worst = ratio;

@@ -78,9 +78,11 @@ std::vector<int> elimination_order(const Graph& graph) {
 }  // namespace
 
 std::vector<int> pareto_search(const StepModel& model, Objective objective, std::size_t max_states,
-                               const std::vector<std::vector<int>>& allowed,
-                               std::int64_t max_work) {
-  std::int64_t work = 0;
+                               const std::vector<std::vector<int>>& allowed, std::int64_t max_work,
+                               std::int64_t* work_done) {
+  std::int64_t local_work = 0;
+  std::int64_t& work = work_done != nullptr ? *work_done : local_work;
+  work = 0;
   const Graph& graph = model.graph();
   const bool track_memory = objective != Objective::seconds;
   const std::int64_t budget = model.options().memory_budget_bytes;

@@ -88,21 +88,31 @@ void PeakTracker::add_edge(int t, int k, int sign) {
   }
 }
 
-void PeakTracker::add(int at, int low, int high, int from, int to, std::int64_t bytes) {
-  const std::size_t a = static_cast<std::size_t>(at);
-  if (to < low || high < from) {
-    return;
-  }
-  if (from <= low && high <= to) {
-    const auto what = [] { return std::string("the memory of a step"); };
+void PeakTracker::add(int from, int to, std::int64_t bytes) {
+  // Bottom up over the tree nodes that cover [from, to] exactly, then their ancestors again
+  // from both ends (the iterative form of a segment tree with range additions).
+  const auto what = [] { return std::string("the memory of a step"); };
+  const auto apply = [&](int at) {
+    const std::size_t a = static_cast<std::size_t>(at);
     add_to(high_[a], bytes, what);
     add_to(pending_[a], bytes, what);
-    return;
+  };
+  int low = from + size_, high = to + size_ + 1;
+  const int first = low, last = high - 1;
+  for (; low < high; low /= 2, high /= 2) {
+    if (low % 2 == 1) {
+      apply(low++);
+    }
+    if (high % 2 == 1) {
+      apply(--high);
+    }
   }
-  const int middle = (low + high) / 2;
-  add(2 * at, low, middle, from, to, bytes);
-  add(2 * at + 1, middle + 1, high, from, to, bytes);
-  high_[a] = pending_[a] + std::max(high_[2 * a], high_[2 * a + 1]);
+  for (const int leaf : {first, last}) {
+    for (int at = leaf / 2; at >= 1; at /= 2) {
+      const std::size_t a = static_cast<std::size_t>(at);
+      high_[a] = pending_[a] + std::max(high_[2 * a], high_[2 * a + 1]);
+    }
+  }
 }
 
 }  // namespace fsdp::solver::detail

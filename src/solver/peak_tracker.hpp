@@ -34,8 +34,8 @@ class PeakTracker {
   // edges to its consumers (a move changes both; building visits every edge once).
   void add_node(int v, int sign, bool edges_out);
   void add_edge(int t, int k, int sign);
-  void add(int from, int to, std::int64_t bytes) { add(1, 0, size_ - 1, from, to, bytes); }
-  void add(int at, int low, int high, int from, int to, std::int64_t bytes);
+  // Adds bytes to the steps from..to (inclusive).
+  void add(int from, int to, std::int64_t bytes);
 
   const StepModel& model_;
   std::vector<int> choice_;

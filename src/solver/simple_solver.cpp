@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "checked_int.hpp"
@@ -26,6 +29,12 @@ constexpr int kConditioningRadius = 4;
 // The most pairs of strategies one refinement pass over every edge may look at for conditioning
 // to keep its full radius (a 2x4 transformer layer has about 20,000, a 1-D one 800).
 constexpr std::int64_t kFullRadiusPairs = std::int64_t{1} << 19;
+// Blocks of at least this many nodes remember the messages their children send, over edges of
+// at least this many pairs of strategies, and conditioning remembers trials that look at that
+// many at least: smaller ones (the balls of conditioning, 1-D meshes with about 8 strategies a
+// node) cost more to remember than to compute.
+constexpr std::size_t kRememberedBlock = 64;
+constexpr std::size_t kRememberedPairs = 256;
 // Rounds of the budget search, each a refinement under new memory weights: growth until a plan
 // fits, bisections of their scale, and finer steps around the fastest plan that fits.
 constexpr int kGrowthRounds = 40;
@@ -36,6 +45,14 @@ constexpr std::int64_t kMostTries = std::int64_t{1} << 24;
 // The most ways the recombination may extend in all, and keep at one step.
 constexpr std::int64_t kRecombinationWork = std::int64_t{1} << 18;
 constexpr std::size_t kRecombinationWays = std::size_t{1} << 12;
+// The exact neighbourhoods: every node within this many edges of a centre gets every strategy,
+// and one search may extend at most this many ways (it gives up past them).
+constexpr int kNeighbourhoodRadius = 3;
+constexpr std::int64_t kNeighbourhoodWork = std::int64_t{1} << 16;
+// A radius whose searches were given up this many times in a row is not tried again.
+constexpr int kNeighbourhoodGiveUps = 2;
+// The most ways all the exact neighbourhoods of one solve may extend (about a tenth of a second).
+constexpr std::int64_t kNeighbourhoodStageWork = std::int64_t{1} << 21;
 
 // Seconds per byte held at each step of the step's memory profile, as the node and edge terms
 // they become: a byte of persistent state is held at every step, a node's activation and
@@ -179,6 +196,21 @@ class Assignment {
   MemoryWeights weights_;
 };
 
+// Mixes a number's bits, or an address, into a hash key (FNV-1a's prime, then a shift), for the
+// refinement's hash maps of answers it has computed.
+void mix(std::uint64_t& key, std::uint64_t bits) {
+  key = (key ^ bits) * 0x100000001b3ULL;
+  key ^= key >> 29;
+}
+void mix(std::uint64_t& key, double x) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  mix(key, bits);
+}
+void mix(std::uint64_t& key, const double* address) {
+  mix(key, static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(address)));
+}
+
 // Exact re-optimization of tree-shaped parts of the graph with the rest held fixed.
 //
 // A block grows over candidate nodes in a given order while it stays a forest (a node joins only
@@ -291,6 +323,7 @@ class ForestRefiner {
         const std::size_t c = static_cast<std::size_t>(link.consumer);
         link.forward_weight = w.any ? w.forward[c] : 0;
         link.backward_weight = w.any ? w.backward[c] : 0;
+        link.weighted = link.forward_weight != 0 || link.backward_weight != 0;
       }
     }
     std::fill(conditioned_at_.begin(), conditioned_at_.end(), 0);
@@ -309,6 +342,10 @@ class ForestRefiner {
 
   // One forest over the whole graph in `order`, then conditioning on each node it left out.
   void run(const std::vector<int>& order, int radius) {
+    tried_.clear();
+    answers_.clear();
+    trial_values_.clear();
+    trial_link_values_.clear();
     std::vector<int> excluded;
     grow(order, &excluded);
     solve(true);
@@ -399,12 +436,22 @@ class ForestRefiner {
     return propagate(apply);
   }
 
+  // Every block node's outside_cost() for each of its strategies (link by link: the same sums).
   void fill_tables() {
     for (int v : listing_) {
-      auto& t = table_[static_cast<std::size_t>(v)];
-      t.resize(static_cast<std::size_t>(a_.count(v)));
-      for (int s = 0; s < a_.count(v); ++s) {
-        t[static_cast<std::size_t>(s)] = outside_cost(v, s);
+      const std::size_t vu = static_cast<std::size_t>(v);
+      auto& t = table_[vu];
+      t = compute_[vu];
+      for (const Link& link : links_[vu]) {
+        const std::size_t other = static_cast<std::size_t>(link.other);
+        if (in_block_[other]) {
+          continue;
+        }
+        const std::size_t stride = static_cast<std::size_t>(a_.count(link.other));
+        const std::size_t theirs = static_cast<std::size_t>(a_.choice()[other]);
+        for (std::size_t s = 0; s < t.size(); ++s) {
+          t[s] += link.cost(s * stride + theirs);
+        }
       }
     }
   }
@@ -413,6 +460,7 @@ class ForestRefiner {
   // the choices from the roots down.
   double propagate(bool apply) {
     double total = 0;
+    const bool remember = listing_.size() >= kRememberedBlock;
     for (std::size_t i = listing_.size(); i-- > 0;) {
       const int c = listing_[i];
       const int p = tree_parent_[static_cast<std::size_t>(c)];
@@ -428,9 +476,28 @@ class ForestRefiner {
       }
       auto& pick = pick_[static_cast<std::size_t>(c)];
       const int np = a_.count(p);
-      pick.assign(static_cast<std::size_t>(np), current);
       const Link& up = links_[static_cast<std::size_t>(c)]
                              [static_cast<std::size_t>(parent_link_[static_cast<std::size_t>(c)])];
+      auto& parent = table_[static_cast<std::size_t>(p)];
+      // A child whose table, current strategy and edge to its parent equal an earlier child's
+      // sends the same message (the layers of a stack): it is computed once.
+      const bool remembered = remember && tc.size() * parent.size() >= kRememberedPairs;
+      const std::uint64_t key = remembered ? message_key(tc, current, up) : 0;
+      const auto found = remembered ? sent_.find(key) : sent_.end();
+      if (found != sent_.end()) {
+        const Message& earlier = messages_[found->second];
+        if (earlier.current == current && earlier.up->seconds == up.seconds &&
+            earlier.up->forward_weight == up.forward_weight &&
+            earlier.up->backward_weight == up.backward_weight &&
+            table_[static_cast<std::size_t>(earlier.child)] == tc) {
+          pick = pick_[static_cast<std::size_t>(earlier.child)];
+          for (std::size_t sp = 0; sp < parent.size(); ++sp) {
+            parent[sp] += message_values_[earlier.first + sp];
+          }
+          continue;
+        }
+      }
+      pick.assign(static_cast<std::size_t>(np), current);
       // The child's strategies by their own cost: an edge never costs less than nothing, so the
       // scan stops at the first whose own cost exceeds the best total found. Ties keep the
       // current strategy, else go to the lowest index, as a scan in index order would.
@@ -457,9 +524,24 @@ class ForestRefiner {
             chosen = sc;
           }
         }
-        table_[static_cast<std::size_t>(p)][static_cast<std::size_t>(sp)] += lowest;
+        parent[static_cast<std::size_t>(sp)] += lowest;
+        if (remembered) {
+          message_values_.push_back(lowest);
+        }
+      }
+      if (!remembered) {
+        continue;
+      }
+      if (found == sent_.end()) {
+        sent_.emplace(key, messages_.size());
+        messages_.push_back(Message{c, current, &up, message_values_.size() - parent.size()});
+      } else {
+        message_values_.resize(message_values_.size() - parent.size());  // a different key
       }
     }
+    sent_.clear();
+    messages_.clear();
+    message_values_.clear();
     if (apply) {
       for (int v : listing_) {
         const int p = tree_parent_[static_cast<std::size_t>(v)];
@@ -479,6 +561,19 @@ class ForestRefiner {
       }
     }
     return total;
+  }
+
+  // A hash of the numbers and edge tables the trials of a ball depend on.
+  static std::uint64_t trials_key(const std::vector<double>& values,
+                                  const std::vector<const double*>& links) {
+    std::uint64_t key = 0;
+    for (const double x : values) {
+      mix(key, x);
+    }
+    for (const double* link : links) {
+      mix(key, link);
+    }
+    return key;
   }
 
   // Node v's compute under s plus its edges to nodes outside the block at their current choice.
@@ -525,8 +620,8 @@ class ForestRefiner {
     if (conditioned > 0 && latest <= conditioned) {
       return;
     }
-    const std::vector<int> candidates(ball_.begin() + 1, ball_.end());
-    grow(candidates, nullptr);
+    candidates_.assign(ball_.begin() + 1, ball_.end());
+    grow(candidates_, nullptr);
     // The tables with e at its current strategy, once; each trial only shifts the entries of
     // e's neighbours by the difference its strategy makes on their edge.
     const int current = a_.choice()[static_cast<std::size_t>(e)];
@@ -538,7 +633,97 @@ class ForestRefiner {
     }
     int best = current;
     double lowest = std::numeric_limits<double>::infinity();
-    for (int s = 0; s < ne; ++s) {
+    // When every tree of the block is a single node (the usual ball of radius 1), a trial's cost
+    // is each node's cheapest entry, shifted: priced here without copying tables, by the same
+    // sums in the same order as propagate() (so the same choices).
+    const bool singletons = std::all_of(listing_.begin(), listing_.end(), [&](int v) {
+      return tree_parent_[static_cast<std::size_t>(v)] < 0;
+    });
+    // The same trials (the same tables, links to e and current strategy) in an earlier ball of
+    // the pass give the same answer (the layers of a stack): they are priced once.
+    std::uint64_t key = 0;
+    bool known = false;
+    std::size_t entries = 0;
+    for (const auto& table : base_) {
+      entries += table.size();
+    }
+    const bool remembered =
+        singletons && static_cast<std::size_t>(ne) * entries >= kRememberedPairs;
+    if (singletons) {
+      backs_.assign(listing_.size(), nullptr);
+      for (std::size_t i = 0; i < listing_.size(); ++i) {
+        for (const Link& link : links_[static_cast<std::size_t>(listing_[i])]) {
+          if (link.other == e) {
+            backs_[i] = &link;
+          }
+        }
+      }
+      own_.resize(static_cast<std::size_t>(ne));
+      for (int s = 0; s < ne; ++s) {
+        own_[static_cast<std::size_t>(s)] = outside_cost(e, s);
+      }
+    }
+    if (remembered) {
+      trial_.clear();
+      trial_.push_back(static_cast<double>(current));
+      trial_.push_back(static_cast<double>(ne));
+      trial_.insert(trial_.end(), own_.begin(), own_.end());
+      for (std::size_t i = 0; i < listing_.size(); ++i) {
+        const Link* back = backs_[i];
+        trial_.push_back(static_cast<double>(base_[i].size()));
+        trial_.insert(trial_.end(), base_[i].begin(), base_[i].end());
+        trial_.push_back(back != nullptr ? back->forward_weight : -1);
+        trial_.push_back(back != nullptr ? back->backward_weight : -1);
+        trial_links_.push_back(back != nullptr ? back->seconds : nullptr);
+      }
+      key = trials_key(trial_, trial_links_);
+      const auto found = tried_.find(key);
+      if (found != tried_.end()) {
+        const TrialsAnswer& earlier = answers_[found->second];
+        known = earlier.size == trial_.size() && earlier.links == trial_links_.size() &&
+                std::equal(trial_.begin(), trial_.end(), trial_values_.begin() + earlier.first) &&
+                std::equal(trial_links_.begin(), trial_links_.end(),
+                           trial_link_values_.begin() + earlier.first_link);
+        best = known ? earlier.best : best;
+      }
+      trial_links_.clear();
+    }
+    if (singletons && !known) {
+      for (int s = 0; s < ne; ++s) {
+        double total = 0;
+        for (std::size_t i = listing_.size(); i-- > 0;) {
+          const std::vector<double>& t = base_[i];
+          double cheapest = kInfinity;
+          if (s == current || backs_[i] == nullptr) {
+            for (const double cost : t) {
+              cheapest = std::min(cheapest, cost);
+            }
+          } else {
+            const Link& back = *backs_[i];
+            for (std::size_t sv = 0; sv < t.size(); ++sv) {
+              cheapest = std::min(cheapest,
+                                  t[sv] + (back.cost(sv * ne + s) - back.cost(sv * ne + current)));
+            }
+          }
+          total += cheapest;
+        }
+        const double cost = total + own_[static_cast<std::size_t>(s)];
+        if (cost < lowest * (1 - 1e-12) || (s == current && cost <= lowest)) {
+          lowest = cost;
+          best = s;
+        }
+      }
+      if (remembered && tried_.find(key) == tried_.end()) {
+        tried_.emplace(key, answers_.size());
+        answers_.push_back(TrialsAnswer{trial_values_.size(), trial_.size(),
+                                        trial_link_values_.size(), backs_.size(), best});
+        trial_values_.insert(trial_values_.end(), trial_.begin(), trial_.end());
+        for (const Link* back : backs_) {
+          trial_link_values_.push_back(back != nullptr ? back->seconds : nullptr);
+        }
+      }
+    }
+    for (int s = 0; s < ne && !singletons; ++s) {
       for (std::size_t i = 0; i < listing_.size(); ++i) {
         table_[static_cast<std::size_t>(listing_[i])] = base_[i];
       }
@@ -583,14 +768,30 @@ class ForestRefiner {
     const double* backward_bytes = nullptr;
     double forward_weight = 0;
     double backward_weight = 0;
+    bool weighted = false;  // some weight is not 0 (most steps' multipliers are)
     double cost(std::size_t at) const {
-      return seconds[at] + forward_weight * forward_bytes[at] +
-             backward_weight * backward_bytes[at];
+      return weighted ? seconds[at] + forward_weight * forward_bytes[at] +
+                            backward_weight * backward_bytes[at]
+                      : seconds[at];
     }
   };
   struct PairBlock {
     std::vector<double> seconds, forward_bytes, backward_bytes;
   };
+
+  // A hash of what a child's message depends on: its table, its current strategy (ties), and
+  // the edge to its parent (its table and weights).
+  static std::uint64_t message_key(const std::vector<double>& table, int current, const Link& up) {
+    std::uint64_t key = 0;
+    mix(key, up.seconds);
+    mix(key, static_cast<double>(current));
+    mix(key, up.forward_weight);
+    mix(key, up.backward_weight);
+    for (const double x : table) {
+      mix(key, x);
+    }
+    return key;
+  }
 
   Assignment& a_;
   std::vector<std::vector<Link>> links_;
@@ -604,12 +805,45 @@ class ForestRefiner {
   std::vector<std::uint64_t> conditioned_at_;
   std::vector<std::vector<double>> table_;
   std::vector<std::vector<double>> base_;  // condition(): tables before e's trials
+  std::vector<const Link*> backs_;         // condition(): each one's link to e, if any
   std::vector<std::vector<int>> pick_;
   std::vector<int> block_;
   std::vector<int> listing_;
   std::vector<int> ball_;
+  std::vector<int> candidates_;  // condition(): the ball without e
+  // condition(): what the trials of a ball of single nodes depend on (e's current strategy, its
+  // costs, each node's table and link to e), and the answers of the run so far, by a hash of
+  // that (looked up, never iterated).
+  struct TrialsAnswer {
+    std::size_t first, size;        // in trial_values_
+    std::size_t first_link, links;  // in trial_link_values_
+    int best;
+  };
+  std::vector<double> own_, trial_;
+  std::vector<const double*> trial_links_;
+  std::unordered_map<std::uint64_t, std::size_t> tried_;
+  std::vector<TrialsAnswer> answers_;
+  std::vector<double> trial_values_;
+  std::vector<const double*> trial_link_values_;
   std::vector<int> order_;  // propagate(): a child's strategies by their own cost
+  // propagate(): the messages sent so far, by a hash of their key (looked up, never iterated);
+  // each message's values from `first` in message_values_.
+  struct Message {
+    int child;
+    int current;
+    const Link* up;
+    std::size_t first;
+  };
+  std::unordered_map<std::uint64_t, std::size_t> sent_;
+  std::vector<Message> messages_;
+  std::vector<double> message_values_;
 };
+
+// The layout with the two mesh axes' uses swapped ([S1,R] for [S0,R], +P0 for +P1).
+ShardingSpec mirrored(ShardingSpec spec) {
+  std::swap(spec.axes[0], spec.axes[1]);
+  return spec;
+}
 
 bool is_matmul(const Node& node) {
   return node.kind == OpKind::matmul || node.kind == OpKind::batched_matmul;
@@ -702,7 +936,10 @@ class BudgetSearch {
       return a_.choice();
     }
     search_multipliers();
-    recombine();
+    if (!large_graph_) {
+      recombine();
+      search_neighbourhoods();
+    }
     move_nodes();
     return a_.choice();
   }
@@ -806,7 +1043,9 @@ class BudgetSearch {
   // Stage 1: the multipliers grow 4x (from the fastest plan's seconds per byte of budget) until
   // a plan fits; then their common scale is bisected (geometrically) between the last plan that
   // did not fit and the first that did; then finer rounds (1.5x over, 0.8x under) search around
-  // it. Large graphs get fewer rounds: each refines every node.
+  // it. Large graphs get fewer rounds (each refines every node), and the bisection and finer
+  // rounds end at the first that changes nothing: on the 2x4 stacks of 992 and 10,001 nodes
+  // measured (budgets 0.3-0.8 of the fastest plan's peak) none of them changed the plan.
   void search_multipliers() {
     const double unit = detail::step_seconds(model_, a_.choice()) / static_cast<double>(budget_);
     const bool large_graph = large_graph_;
@@ -818,10 +1057,17 @@ class BudgetSearch {
       fits = refine_with(1);
     }
     if (fits) {
+      bool settled = false;
+      const auto changes = [&](const std::function<bool()>& round) {
+        const std::vector<int> before = a_.choice();
+        const bool result = round();
+        settled = large_graph && a_.choice() == before;
+        return result;
+      };
       double low = 0.25, high = 1;
-      for (int round = 0; round < (large_graph ? 2 : kBisections); ++round) {
+      for (int round = 0; round < (large_graph ? 2 : kBisections) && !settled; ++round) {
         const double middle = std::sqrt(low * high);
-        (refine_with(middle) ? high : low) = middle;
+        (changes([&] { return refine_with(middle); }) ? high : low) = middle;
       }
       for (double& x : forward_step) {
         x *= high;
@@ -829,9 +1075,9 @@ class BudgetSearch {
       for (double& x : backward_step) {
         x *= high;
       }
-      for (int round = 0; round < (large_graph ? 1 : kFineRounds); ++round) {
+      for (int round = 0; round < (large_graph ? 1 : kFineRounds) && !settled; ++round) {
         move_multipliers(1.5, 0.8, 0);
-        refine_with(1);
+        changes([&] { return refine_with(1); });
       }
     }
   }
@@ -848,9 +1094,28 @@ class BudgetSearch {
     auto& a = a_;
     const int count = count_;
     std::vector<std::vector<int>> allowed(graph.size());
+    const bool mirrors = model.machine().axis_count() == 2;
     for (std::size_t v = 0; v < graph.size(); ++v) {
-      for (std::size_t s = 0; s < visited[v].size(); ++s) {
-        if (visited[v][s]) {
+      const auto& list = model.strategies(static_cast<int>(v));
+      std::vector<char> take = visited[v];
+      for (std::size_t s = 0; s < visited[v].size() && mirrors; ++s) {
+        if (!visited[v][s]) {
+          continue;
+        }
+        const Strategy& x = list[s];
+        for (std::size_t t = 0; t < list.size(); ++t) {
+          const Strategy& y = list[t];
+          bool same = mirrored(x.output) == y.output && x.inputs.size() == y.inputs.size();
+          for (std::size_t k = 0; k < x.inputs.size() && same; ++k) {
+            same = mirrored(x.inputs[k]) == y.inputs[k];
+          }
+          if (same) {
+            take[t] = 1;
+          }
+        }
+      }
+      for (std::size_t s = 0; s < take.size(); ++s) {
+        if (take[s]) {
           allowed[v].push_back(static_cast<int>(s));
         }
       }
@@ -872,7 +1137,113 @@ class BudgetSearch {
     }
   }
 
-  // Stage 3: moves of one node, then of a node and one of its inputs together, each checked
+  // Stage 3, exact neighbourhoods: around each node in turn, the exact search (pareto_search)
+  // with every strategy allowed within kNeighbourhoodRadius edges of it and the rest of the
+  // fastest plan that fits held; repeated while it gains. It reaches plans that differ from the
+  // stages' plans in many nodes at once (a tensor-parallel chain where every weighting of memory
+  // prefers data parallelism), which single moves cannot: each step of the way is slower or over
+  // the budget. A search past kNeighbourhoodWork ways is given up.
+  void search_neighbourhoods() {
+    // Each search walks every node, at about the price of 4 ways extended each, so that one
+    // around every node costs 4 count_^2: past the stage's work it is left out (graphs of more
+    // than about 720 nodes).
+    const std::int64_t pass = std::int64_t{4} * count_ * count_;
+    if (best_.empty() || pass > kNeighbourhoodStageWork) {
+      return;
+    }
+    std::vector<std::vector<int>> allowed(graph_.size());
+    std::vector<int> distance(graph_.size(), -1), ball;
+    std::int64_t stage_work = 0;
+    // Balls searched, and given up, since the plan last changed (as node masks).
+    std::vector<std::vector<char>> searched, given_up;
+    // Per radius: the searches given up since the last one that finished.
+    std::vector<int> given_up_in_a_row(kNeighbourhoodRadius + 1, 0);
+    for (bool gained = true; gained && stage_work < kNeighbourhoodStageWork;) {
+      gained = false;
+      for (int centre = 0; centre < count_ && stage_work < kNeighbourhoodStageWork; ++centre) {
+        for (int radius = kNeighbourhoodRadius; radius >= 1; --radius) {
+          if (given_up_in_a_row[static_cast<std::size_t>(radius)] >= kNeighbourhoodGiveUps) {
+            continue;  // balls this wide are too wide here
+          }
+          ball.assign(1, centre);
+          distance[static_cast<std::size_t>(centre)] = 0;
+          for (std::size_t head = 0; head < ball.size(); ++head) {
+            const int v = ball[head];
+            const int next = distance[static_cast<std::size_t>(v)] + 1;
+            if (next > radius) {
+              continue;
+            }
+            const auto reach = [&](int u) {
+              if (distance[static_cast<std::size_t>(u)] < 0) {
+                distance[static_cast<std::size_t>(u)] = next;
+                ball.push_back(u);
+              }
+            };
+            for (const int p : graph_.node(v).inputs) {
+              reach(p);
+            }
+            for (const int c : graph_.consumers(v)) {
+              reach(c);
+            }
+          }
+          std::vector<char> members(graph_.size(), 0);
+          for (const int v : ball) {
+            distance[static_cast<std::size_t>(v)] = -1;
+            members[static_cast<std::size_t>(v)] = 1;
+          }
+          // The same plan searched before over this ball and more stands; over this ball, given
+          // up before.
+          const auto within = [&](const std::vector<char>& wider) {
+            return std::all_of(ball.begin(), ball.end(),
+                               [&](int v) { return wider[static_cast<std::size_t>(v)] != 0; });
+          };
+          if (std::any_of(searched.begin(), searched.end(), within)) {
+            break;
+          }
+          if (std::find(given_up.begin(), given_up.end(), members) != given_up.end()) {
+            continue;
+          }
+          for (int v = 0; v < count_; ++v) {
+            auto& choices = allowed[static_cast<std::size_t>(v)];
+            if (members[static_cast<std::size_t>(v)]) {
+              choices.resize(static_cast<std::size_t>(a_.count(v)));
+              std::iota(choices.begin(), choices.end(), 0);
+            } else {
+              choices.assign(1, best_[static_cast<std::size_t>(v)]);
+            }
+          }
+          std::vector<int> found;
+          std::int64_t work = 0;
+          try {
+            found = detail::pareto_search(model_, detail::Objective::within_budget,
+                                          kRecombinationWays, allowed, kNeighbourhoodWork, &work);
+          } catch (const Error&) {
+            stage_work += std::max<std::int64_t>(work, 4 * count_);
+            given_up.push_back(std::move(members));
+            ++given_up_in_a_row[static_cast<std::size_t>(radius)];
+            continue;  // too many ways around this node: a smaller ball
+          }
+          stage_work += std::max<std::int64_t>(work, 4 * count_);
+          given_up_in_a_row[static_cast<std::size_t>(radius)] = 0;
+          const double before = best_seconds_;
+          for (int v = 0; v < count_; ++v) {
+            a_.decide(v, found[static_cast<std::size_t>(v)]);
+          }
+          consider();
+          if (best_seconds_ < before * (1 - 1e-12)) {
+            gained = true;
+            searched.clear();
+            given_up.clear();
+          } else {
+            searched.push_back(std::move(members));
+          }
+          break;
+        }
+      }
+    }
+  }
+
+  // Stage 4: moves of one node, then of a node and one of its inputs together, each checked
   // against the budget with a PeakTracker (their number bounded so that large graphs stay fast).
   // When nothing fit, moves that lower the peak, from the plan with the smallest; then, within
   // the budget, moves that make the plan faster, or keep its seconds and lower its peak.
@@ -923,52 +1294,153 @@ class BudgetSearch {
     };
     // A node's seconds with its neighbours as they are, for each of its strategies.
     std::vector<double> own, other;
-    const auto local_costs = [&](int v, std::vector<double>& costs) {
-      costs.resize(static_cast<std::size_t>(a.count(v)));
-      for (int s = 0; s < a.count(v); ++s) {
-        costs[static_cast<std::size_t>(s)] = a.local_cost(v, s);
+    std::vector<int> own_order, other_order;
+    // Every node's local costs, node v's from first_cost[v], computed when the assignment had
+    // made computed_at[v] changes: they hold until v or a neighbour changes.
+    std::vector<std::size_t> first_cost(static_cast<std::size_t>(count) + 1, 0);
+    for (int v = 0; v < count; ++v) {
+      first_cost[static_cast<std::size_t>(v) + 1] =
+          first_cost[static_cast<std::size_t>(v)] + static_cast<std::size_t>(a.count(v));
+    }
+    std::vector<double> node_costs(first_cost.back());
+    std::vector<std::uint64_t> computed_at(static_cast<std::size_t>(count), 0);
+    std::vector<char> known(static_cast<std::size_t>(count), 0);
+    // Brings node v's local costs up to date; returns when they were computed.
+    const auto refresh = [&](int v) {
+      const std::size_t vu = static_cast<std::size_t>(v);
+      std::uint64_t latest = a.changed_at(v);
+      for (const int p : graph.node(v).inputs) {
+        latest = std::max(latest, a.changed_at(p));
       }
-      tries += a.count(v);
+      for (const int c : graph.consumers(v)) {
+        latest = std::max(latest, a.changed_at(c));
+      }
+      if (!known[vu] || latest > computed_at[vu]) {
+        for (int s = 0; s < a.count(v); ++s) {
+          node_costs[first_cost[vu] + static_cast<std::size_t>(s)] = a.local_cost(v, s);
+        }
+        tries += a.count(v);
+        computed_at[vu] = a.changes();
+        known[vu] = 1;
+      }
+      return computed_at[vu];
     };
+    const auto costs_of = [&](int v, std::vector<double>& costs) {
+      const auto from =
+          node_costs.begin() + static_cast<std::ptrdiff_t>(first_cost[static_cast<std::size_t>(v)]);
+      costs.assign(from, from + a.count(v));
+    };
+    // The strategies in increasing order of cost (the lower index first among equals).
+    const auto by_cost = [](const std::vector<double>& costs, std::vector<int>& order) {
+      order.resize(costs.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+        return costs[static_cast<std::size_t>(x)] < costs[static_cast<std::size_t>(y)];
+      });
+    };
+    // Each node's input edges, edge (v, k) at first_edge[v] + k.
+    std::vector<std::size_t> first_edge(static_cast<std::size_t>(count) + 1, 0);
+    for (int v = 0; v < count; ++v) {
+      first_edge[static_cast<std::size_t>(v) + 1] =
+          first_edge[static_cast<std::size_t>(v)] + graph.node(v).inputs.size();
+    }
+    // A pass looks again at a node (an edge) only when it had a move to try when last looked at,
+    // or when its costs (either end's) have changed since: which moves are tried depends on the
+    // costs and the current strategies alone; whether one is kept depends on the peak too, so a
+    // node or edge with a move to try is looked at in every pass.
     const auto descend = [&](bool faster) {
+      std::vector<std::uint64_t> node_seen(static_cast<std::size_t>(count), 0);
+      std::vector<std::uint64_t> edge_seen(first_edge.back(), 0);
+      std::vector<char> node_idle(node_seen.size(), 0), edge_idle(edge_seen.size(), 0);
       for (int pass = 0; pass < 8 && checks < most_checks && tries < kMostTries; ++pass) {
         bool moved = false;
         for (int v = 0; v < count && checks < most_checks; ++v) {
-          local_costs(v, own);
+          const std::size_t vu = static_cast<std::size_t>(v);
+          const std::uint64_t at = refresh(v);
+          if (node_idle[vu] && at <= node_seen[vu]) {
+            continue;
+          }
+          costs_of(v, own);
+          bool tried = false;
           for (int s = 0; s < a.count(v) && checks < most_checks; ++s) {
-            const int now = a.choice()[static_cast<std::size_t>(v)];
+            const int now = a.choice()[vu];
             const double here = own[static_cast<std::size_t>(now)];
             const double there = own[static_cast<std::size_t>(s)];
             if (s != now && !(faster && there > here * (1 + 1e-12))) {
+              tried = true;
               moved = attempt(faster, here, there, v, s, -1, -1) || moved;
             }
           }
+          node_seen[vu] = a.changes();
+          node_idle[vu] = !tried;
         }
         // A node and one of its inputs together, from each one's costs with the other as it is:
-        // moving u to su and v to sv replaces the edges between them.
+        // moving u to su and v to sv replaces the edges between them. Seeking a faster plan,
+        // each one's cost without their shared edges (which cost nothing or more) bounds a
+        // pair's: in increasing order of those, the scans stop at the first pair that cannot be
+        // faster, so most pairs are never priced.
         for (int v = 0; v < count && !moved && checks < most_checks && tries < kMostTries; ++v) {
-          for (const int u : graph.node(v).inputs) {
+          const auto& inputs = graph.node(v).inputs;
+          for (std::size_t k = 0; k < inputs.size() && !moved; ++k) {
+            const int u = inputs[k];
+            const std::size_t edge = first_edge[static_cast<std::size_t>(v)] + k;
+            const std::uint64_t at = std::max(refresh(u), refresh(v));
+            if (edge_idle[edge] && at <= edge_seen[edge]) {
+              continue;
+            }
             const int cu = a.choice()[static_cast<std::size_t>(u)];
             const int cv = a.choice()[static_cast<std::size_t>(v)];
-            local_costs(u, own);
-            local_costs(v, other);
+            costs_of(u, own);
+            costs_of(v, other);
             const double here = own[static_cast<std::size_t>(cu)] +
                                 other[static_cast<std::size_t>(cv)] - a.pair_cost(u, cu, v, cv);
-            for (int su = 0; su < a.count(u) && !moved && checks < most_checks; ++su) {
-              for (int sv = 0; sv < a.count(v) && !moved && checks < most_checks; ++sv) {
+            const double limit = faster ? here * (1 + 1e-12) : kInfinity;
+            for (int su = 0; su < a.count(u); ++su) {
+              own[static_cast<std::size_t>(su)] -= a.pair_cost(u, su, v, cv);
+            }
+            for (int sv = 0; sv < a.count(v); ++sv) {
+              other[static_cast<std::size_t>(sv)] -= a.pair_cost(u, cu, v, sv);
+            }
+            // No pair can be faster when the cheapest other strategies of both cannot.
+            const auto cheapest_other = [](const std::vector<double>& costs, int now) {
+              double cheapest = kInfinity;
+              for (std::size_t x = 0; x < costs.size(); ++x) {
+                cheapest = static_cast<int>(x) == now ? cheapest : std::min(cheapest, costs[x]);
+              }
+              return cheapest;
+            };
+            bool tried = false;
+            if (cheapest_other(own, cu) + cheapest_other(other, cv) > limit) {
+              edge_seen[edge] = a.changes();
+              edge_idle[edge] = 1;
+              continue;
+            }
+            by_cost(own, own_order);
+            by_cost(other, other_order);
+            const double cheapest_v = other[static_cast<std::size_t>(other_order[0])];
+            for (const int su : own_order) {
+              const double alone = own[static_cast<std::size_t>(su)];
+              if (moved || checks >= most_checks || alone + cheapest_v > limit) {
+                break;
+              }
+              for (const int sv : other_order) {
+                const double bound = alone + other[static_cast<std::size_t>(sv)];
+                if (moved || checks >= most_checks || bound > limit) {
+                  break;
+                }
                 if (su == cu || sv == cv) {
                   continue;
                 }
                 ++tries;
-                const double there = own[static_cast<std::size_t>(su)] +
-                                     other[static_cast<std::size_t>(sv)] -
-                                     a.pair_cost(u, su, v, cv) - a.pair_cost(u, cu, v, sv) +
-                                     a.pair_cost(u, su, v, sv);
-                if (!(faster && there > here * (1 + 1e-12))) {
+                const double there = bound + a.pair_cost(u, su, v, sv);
+                if (there <= limit) {
+                  tried = true;
                   moved = attempt(faster, here, there, u, su, v, sv);
                 }
               }
             }
+            edge_seen[edge] = a.changes();
+            edge_idle[edge] = !tried;
           }
         }
         if (!moved || (!faster && peak <= budget)) {

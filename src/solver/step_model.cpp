@@ -4,10 +4,11 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "checked_int.hpp"
 #include "fsdp/core/error.hpp"
-#include "fsdp/core/text.hpp"
 #include "op_table.hpp"
 
 namespace fsdp::solver::detail {
@@ -33,18 +34,31 @@ bool only_slices(const ShardingSpec& from, const ShardingSpec& to) {
 
 StrategyClasses strategy_classes(const Graph& graph) {
   StrategyClasses classes;
-  std::map<std::string, int> seen;  // ordered: nothing depends on a hash
+  // The op as written, then every number the strategies depend on, each list after its length.
+  // Ordered: nothing depends on a hash.
+  std::map<std::pair<std::string, std::vector<std::int64_t>>, int> seen;
+  std::vector<std::int64_t> key;
   for (std::size_t v = 0; v < graph.size(); ++v) {
     const Node& node = graph.node(static_cast<int>(v));
-    std::string key = node.op + "|" + shape_text(node.shape) + "|" +
-                      shape_text({node.axes.begin(), node.axes.end()}) + "|" +
-                      shape_text({node.permutation.begin(), node.permutation.end()}) +
-                      (node.keep_dims ? "|k|" : "||") +
-                      (node.pinned ? node.pinned->to_string(node.rank(), 2) : "-");
-    for (int p : node.inputs) {
-      key += "|" + shape_text(graph.node(p).shape);
+    key.clear();
+    const auto add = [&key](const auto& list) {
+      key.push_back(static_cast<std::int64_t>(list.size()));
+      key.insert(key.end(), list.begin(), list.end());
+    };
+    add(node.shape);
+    add(node.axes);
+    add(node.permutation);
+    key.push_back(node.keep_dims ? 1 : 0);
+    key.push_back(node.pinned ? 1 : 0);
+    for (int a = 0; node.pinned && a < ShardingSpec::kMaxAxes; ++a) {
+      key.push_back(static_cast<std::int64_t>(node.pinned->axis(a).kind));
+      key.push_back(node.pinned->axis(a).dim);
     }
-    const auto [where, added] = seen.emplace(std::move(key), static_cast<int>(seen.size()));
+    for (int p : node.inputs) {
+      add(graph.node(p).shape);
+    }
+    const auto [where, added] =
+        seen.emplace(std::make_pair(node.op, key), static_cast<int>(seen.size()));
     if (added) {
       classes.first_node.push_back(static_cast<int>(v));
     }
@@ -126,19 +140,19 @@ void StepModel::build(const StrategyClasses& classes) {
 
   // One row of node costs per class of nodes that look the same to the rules: the strategy
   // class, the dtype, and the facts the costs read.
-  std::map<std::string, int> row_of;
+  std::map<std::vector<int>, int> row_of;
   node_class_.resize(n);
+  std::vector<int> key;
   for (std::size_t v = 0; v < n; ++v) {
     const int iv = static_cast<int>(v);
     const Node& node = graph.node(iv);
     const NodeFacts& f = facts_[v];
-    std::string key = std::to_string(classes.of_node[v]) + "|" + name_of(node.dtype) + "|" +
-                      char('0' + f.holds_activation) + char('0' + f.trained) +
-                      char('0' + f.has_backward) + char('0' + (f.last_consumer >= 0)) + "|";
+    key.assign({classes.of_node[v], static_cast<int>(node.dtype), f.holds_activation, f.trained,
+                f.has_backward, f.last_consumer >= 0});
     for (std::size_t k = 0; k < f.reads.size(); ++k) {
-      key += char('0' + f.reads[k] + 2 * f.sends_gradient[k]);
+      key.push_back(f.reads[k] + 2 * f.sends_gradient[k]);
     }
-    const auto [where, added] = row_of.emplace(std::move(key), static_cast<int>(rows_.size()));
+    const auto [where, added] = row_of.emplace(key, static_cast<int>(rows_.size()));
     node_class_[v] = where->second;
     if (!added) {
       continue;

@@ -356,9 +356,8 @@ BOOST_AUTO_TEST_CASE(budgets_are_honoured_or_the_smallest_peak_is_said) {
 BOOST_AUTO_TEST_CASE(heuristic_against_optimum_with_budgets) {
   // Every reference graph of up to 12 nodes on its 1-D mesh and on a 2 x (N/2) mesh, planned for
   // a training step without a budget and with budgets at a quarter, half and three quarters of
-  // the way from the smallest peak to the fastest plan's. docs/solver.md and fsdp-bench solver
-  // report the figures; the heuristic misses by more than 5% on a few random graphs (duality
-  // gaps of the budget search, docs/solver.md), which this counts.
+  // the way from the smallest peak to the fastest plan's: every plan fits and is within 5% of
+  // the optimum (docs/solver.md, "Plan quality"; fsdp-bench solver reports 300 random graphs).
   int cases = 0, over = 0, unfit = 0;
   double worst = 1;
   for (const NamedGraph& g : reference_graphs(60)) {
@@ -397,7 +396,51 @@ BOOST_AUTO_TEST_CASE(heuristic_against_optimum_with_budgets) {
   std::printf("training, budgets: %d cases, %d over 1.05, %d not fitting, worst %.4f\n", cases,
               over, unfit, worst);
   BOOST_TEST(unfit == 0);
-  BOOST_TEST(over <= cases / 50);
+  BOOST_TEST(over == 0);
+}
+
+BOOST_AUTO_TEST_CASE(budget_search_reaches_plans_no_weighting_of_memory_prefers) {
+  // The random graphs of fsdp-bench solver's report on which the budget search of earlier
+  // versions ended 6% to 92% above the optimum, on the mesh where it did (1-D, or 2 x N/2 with
+  // axis 0 at 450 GB/s and axis 1 at 50 GB/s), at each budget of the report. #65 on 1-D: the
+  // optimum splits the output features of a chain that every weighting of memory prefers
+  // data-parallel; #215 on 2-D: the optimum is tensor-parallel along the fast axis where the
+  // multipliers chose the slow one (which saves more bytes). The exact neighbourhoods and the
+  // recombination with the axes swapped reach them (docs/solver.md, "Memory budget").
+  const std::vector<int> one_d = {53, 65, 89, 148, 169, 193, 248, 276};
+  const std::vector<int> two_d = {8, 19, 32, 58, 146, 197, 215, 235, 248, 253, 263, 276, 289, 299};
+  const std::vector<NamedGraph> graphs = reference_graphs(300);
+  const auto graph_named = [&](int index) -> const NamedGraph& {
+    const std::string name = "random #" + std::to_string(index);
+    for (const NamedGraph& g : graphs) {
+      if (g.name == name) {
+        return g;
+      }
+    }
+    BOOST_FAIL("no reference graph " << name);
+    return graphs.front();
+  };
+  for (const bool mesh : {false, true}) {
+    for (const int index : mesh ? two_d : one_d) {
+      const NamedGraph& g = graph_named(index);
+      Machine m;
+      m.devices = g.devices;
+      if (mesh) {
+        m.set_mesh({MeshAxis{2, 450e9, 5e-6}, MeshAxis{g.devices / 2, 50e9, 10e-6}});
+      }
+      const std::int64_t fastest = ExactSolver(m, training()).solve(g.graph).memory.peak_bytes;
+      const std::int64_t smallest = ExactSolver(m, training(1)).solve(g.graph).memory.peak_bytes;
+      for (const double f : {0.25, 0.5, 0.75}) {
+        const std::int64_t budget =
+            smallest + static_cast<std::int64_t>(f * static_cast<double>(fastest - smallest));
+        const Solution exact = ExactSolver(m, training(budget)).solve(g.graph);
+        const Solution simple = SimpleSolver(m, training(budget)).solve(g.graph);
+        BOOST_TEST_INFO(g.name << " on " << m.mesh_text() << ", budget " << budget);
+        BOOST_TEST(simple.fits_budget);
+        BOOST_TEST(simple.total_s <= 1.05 * exact.total_s);
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(executable_plan_states_what_fsdp_cannot_run) {
