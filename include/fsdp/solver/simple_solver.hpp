@@ -29,6 +29,7 @@ struct SolverStats {
   int refinement_sweeps = 0;      // rounds of tree-block re-optimization until no gain
   int changed_in_refinement = 0;  // strategy changes those rounds made
   int restarts = 0;               // all-replicated starts refined too
+  int relaid = 0;                 // 2-D plans improved by re-laying chains over the mesh axes
   int budget_rounds = 0;          // refinements with a weight on memory, under a budget
   int recombinations = 0;         // exact searches over the strategies the budget search visited
   int budget_moves = 0;           // single-node moves that sped up the plan within the budget
