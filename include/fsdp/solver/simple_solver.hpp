@@ -45,10 +45,12 @@ class SimpleSolver {
   // decided neighbours (a conflict when they disagree: the lower total, resharding included,
   // wins); then refine: re-optimize tree-shaped blocks of the graph exactly with the rest held,
   // alternating the blocks, until the total stops falling; unless that plan provably cannot be
-  // beaten, refine the all-replicated plan too and keep the cheaper. Under a memory budget,
-  // search a weight on the bytes each node keeps until the fastest plan found fits (docs/
-  // solver.md). Export: evaluate(); when no plan fits, the one with the smallest peak found,
-  // with fits_budget false.
+  // beaten, refine the all-replicated plan too and keep the cheaper; on a 2-D mesh, re-lay the
+  // plan over the mesh axes (an exact search over each node's strategy with the axes swapped or
+  // spread over both). Under a memory budget, search a weight on the bytes each node keeps until
+  // the fastest plan found fits, then mixes of the plans visited, exact searches around each
+  // node and moves of one or two nodes (docs/solver.md). Export: evaluate(); when no plan fits,
+  // the one with the smallest peak found, with fits_budget false.
   Solution solve(const Graph& graph);
 
   // The seed candidates of matmul / batched_matmul node `index`: split batch (each row
