@@ -26,6 +26,7 @@ struct SolverOptions {
   std::string step = "forward";
   double budget = 0;  // a fraction of the fastest plan's peak; 0: no budget
   int random = 300;
+  int larger = 0;  // random graphs of 13-40 nodes in the report (training with budgets)
   std::size_t exact_states = std::size_t{1} << 16;
   solver::ModelShape shape;
 };
@@ -48,11 +49,13 @@ double gib(std::int64_t bytes) {
 // The budgets of the report: none, and a quarter, half and three quarters of the way from the
 // smallest peak any plan has to the fastest plan's peak.
 std::vector<std::int64_t> report_budgets(const solver::Graph& graph, const solver::Machine& m,
-                                         solver::StepOptions options) {
+                                         solver::StepOptions options, std::size_t exact_states) {
   options.memory_budget_bytes = 0;
-  const std::int64_t fastest = solver::ExactSolver(m, options).solve(graph).memory.peak_bytes;
+  const std::int64_t fastest =
+      solver::ExactSolver(m, exact_states, options).solve(graph).memory.peak_bytes;
   options.memory_budget_bytes = 1;
-  const std::int64_t smallest = solver::ExactSolver(m, options).solve(graph).memory.peak_bytes;
+  const std::int64_t smallest =
+      solver::ExactSolver(m, exact_states, options).solve(graph).memory.peak_bytes;
   std::vector<std::int64_t> budgets = {0};
   for (const double f : {0.25, 0.5, 0.75}) {
     budgets.push_back(smallest +
@@ -61,13 +64,39 @@ std::vector<std::int64_t> report_budgets(const solver::Graph& graph, const solve
   return budgets;
 }
 
-// One section of the optimality report: every reference graph on a mesh, for a step, with the
+// The graphs of one part of the optimality report: what the summary calls its random ones, and
+// the exact solver's state limit (a graph past it is counted and left out).
+struct ReportGraphs {
+  std::vector<solver::NamedGraph> graphs;
+  std::string random_text;
+  std::size_t exact_states;
+};
+
+// The reference graphs: the named ones and `random` graphs of 6-12 nodes, all within the exact
+// solver's default limit.
+ReportGraphs reference_report(int random) {
+  return {solver::reference_graphs(random), "random graphs of 6-12 nodes", std::size_t{1} << 20};
+}
+
+// `count` random graphs of 13-40 nodes on 8 devices (those of the test
+// larger_random_graphs_against_optimum), within 2^16 states.
+ReportGraphs larger_report(int count) {
+  ReportGraphs report{{}, "random graphs of 13-40 nodes", std::size_t{1} << 16};
+  for (int seed = 0; seed < count; ++seed) {
+    report.graphs.push_back(
+        {"larger random #" + std::to_string(seed),
+         solver::random_graph(static_cast<std::uint64_t>(seed) * 31 + 5, 13 + seed % 28), 8});
+  }
+  return report;
+}
+
+// One section of the optimality report: every graph of `report` on a mesh, for a step, with the
 // budgets of report_budgets (training) or none (forward).
-void optimality(const CommonOptions& common, const SolverOptions& options, const char* title,
+void optimality(const CommonOptions& common, const ReportGraphs& report, const char* title,
                 solver::StepKind step, bool two_d) {
-  const auto graphs = solver::reference_graphs(options.random);
+  const auto& graphs = report.graphs;
   double worst = 1, sum = 0;
-  int cases = 0, over = 0, optimal = 0, random_cases = 0, unfit = 0;
+  int cases = 0, over = 0, optimal = 0, random_cases = 0, unfit = 0, too_wide = 0;
   std::string worst_name;
   if (!common.json) {
     std::printf("\noptimality, %s: heuristic cost / optimum (exact solver)\n", title);
@@ -80,14 +109,27 @@ void optimality(const CommonOptions& common, const SolverOptions& options, const
     }
     solver::StepOptions step_options;
     step_options.step = step;
-    const std::vector<std::int64_t> budgets = step == solver::StepKind::training
-                                                  ? report_budgets(g.graph, m, step_options)
-                                                  : std::vector<std::int64_t>{0};
+    std::vector<std::int64_t> budgets = {0};
+    std::vector<double> optima;
+    try {
+      if (step == solver::StepKind::training) {
+        budgets = report_budgets(g.graph, m, step_options, report.exact_states);
+      }
+      for (const std::int64_t budget : budgets) {
+        step_options.memory_budget_bytes = budget;
+        optima.push_back(
+            solver::ExactSolver(m, report.exact_states, step_options).solve(g.graph).total_s);
+      }
+    } catch (const Error&) {
+      ++too_wide;  // past the exact solver's state limit: no optimum to compare with
+      continue;
+    }
     double graph_worst = 1;
-    for (const std::int64_t budget : budgets) {
+    for (std::size_t b = 0; b < budgets.size(); ++b) {
+      const std::int64_t budget = budgets[b];
       step_options.memory_budget_bytes = budget;
       const solver::Solution heuristic = solver::SimpleSolver(m, step_options).solve(g.graph);
-      const double optimum = solver::ExactSolver(m, step_options).solve(g.graph).total_s;
+      const double optimum = optima[b];
       const double ratio =
           optimum > 0 ? heuristic.total_s / optimum : (heuristic.total_s > 0 ? 1e300 : 1.0);
       ++cases;
@@ -106,7 +148,7 @@ void optimality(const CommonOptions& common, const SolverOptions& options, const
         worst_name = g.name + (budget > 0 ? ", budget " + std::to_string(budget) : "");
       }
     }
-    const bool is_random = g.name.rfind("random", 0) == 0;
+    const bool is_random = g.name.find("random") != std::string::npos;
     if (!is_random) {
       emit(common, 0,
            {{"benchmark", "solver_optimality"},
@@ -129,6 +171,7 @@ void optimality(const CommonOptions& common, const SolverOptions& options, const
        {{"benchmark", "solver_optimality_summary"},
         {"section", title},
         {"graphs", graphs.size()},
+        {"too_wide_for_exact", too_wide},
         {"cases", cases},
         {"optimal", optimal},
         {"over_5_percent", over},
@@ -137,13 +180,18 @@ void optimality(const CommonOptions& common, const SolverOptions& options, const
         {"worst_case", worst_name},
         {"mean_worst_ratio_random", random_cases ? sum / random_cases : 1.0}},
        [&] {
-         std::printf("  %d random graphs of 6-12 nodes: mean of each graph's worst ratio %.4f\n",
-                     random_cases, random_cases ? sum / random_cases : 1.0);
+         std::printf("  %d %s: mean of each graph's worst ratio %.4f\n", random_cases,
+                     report.random_text.c_str(), random_cases ? sum / random_cases : 1.0);
+         if (too_wide > 0) {
+           std::printf("  %d graphs left out: past the exact solver's %zu states\n", too_wide,
+                       report.exact_states);
+         }
          std::printf(
              "  all %d cases (%zu graphs x %zu budgets): %d optimal, %d over 1.05, %d not "
              "fitting, worst %.4f (%s)\n",
-             cases, graphs.size(), step == solver::StepKind::training ? std::size_t{4} : 1, optimal,
-             over, unfit, worst, worst_name.c_str());
+             cases, graphs.size() - static_cast<std::size_t>(too_wide),
+             step == solver::StepKind::training ? std::size_t{4} : 1, optimal, over, unfit, worst,
+             worst_name.c_str());
        });
 }
 
@@ -233,11 +281,19 @@ void run(const SolverOptions& options, const CommonOptions& common) {
   if (options.random < 0) {
     return;
   }
-  optimality(common, options, "forward pass, 1-D mesh", solver::StepKind::forward, false);
-  optimality(common, options, "training step with budgets, 1-D mesh", solver::StepKind::training,
+  const ReportGraphs reference = reference_report(options.random);
+  optimality(common, reference, "forward pass, 1-D mesh", solver::StepKind::forward, false);
+  optimality(common, reference, "training step with budgets, 1-D mesh", solver::StepKind::training,
              false);
-  optimality(common, options, "training step with budgets, 2 x N/2 mesh",
+  optimality(common, reference, "training step with budgets, 2 x N/2 mesh",
              solver::StepKind::training, true);
+  if (options.larger > 0) {
+    const ReportGraphs larger = larger_report(options.larger);
+    optimality(common, larger, "training step with budgets, larger graphs, 1-D mesh",
+               solver::StepKind::training, false);
+    optimality(common, larger, "training step with budgets, larger graphs, 2 x 4 mesh",
+               solver::StepKind::training, true);
+  }
 }
 
 }  // namespace
@@ -272,6 +328,11 @@ void add_solver(CLI::App& app, const CommonOptions& common) {
                 "stack: parameters pinned sharded on dim 0, as FSDP stores them");
   sub->add_option("--random", options->random,
                   "random graphs in the optimality report (-1: no report)")
+      ->capture_default_str();
+  sub->add_option("--larger", options->larger,
+                  "also report training steps with budgets on this many random graphs of 13-40 "
+                  "nodes (left out where the exact solver passes 2^16 states)")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   sub->add_option("--exact-states", options->exact_states,
                   "state limit of the exact baseline (skipped past it)")

@@ -845,6 +845,35 @@ ShardingSpec mirrored(ShardingSpec spec) {
   return spec;
 }
 
+// The layout with the one mesh axis it uses spread over both ([R,S01] for [R,S1], +P01 for
+// +P1); others as they are.
+ShardingSpec widened(ShardingSpec spec) {
+  if (spec.uses_axis(0) != spec.uses_axis(1)) {
+    const int used = spec.uses_axis(0) ? 0 : 1;
+    spec.axes[static_cast<std::size_t>(1 - used)] = spec.axes[static_cast<std::size_t>(used)];
+  }
+  return spec;
+}
+
+// The strategies of node v that run strategy s with every layout changed alike by `change`.
+template <class Change>
+std::vector<int> changed_strategies(const detail::StepModel& model, int v, int s, Change change) {
+  const auto& list = model.strategies(v);
+  const Strategy& x = list[static_cast<std::size_t>(s)];
+  std::vector<int> found;
+  for (std::size_t t = 0; t < list.size(); ++t) {
+    const Strategy& y = list[t];
+    bool same = change(x.output) == y.output && x.inputs.size() == y.inputs.size();
+    for (std::size_t k = 0; k < x.inputs.size() && same; ++k) {
+      same = change(x.inputs[k]) == y.inputs[k];
+    }
+    if (same && static_cast<int>(t) != s) {
+      found.push_back(static_cast<int>(t));
+    }
+  }
+  return found;
+}
+
 bool is_matmul(const Node& node) {
   return node.kind == OpKind::matmul || node.kind == OpKind::batched_matmul;
 }
@@ -1096,22 +1125,14 @@ class BudgetSearch {
     std::vector<std::vector<int>> allowed(graph.size());
     const bool mirrors = model.machine().axis_count() == 2;
     for (std::size_t v = 0; v < graph.size(); ++v) {
-      const auto& list = model.strategies(static_cast<int>(v));
       std::vector<char> take = visited[v];
       for (std::size_t s = 0; s < visited[v].size() && mirrors; ++s) {
         if (!visited[v][s]) {
           continue;
         }
-        const Strategy& x = list[s];
-        for (std::size_t t = 0; t < list.size(); ++t) {
-          const Strategy& y = list[t];
-          bool same = mirrored(x.output) == y.output && x.inputs.size() == y.inputs.size();
-          for (std::size_t k = 0; k < x.inputs.size() && same; ++k) {
-            same = mirrored(x.inputs[k]) == y.inputs[k];
-          }
-          if (same) {
-            take[t] = 1;
-          }
+        for (const int t :
+             changed_strategies(model, static_cast<int>(v), static_cast<int>(s), mirrored)) {
+          take[static_cast<std::size_t>(t)] = 1;
         }
       }
       for (std::size_t s = 0; s < take.size(); ++s) {
@@ -1644,6 +1665,40 @@ Solution SimpleSolver::solve(const Graph& graph) {
     }
   };
   refine_with_restart();
+  // On a 2-D mesh the refinement can keep a whole chain on one axis where the same layouts over
+  // the other axis, or over both, are faster, reached only by changing every node at once (a
+  // chain cut along axis 1 where the optimum cuts it along both: half the compute). The exact
+  // search over each node's strategy and those with the axes swapped or spread over both finds
+  // those mixes (not on large graphs, and given up past kRecombinationWork ways); a plan it
+  // improves is refined again.
+  if (machine_.axis_count() == 2 && !large_graph) {
+    std::vector<std::vector<int>> allowed(graph.size());
+    for (int v = 0; v < count; ++v) {
+      auto& choices = allowed[static_cast<std::size_t>(v)];
+      const int now = a.choice()[static_cast<std::size_t>(v)];
+      choices = changed_strategies(model, v, now, mirrored);
+      for (const int t : changed_strategies(model, v, now, widened)) {
+        choices.push_back(t);
+      }
+      choices.push_back(now);
+      std::sort(choices.begin(), choices.end());
+      choices.erase(std::unique(choices.begin(), choices.end()), choices.end());
+    }
+    try {
+      const std::vector<int> relaid = detail::pareto_search(
+          model, detail::Objective::seconds, kRecombinationWays, allowed, kRecombinationWork);
+      if (detail::step_seconds(model, relaid) <
+          detail::step_seconds(model, a.choice()) * (1 - 1e-12)) {
+        ++stats_.relaid;
+        for (int v = 0; v < count; ++v) {
+          a.decide(v, relaid[static_cast<std::size_t>(v)]);
+        }
+        refine();
+      }
+    } catch (const Error&) {
+      // Too many ways: the refined plan stands.
+    }
+  }
   if (options_.memory_budget_bytes <= 0) {
     return detail::evaluate(model, a.choice(), "simple");
   }

@@ -443,6 +443,23 @@ BOOST_AUTO_TEST_CASE(budget_search_reaches_plans_no_weighting_of_memory_prefers)
   }
 }
 
+BOOST_AUTO_TEST_CASE(chains_are_relaid_over_both_mesh_axes) {
+  // Random graph #85 of fsdp-bench solver --larger (14 nodes) on a 2x4 mesh, a training step
+  // without a budget: the refinement alone cuts every tensor along axis 1 only ([R,S1], [S1,R]),
+  // 2.0x the optimum, which cuts the same dimensions along both axes ([R,S01], [S01,R]) and only
+  // a change of every node at once reaches; the exact search over each node's layouts with the
+  // axes swapped or spread over both finds it.
+  const Graph graph = random_graph(std::uint64_t{85} * 31 + 5, 13 + 85 % 28);
+  Machine m;
+  m.devices = 8;
+  m.set_mesh({MeshAxis{2, 450e9, 5e-6}, MeshAxis{4, 50e9, 10e-6}});
+  const double optimum = ExactSolver(m, std::size_t{1} << 16, training()).solve(graph).total_s;
+  SimpleSolver simple(m, training());
+  const Solution plan = simple.solve(graph);
+  BOOST_TEST(plan.total_s <= 1.05 * optimum);
+  BOOST_TEST(simple.stats().relaid == 1);
+}
+
 BOOST_AUTO_TEST_CASE(executable_plan_states_what_fsdp_cannot_run) {
   // x (4096, 64) -> matmul w (64, 64) -> out on 2 x 4 devices, rows cut along axis 0.
   const Graph graph({fp32_node("x", "input", {}, {4096, 64}),

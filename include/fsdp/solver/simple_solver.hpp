@@ -29,6 +29,7 @@ struct SolverStats {
   int refinement_sweeps = 0;      // rounds of tree-block re-optimization until no gain
   int changed_in_refinement = 0;  // strategy changes those rounds made
   int restarts = 0;               // all-replicated starts refined too
+  int relaid = 0;                 // 2-D plans improved by re-laying chains over the mesh axes
   int budget_rounds = 0;          // refinements with a weight on memory, under a budget
   int recombinations = 0;         // exact searches over the strategies the budget search visited
   int budget_moves = 0;           // single-node moves that sped up the plan within the budget
@@ -44,10 +45,12 @@ class SimpleSolver {
   // decided neighbours (a conflict when they disagree: the lower total, resharding included,
   // wins); then refine: re-optimize tree-shaped blocks of the graph exactly with the rest held,
   // alternating the blocks, until the total stops falling; unless that plan provably cannot be
-  // beaten, refine the all-replicated plan too and keep the cheaper. Under a memory budget,
-  // search a weight on the bytes each node keeps until the fastest plan found fits (docs/
-  // solver.md). Export: evaluate(); when no plan fits, the one with the smallest peak found,
-  // with fits_budget false.
+  // beaten, refine the all-replicated plan too and keep the cheaper; on a 2-D mesh, re-lay the
+  // plan over the mesh axes (an exact search over each node's strategy with the axes swapped or
+  // spread over both). Under a memory budget, search a weight on the bytes each node keeps until
+  // the fastest plan found fits, then mixes of the plans visited, exact searches around each
+  // node and moves of one or two nodes (docs/solver.md). Export: evaluate(); when no plan fits,
+  // the one with the smallest peak found, with fits_budget false.
   Solution solve(const Graph& graph);
 
   // The seed candidates of matmul / batched_matmul node `index`: split batch (each row
