@@ -1,6 +1,6 @@
 // Rank 1 never enters an all_gather that ranks 0 and 2 wait in. Run on 3 ranks with
-// FSDP_COLLECTIVE_TIMEOUT_S=2: ranks 0 and 2 must raise fsdp::Error naming the operation and rank 1
-// after about 2 s. CTest matches the message; the job then ends with MPI_Abort because the
+// FSDP_COLLECTIVE_TIMEOUT_S=6: ranks 0 and 2 must raise fsdp::Error naming the operation and rank 1
+// after about 6 s. CTest matches the message; the job then ends with MPI_Abort because the
 // abandoned collective can never complete.
 #include <mpi.h>
 
