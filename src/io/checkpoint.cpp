@@ -331,6 +331,13 @@ CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle,
     Handle optimizer = open_group(file, root.get(), kOptimizerGroup);
     const hid_t o = optimizer.get();
     header.optimizer = text(o, "name", kMostShortString);
+    // A saved optimizer always has a name; an empty one would make its tensors unlisted, and so
+    // unchecked by verify and unread by load (found by fuzzing).
+    if (header.optimizer.empty()) {
+      throw Error(ErrorKind::io, file.file() +
+                                     " has an optimizer group whose name is empty; it is "
+                                     "not a checkpoint written by fsdp (or it is damaged)");
+    }
     OptimizerSettings& s = header.optimizer_settings;
     s.lr = hdf5::read_attribute<double>(file, o, "lr", kExpected);
     s.weight_decay = hdf5::read_attribute<double>(file, o, "weight_decay", kExpected);
