@@ -84,20 +84,7 @@ std::vector<fsdp::ParameterInfo> model_parameters(const Options& o, std::string&
 
 // Bytes in the largest binary unit that keeps the figure >= 1: "7.42 MiB".
 std::string human(std::int64_t bytes) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 5) {
-    value /= 1024.0;
-    ++unit;
-  }
-  char text[64];
-  if (unit == 0) {
-    std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
-  } else {
-    std::snprintf(text, sizeof text, "%.2f %s", value, units[unit]);
-  }
-  return text;
+  return fsdp::bytes_text(static_cast<double>(bytes));
 }
 
 std::string grouped(std::int64_t value) {
