@@ -539,16 +539,21 @@ class Run {
   }
 
   void add_memory(fsdp::ShardedModel<T>& model, nlohmann::json& line) {
-    const double state = max_over_ranks(model.memory().model_state());
+    // Both figures in one all-reduce, issued by every rank alike (a rank without /proc gives -1).
+    // The resident size is the whole process as the kernel sees it (fsdp's buffers, MPI's, the
+    // data, the program): what shows a leak that fsdp's own accounting cannot (tests/train:
+    // flat over 10,000 epochs).
+    const long rss_kb = fsdp_apps::status_kb("VmRSS:");
+    double largest[2] = {static_cast<double>(model.memory().model_state()),
+                         rss_kb >= 0 ? static_cast<double>(rss_kb) * 1024 : -1.0};
+    group_.all_reduce(largest, 2, fsdp::ReduceOp::max);
+    const double state = largest[0];
     line["model_state_bytes_per_rank_max"] = state;
     line["unsharded_model_state_bytes"] = unsharded_bytes_;
     line["model_state_ratio"] =
         state / static_cast<double>(std::max<std::int64_t>(1, unsharded_bytes_));
-    // The whole process as the kernel sees it (fsdp's buffers, MPI's, the data, the program):
-    // what shows a leak that fsdp's own accounting cannot (tests/train: flat over 10,000 epochs).
-    const long rss_kb = fsdp_apps::status_kb("VmRSS:");
-    if (rss_kb >= 0) {
-      line["rss_bytes_per_rank_max"] = max_over_ranks(static_cast<std::int64_t>(rss_kb) * 1024);
+    if (largest[1] >= 0) {
+      line["rss_bytes_per_rank_max"] = largest[1];
     }
   }
 
