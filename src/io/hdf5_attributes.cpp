@@ -38,6 +38,33 @@ struct NumberTypes<double> {
   static hid_t memory() { return H5T_NATIVE_DOUBLE; }
 };
 
+// How many elements the attribute holds (1 for a scalar).
+hssize_t element_count(const Checker& file, hid_t attribute, const std::string& what) {
+  Handle space(file.check(H5Aget_space(attribute), "H5Aget_space", what), H5Sclose);
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  file.check_status(points < 0 ? -1 : 0, "H5Sget_simple_extent_npoints", what);
+  return points;
+}
+
+// The attribute's stored type, its class, and whether it is a variable-length string.
+struct StoredType {
+  Handle type;
+  H5T_class_t type_class;
+  bool variable_string;
+};
+StoredType stored_type(const Checker& file, hid_t attribute, const std::string& what) {
+  Handle type(file.check(H5Aget_type(attribute), "H5Aget_type", what), H5Tclose);
+  const H5T_class_t type_class = H5Tget_class(type.get());
+  file.check_status(type_class == H5T_NO_CLASS ? -1 : 0, "H5Tget_class", what);
+  bool variable_string = false;
+  if (type_class == H5T_STRING) {
+    const htri_t variable = H5Tis_variable_str(type.get());
+    file.check_status(variable, "H5Tis_variable_str", what);
+    variable_string = variable > 0;
+  }
+  return {std::move(type), type_class, variable_string};
+}
+
 void write_raw(const Checker& file, hid_t object, const char* name, hid_t stored, hid_t memory,
                hid_t space, const void* data) {
   Handle attribute(file.check(H5Acreate2(object, name, stored, space, H5P_DEFAULT, H5P_DEFAULT),
@@ -85,35 +112,22 @@ Handle open_attribute(const Checker& file, hid_t object, const char* name, const
                 H5Aclose);
 }
 
-void write_string_attribute(const Checker& file, hid_t object, const char* name,
-                            const std::string& value) {
-  Handle type = string_type(file);
-  Handle space(file.check(H5Screate(H5S_SCALAR), "H5Screate", attribute_text(name)), H5Sclose);
-  const char* text = value.c_str();
-  write_raw(file, object, name, type.get(), type.get(), space.get(), &text);
-}
-
 namespace {
 
 // The attribute's stored type, which must be a string; whether it is variable-length.
 std::pair<Handle, bool> string_attribute_type(const Checker& file, hid_t attribute,
                                               const std::string& what) {
-  Handle stored(file.check(H5Aget_type(attribute), "H5Aget_type", what), H5Tclose);
-  const H5T_class_t type_class = H5Tget_class(stored.get());
-  if (type_class != H5T_STRING) {
+  StoredType stored = stored_type(file, attribute, what);
+  if (stored.type_class != H5T_STRING) {
     throw Error(ErrorKind::io, file.file() + ": " + what + " is not a string");
   }
-  const htri_t variable = H5Tis_variable_str(stored.get());
-  file.check_status(variable, "H5Tis_variable_str", what);
-  return {std::move(stored), variable > 0};
+  return {std::move(stored.type), stored.variable_string};
 }
 
 // A scalar attribute of a fixed-length string type (stored), read whole.
 std::string read_fixed(const Checker& file, hid_t attribute, hid_t stored, const std::string& what,
                        std::size_t most_bytes) {
-  Handle space(file.check(H5Aget_space(attribute), "H5Aget_space", what), H5Sclose);
-  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
-  file.check_status(points < 0 ? -1 : 0, "H5Sget_simple_extent_npoints", what);
+  const hssize_t points = element_count(file, attribute, what);
   const std::size_t bytes = H5Tget_size(stored);
   if (points != 1 || bytes == 0 || bytes > most_bytes) {
     throw Error(ErrorKind::io, file.file() + ": " + what + " should be one string of at most " +
@@ -151,15 +165,7 @@ bool is_variable_string_attribute(const Checker& file, hid_t object, const char*
   }
   const std::string what = attribute_text(name);
   Handle attribute(file.check(H5Aopen(object, name, H5P_DEFAULT), "H5Aopen", what), H5Aclose);
-  Handle stored(file.check(H5Aget_type(attribute.get()), "H5Aget_type", what), H5Tclose);
-  const H5T_class_t type_class = H5Tget_class(stored.get());
-  file.check_status(type_class == H5T_NO_CLASS ? -1 : 0, "H5Tget_class", what);
-  if (type_class != H5T_STRING) {
-    return false;
-  }
-  const htri_t variable = H5Tis_variable_str(stored.get());
-  file.check_status(variable, "H5Tis_variable_str", what);
-  return variable > 0;
+  return stored_type(file, attribute.get(), what).variable_string;
 }
 
 std::string read_string_attribute(const Checker& file, hid_t object, const char* name,
@@ -173,9 +179,7 @@ std::string read_string_attribute(const Checker& file, hid_t object, const char*
   }
   // One string: H5Aread writes a pointer per element, and there is room for one (two strings
   // overflowed the stack; found by fuzz_checkpoint_structured).
-  Handle space(file.check(H5Aget_space(attribute.get()), "H5Aget_space", what), H5Sclose);
-  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
-  file.check_status(points < 0 ? -1 : 0, "H5Sget_simple_extent_npoints", what);
+  const hssize_t points = element_count(file, attribute.get(), what);
   if (points != 1) {
     throw Error(ErrorKind::io, file.file() + ": " + what + " should hold one string, it holds " +
                                    std::to_string(points));
@@ -215,9 +219,7 @@ template <class T>
 T read_attribute(const Checker& file, hid_t object, const char* name, const char* expected) {
   const std::string what = attribute_text(name);
   Handle attribute = open_attribute(file, object, name, expected);
-  Handle space(file.check(H5Aget_space(attribute.get()), "H5Aget_space", what), H5Sclose);
-  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
-  file.check_status(points < 0 ? -1 : 0, "H5Sget_simple_extent_npoints", what);
+  const hssize_t points = element_count(file, attribute.get(), what);
   if (points != 1) {
     throw Error(ErrorKind::io, file.file() + ": " + what + " should hold one value, it holds " +
                                    std::to_string(points));
@@ -232,9 +234,7 @@ std::vector<T> read_array_attribute(const Checker& file, hid_t object, const cha
                                     std::size_t count, const char* expected) {
   const std::string what = attribute_text(name);
   Handle attribute = open_attribute(file, object, name, expected);
-  Handle space(file.check(H5Aget_space(attribute.get()), "H5Aget_space", what), H5Sclose);
-  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
-  file.check_status(points < 0 ? -1 : 0, "H5Sget_simple_extent_npoints", what);
+  const hssize_t points = element_count(file, attribute.get(), what);
   if (points != static_cast<hssize_t>(count)) {
     throw Error(ErrorKind::io, file.file() + ": " + what + " should hold " + std::to_string(count) +
                                    " values, it holds " + std::to_string(points));

@@ -12,7 +12,8 @@
 
 namespace fsdp::hdf5 {
 
-// The variable-length UTF-8 string type (a new copy; closed by the Handle).
+// The variable-length UTF-8 string type (a new copy; closed by the Handle), for reading format 1
+// checkpoints, which stored their strings so.
 Handle string_type(const Checker& file);
 // A fixed-length UTF-8 string type of `bytes` bytes (>= 1), NUL-terminated (a new copy). Plan
 // files use these: reading a variable-length string follows a pointer into the file's global
@@ -27,8 +28,6 @@ bool has_attribute(const Checker& file, hid_t object, const char* name);
 // not <expected>", e.g. expected = "an fsdp sharding plan".
 Handle open_attribute(const Checker& file, hid_t object, const char* name, const char* expected);
 
-void write_string_attribute(const Checker& file, hid_t object, const char* name,
-                            const std::string& value);
 // A variable-length or fixed-length string attribute (fixed ones of at most kMostTextBytes). A
 // variable-length one is read from the file's global heap, where a damaged file hangs libhdf5
 // 1.10: only for files the caller trusts (fsdp-ckpt upgrade); readers of any bytes use

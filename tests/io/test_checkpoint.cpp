@@ -243,7 +243,7 @@ std::vector<std::string> variable_length_strings(const std::string& path) {
 }
 
 // Rewrites a checkpoint as format version 1 stored it: each string attribute variable-length
-// UTF-8 (what hdf5::write_string_attribute, format 1's writer, stores), format_version 1.
+// UTF-8 (what format 1's writer stored), format_version 1.
 void make_format_1(const std::string& path) {
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   BOOST_REQUIRE(file >= 0);
