@@ -83,9 +83,10 @@ class MpiOperation final : public PendingOperation {
   }
 
   bool test() override {
-    if (!started_) {
-      state_->start_checked();
-    }
+    // Every poll of the group also starts the collectives issued after this one whose checks have
+    // finished: a runtime that waits for one gather while the next is prefetched would otherwise
+    // start the next only when it waits for it, and lose the overlap.
+    state_->start_checked();
     if (failure_) {
       std::rethrow_exception(failure_);
     }
