@@ -17,13 +17,17 @@
 // object format (libver bounds), the oldest that stores an attribute over 64 KiB (the plan).
 #include "fsdp/io/checkpoint.hpp"
 
+#include <fcntl.h>
 #include <hdf5.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -32,6 +36,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../comm/control_words.hpp"
 #include "../core/json_input.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
 #include "fsdp/comm/on_root.hpp"
@@ -77,15 +82,14 @@ Handle access_list(const hdf5::Checker& file, MPI_Comm comm) {
   if (comm != MPI_COMM_NULL) {
     file.check_status(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio",
                       "the file access list");
-    // Metadata is written once, by every rank together, instead of by each rank on its own.
-    file.check_status(H5Pset_coll_metadata_write(fapl.get(), true), "H5Pset_coll_metadata_write",
-                      "the file access list");
   }
   return fapl;
 }
 
-Handle create_file(const hdf5::Checker& file, MPI_Comm comm) {
-  Handle fapl = access_list(file, comm);
+// A new checkpoint file, written by the calling rank alone (a save lays its file out on rank 0:
+// save_in_shard_group says why).
+Handle create_file(const hdf5::Checker& file) {
+  Handle fapl = access_list(file, MPI_COMM_NULL);
   // HDF5 1.8's object format: a fixed-length attribute over 64 KiB (the plan of a large model)
   // fails in H5Acreate2 with the 1.0 format, and 1.8's moves it into dense attribute storage. Its
   // metadata also carries checksums, which HDF5 checks when it reads them. Readable by HDF5 1.8 on.
@@ -500,8 +504,8 @@ std::pair<Handle, Handle> selections(const hdf5::Checker& file, hid_t dataset,
 }
 
 // Each rank's part of a tensor is a few large contiguous runs of the file (a flat piece): MPI-IO
-// independent transfers move them as plain pwrite/pread would, where collective buffering would
-// route them through aggregator buffers for no gain. Metadata stays collective (access_list).
+// independent transfers read them as plain pread would, where collective buffering would route
+// them through aggregator buffers for no gain.
 Handle transfer_list(const hdf5::Checker& file) {
   Handle dxpl(file.check(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", "the transfer list"), H5Pclose);
   file.check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT), "H5Pset_dxpl_mpio",
@@ -509,6 +513,11 @@ Handle transfer_list(const hdf5::Checker& file) {
   return dxpl;
 }
 
+// The ranks write the elements' bytes as they are in memory, which is what these types say on a
+// little-endian machine (every machine fsdp is built for; a big-endian one fails to build here).
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "fsdp checkpoints store little-endian IEEE floats, written from memory as they are"
+#endif
 template <class T>
 hid_t stored_type() {
   return sizeof(T) == 4 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
@@ -529,7 +538,7 @@ Handle dataset_space(const hdf5::Checker& file, const std::vector<std::int64_t>&
                 H5Sclose);
 }
 
-// Creates the dataset (and the groups its name implies); collective in a parallel file.
+// Creates the dataset (and the groups its name implies).
 Handle create_dataset(const hdf5::Checker& file, hid_t handle, const std::string& name,
                       const std::vector<std::int64_t>& shape, hid_t type) {
   const std::string what = "dataset " + name;
@@ -538,7 +547,11 @@ Handle create_dataset(const hdf5::Checker& file, hid_t handle, const std::string
   file.check_status(H5Pset_create_intermediate_group(lcpl.get(), 1),
                     "H5Pset_create_intermediate_group", what);
   Handle dcpl(file.check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", what), H5Pclose);
-  // Every element is written: no fill values first.
+  // Contiguous storage allocated at creation, so that it has its place in the file before any
+  // element is written (the ranks write them there themselves); every element is written: no
+  // fill values first.
+  file.check_status(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "H5Pset_layout", what);
+  file.check_status(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", what);
   file.check_status(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time", what);
   return Handle(file.check(H5Dcreate2(handle, name.c_str(), type, space.get(), lcpl.get(),
                                       dcpl.get(), H5P_DEFAULT),
@@ -783,6 +796,102 @@ CheckpointTensor expected_tensor(const std::string& name, const ParameterInfo& i
   return t;
 }
 
+// The file of a checkpoint without its elements, on the calling rank alone: the header, and
+// every tensor as a contiguous dataset whose storage is allocated now and never filled (the
+// ranks write it next). Returns each dataset's byte offset in the file (-1 for one of no
+// elements, which has no storage).
+template <class T>
+std::vector<std::int64_t> lay_out(const std::string& path, const CheckpointHeader& header,
+                                  const std::vector<Piece<T>>& pieces,
+                                  const std::vector<std::uint64_t>& sums) {
+  hdf5::QuietErrorStack quiet;
+  const hdf5::Checker file(path, file_text(path));
+  Handle handle = create_file(file);
+  write_header(file, handle.get(), header);
+  std::vector<std::int64_t> offsets(pieces.size(), -1);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const Piece<T>& piece = pieces[i];
+    Handle dataset =
+        create_dataset(file, handle.get(), piece.tensor, piece.shape, stored_type<T>());
+    hdf5::write_attribute<std::uint64_t>(file, dataset.get(), "checksum", sums[i]);
+    if (element_count(piece.shape) > 0) {
+      const haddr_t offset = H5Dget_offset(dataset.get());
+      require(offset != HADDR_UNDEF &&
+                  offset <= static_cast<haddr_t>(std::numeric_limits<std::int64_t>::max()),
+              "HDF5 gave dataset " + piece.tensor + " of " + file.file() +
+                  " no place in the file although its storage was allocated",
+              ErrorKind::io);
+      offsets[i] = static_cast<std::int64_t>(offset);
+    }
+  }
+  file.check_status(handle.close(), "H5Fclose", "the file");
+  return offsets;
+}
+
+// Writes count bytes at offset, all of them (pwrite may write fewer, or be interrupted).
+void write_at(int fd, const void* data, std::size_t count, std::int64_t offset,
+              const std::string& what, const std::string& path) {
+  const char* bytes = static_cast<const char*>(data);
+  while (count > 0) {
+    const ssize_t wrote = ::pwrite(fd, bytes, count, static_cast<off_t>(offset));
+    if (wrote < 0 && errno == EINTR) {
+      continue;
+    }
+    if (wrote <= 0) {
+      throw Error(ErrorKind::io, "cannot write " + what + " into " + file_text(path) + " (" +
+                                     (wrote < 0 ? std::strerror(errno) : "nothing written") +
+                                     "): is the file system full, or over a quota?");
+    }
+    bytes += wrote;
+    count -= static_cast<std::size_t>(wrote);
+    offset += wrote;
+  }
+}
+
+// This rank's elements of every tensor, at the offsets lay_out gave, then synced: once every rank
+// returns, the file is complete on disk and can be published.
+template <class T>
+void write_pieces(const std::string& path, const std::vector<Piece<T>>& pieces,
+                  const std::vector<std::int64_t>& offsets, int rank) {
+  const int crash = crash_rank();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw Error(ErrorKind::io,
+                "cannot open " + file_text(path) + " to write (" + std::strerror(errno) + ")");
+  }
+  try {
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      if (crash == rank && i == pieces.size() / 2) {
+        std::fprintf(stderr,
+                     "fsdp: FSDP_CHECKPOINT_CRASH_RANK=%d: rank %d aborts while writing %s\n",
+                     crash, crash, file_text(path).c_str());
+        std::abort();
+      }
+      const Piece<T>& piece = pieces[i];
+      const std::int64_t count = piece.counted ? piece.count : 0;
+      if (count == 0) {
+        continue;
+      }
+      // The host copy of what this rank writes (none for a host memory space).
+      const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), piece.view);
+      write_at(fd, host.data(), static_cast<std::size_t>(count) * sizeof(T),
+               offsets[i] + piece.first * static_cast<std::int64_t>(sizeof(T)),
+               "dataset " + piece.tensor, path);
+    }
+    if (::fsync(fd) != 0) {
+      throw Error(ErrorKind::io,
+                  "cannot sync " + file_text(path) + " to disk (" + std::strerror(errno) + ")");
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) {
+    throw Error(ErrorKind::io,
+                "cannot close " + file_text(path) + " (" + std::strerror(errno) + ")");
+  }
+}
+
 }  // namespace
 
 // ---- save ----
@@ -857,59 +966,32 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
   for (const Piece<T>& piece : pieces) {
     file_bytes += element_count(piece.shape) * static_cast<long long>(sizeof(T));
   }
-  // The root creates the temporary (a name of its own beside path) and checks that the file fits,
-  // so the common failures (no directory, no permission, no space) are reported before anyone
-  // enters a collective HDF5 call, and every rank learns its name.
+  // Rank 0 alone creates the temporary (a name of its own beside path), checks that the file fits
+  // and lays it out with serial HDF5: the header, every dataset with its checksum, and its place
+  // in the file. Then every rank writes its own elements there with pwrite. No rank is ever
+  // inside libhdf5 while another's write fails: parallel HDF5 1.10 does not survive a write that
+  // fails on some ranks only (a disk that fills after the check below, a quota, an I/O error)
+  // and its ranks went on to different collectives and hung in H5Fclose. Now such a failure is
+  // this rank's own, and the ranks agree on it before the file is published.
+  std::vector<std::int64_t> offsets(pieces.size(), -1);
   const std::string tmp = on_root(group, "prepare " + file_text(path), [&] {
     std::string name = temporary_beside(path);
     try {
       require_space(name, file_bytes);
+      offsets = lay_out(name, header, pieces, sums);
     } catch (...) {
       std::remove(name.c_str());
       throw;
     }
     return name;
   });
+  detail::broadcast_words(group, offsets.data(), offsets.size(), 0);
 
-  const int crash = crash_rank();
   std::exception_ptr failure;
-  {
-    hdf5::QuietErrorStack quiet;
-    const hdf5::Checker file(tmp, file_text(tmp));
-    try {
-      Handle handle = create_file(file, group.mpi_comm());
-      write_header(file, handle.get(), header);
-      Handle dxpl = transfer_list(file);
-      for (std::size_t i = 0; i < pieces.size(); ++i) {
-        if (crash == group.rank() && i == pieces.size() / 2) {
-          std::fprintf(stderr,
-                       "fsdp: FSDP_CHECKPOINT_CRASH_RANK=%d: rank %d aborts while writing %s\n",
-                       crash, crash, file_text(tmp).c_str());
-          std::abort();
-        }
-        const Piece<T>& piece = pieces[i];
-        const std::string what = "dataset " + piece.tensor;
-        Handle dataset =
-            create_dataset(file, handle.get(), piece.tensor, piece.shape, stored_type<T>());
-        const std::int64_t count = piece.counted ? piece.count : 0;
-        auto [file_space, memory] =
-            selections(file, dataset.get(), piece.shape, piece.first, count, what);
-        // The host copy of what this rank writes (none for a host memory space; nothing when
-        // it writes nothing).
-        decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), piece.view)) host;
-        if (count > 0) {
-          host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), piece.view);
-        }
-        file.check_status(H5Dwrite(dataset.get(), memory_type<T>(), memory.get(), file_space.get(),
-                                   dxpl.get(), host.data()),
-                          "H5Dwrite", what);
-        hdf5::write_attribute<std::uint64_t>(file, dataset.get(), "checksum", sums[i]);
-      }
-      file.check_status(H5Fflush(handle.get(), H5F_SCOPE_GLOBAL), "H5Fflush", "the file");
-      file.check_status(handle.close(), "H5Fclose", "the file");
-    } catch (...) {
-      failure = std::current_exception();
-    }
+  try {
+    write_pieces(tmp, pieces, offsets, group.rank());
+  } catch (...) {
+    failure = std::current_exception();
   }
   try {
     raise_on_every_rank(group, "write " + file_text(path), failure);
@@ -1135,7 +1217,7 @@ void export_parameters(const std::string& checkpoint, const std::string& output)
   try {
     hdf5::QuietErrorStack quiet;
     const hdf5::Checker out(tmp, "file '" + tmp + "'");
-    Handle handle = create_file(out, MPI_COMM_NULL);
+    Handle handle = create_file(out);
     const std::string prefix = std::string(kModelGroup) + "/";
     for_each_tensor(checkpoint, prefix,
                     [&](const hdf5::Checker&, const CheckpointTensor& tensor, const auto& values) {
@@ -1188,7 +1270,7 @@ CheckpointHeader upgrade_checkpoint(const std::string& old_path, const std::stri
   try {
     require_space(tmp, file_bytes);
     const hdf5::Checker out(tmp, file_text(tmp));
-    Handle created = create_file(out, MPI_COMM_NULL);
+    Handle created = create_file(out);
     write_header(out, created.get(), header);
     std::vector<std::string> damaged;
     for_each_tensor(

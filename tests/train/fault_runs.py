@@ -17,6 +17,15 @@
       complete checkpoint; --write-data and fsdp-solve --write-graph fail and leave the old file
       as it was. No temporary file is left behind, and nothing hangs.
 
+  fault_runs.py write-fails --mpiexec M --train T --dir D
+      A write of a checkpoint fails on one rank only, after the space check passed, as when
+      another job fills the disk while the ranks write: rank 1 of 2 ignores SIGXFSZ, and once the
+      first checkpoint is saved its file size limit (RLIMIT_FSIZE, set from outside with prlimit)
+      drops to 4 KiB, so its own part of the next checkpoint fails with EFBIG while rank 0's
+      succeeds. The job must stop with exit 1 naming rank 1's failed write and its reason, within
+      120 s (the ranks used to end up in different collective HDF5 calls and hang), "latest" must
+      name a complete checkpoint that a run resumes from, and no temporary file may be left.
+
 Exits 0 when everything holds, 1 with a message otherwise.
 """
 import argparse
@@ -183,15 +192,68 @@ def full_disk(args):
         subprocess.run(["umount", "-l", args.dir])  # lazily: a process left over may hold it
 
 
+def write_fails(args):
+    import resource
+    checkpoints = os.path.join(args.dir, "checkpoints")
+    subprocess.run(["rm", "-rf", args.dir])
+    os.makedirs(checkpoints)
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, FSDP_FAULT_RUN=marker)
+    train = [args.train, "--samples", "2048", "--epochs", "1000000", "--checkpoint-dir",
+             checkpoints, "--checkpoint-every", "14"]
+    # Rank 1 through a shell that ignores SIGXFSZ (an ignored signal stays ignored across exec):
+    # a write past the limit then fails with EFBIG instead of killing the rank.
+    command = [args.mpiexec, "-n", "1"] + train + [":", "-n", "1", "sh", "-c",
+                                                   'trap "" XFSZ; exec "$@"', "sh"] + train
+    print("$ " + " ".join(command), flush=True)
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=env)
+    try:
+        latest = os.path.join(checkpoints, "latest")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(latest) and time.monotonic() < deadline and job.poll() is None:
+            time.sleep(0.05)
+        ranks = ranks_of(marker)
+        if job.poll() is not None or 1 not in ranks:
+            fail("the job ended or rank 1 was not found before the first checkpoint: %s" % ranks)
+        print("rank 1 (pid %d) may now write only 4 KiB into a file" % ranks[1], flush=True)
+        resource.prlimit(ranks[1], resource.RLIMIT_FSIZE, (4096, 4096))
+        try:
+            output, _ = job.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            fail("the job still runs 120 s after rank 1's writes began to fail: it hangs")
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        for pid in ranks_of(marker).values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    print(output[-3000:], flush=True)
+    if job.returncode != 1:
+        fail("a write that failed on rank 1 gave exit code %d, not 1" % job.returncode)
+    if "rank 1 could not write" not in output or "File too large" not in output:
+        fail("rank 1's failed write was not named, with its reason")
+    with open(latest) as f:
+        name = f.read().strip()
+    no_temporaries(checkpoints)
+    run([args.mpiexec, "-n", "2", args.train, "--samples", "2048", "--epochs", "1",
+         "--checkpoint-dir", checkpoints, "--resume"])
+    print("latest named %s, which a run resumed from" % name)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=["stopped", "killed", "full-disk"])
+    parser.add_argument("case", choices=["stopped", "killed", "full-disk", "write-fails"])
     parser.add_argument("--mpiexec", required=True)
     parser.add_argument("--train", required=True)
     parser.add_argument("--solve")
     parser.add_argument("--dir")
     args = parser.parse_args()
-    {"stopped": stopped, "killed": killed, "full-disk": full_disk}[args.case](args)
+    {"stopped": stopped, "killed": killed, "full-disk": full_disk,
+     "write-fails": write_fails}[args.case](args)
     print("fault_runs: %s: all checks passed" % args.case)
 
 
