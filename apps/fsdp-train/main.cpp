@@ -293,13 +293,16 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& error) {
       // Every rank parsed the same arguments: rank 0 speaks, every rank exits.
       code = fsdp_apps::usage_exit(app, error, "fsdp-train", rank == 0);
+    } catch (const fsdp_train::CommandLineDisagreement& error) {
+      if (rank == 0) {
+        std::fprintf(stderr, "fsdp-train: %s\n", error.what());
+      }
+      code = fsdp_apps::kExitUsage;
     } catch (const fsdp_train::AgreedError& error) {
       if (rank == 0) {
         std::fprintf(stderr, "fsdp-train: %s\n", error.what());
       }
-      code = std::string(error.what()).find(fsdp_train::kSameCommandLine) != std::string::npos
-                 ? fsdp_apps::kExitUsage
-                 : fsdp_train::kExitError;
+      code = fsdp_train::kExitError;
     } catch (const std::exception& error) {
       const auto* ours = dynamic_cast<const fsdp::Error*>(&error);
       if (ours != nullptr && ours->kind() == fsdp::ErrorKind::mismatch) {
