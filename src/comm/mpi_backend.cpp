@@ -83,10 +83,9 @@ class MpiOperation final : public PendingOperation {
   }
 
   bool test() override {
-    // Every poll of the group also starts the collectives issued after this one whose checks have
-    // finished: a runtime that waits for one gather while the next is prefetched would otherwise
-    // start the next only when it waits for it, and lose the overlap.
-    state_->start_checked();
+    if (!started_) {
+      state_->start_checked();
+    }
     if (failure_) {
       std::rethrow_exception(failure_);
     }
