@@ -6,9 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
-#include <exception>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,7 +14,6 @@
 #include "fsdp/comm/collective_options.hpp"
 #include "fsdp/comm/reduce_op.hpp"
 #include "fsdp/core/dtype.hpp"
-#include "pairwise_minimum.hpp"
 
 namespace fsdp {
 
@@ -53,27 +50,6 @@ struct OperationId {
   std::int64_t sequence;
 };
 
-// One collective's signature check: a hash of (collective, dtype, count, root, reduce op, layout,
-// "my arguments are invalid") compared over the ranks, and, only when the hashes differ, every
-// rank's signature gathered to say how. MPI owns its buffers while a request is in flight: it is
-// made on the heap by CollectiveGuard::start_check and must not move.
-struct SignatureCheck {
-  static constexpr std::size_t kFields = 7;
-  static constexpr std::size_t kCountField = 2;
-  static constexpr std::size_t kComplaintField = 6;
-  enum class Stage { comparing, explaining, done };
-
-  OperationId id;
-  std::string problem;  // this rank's complaint about its own arguments, empty when none
-  std::int64_t signature[kFields] = {};
-  // (least hash, ~greatest hash) over the ranks, while comparing.
-  std::unique_ptr<detail::PairwiseMinimum> range;
-  std::vector<std::int64_t> signatures;    // every rank's, once the hashes differed
-  MPI_Request request = MPI_REQUEST_NULL;  // their all-gather, while explaining
-  Stage stage = Stage::done;
-  std::exception_ptr failure;  // once done: why the collective must not start, or null
-};
-
 class CollectiveGuard {
  public:
   // Duplicates comm for its own messages. Collective over comm.
@@ -86,22 +62,11 @@ class CollectiveGuard {
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
 
-  // Numbers the operation and, when checks are on, starts the check that every rank calls the
-  // same collective with the same arguments and that none found its own arguments invalid
-  // (problem is this rank's complaint from ArgumentCheck, empty when none). The check runs while
-  // the caller goes on; poll() advances it. With checks off a local problem throws here, on this
-  // rank only, and the check returned is already done.
-  std::unique_ptr<SignatureCheck> start_check(const CollectiveCall& call,
-                                              const std::string& problem);
-  // Advances check; true once it is done, when check.failure says whether the collective may
-  // start: null, or the fsdp::Error that every rank holds for it (a mismatch, or a rank's invalid
-  // arguments). Throws only for MPI's own errors.
-  bool poll(SignatureCheck& check);
-  // start_check, waited for: throws the check's failure on every rank.
+  // Numbers the operation and, when checks are on, verifies that every rank calls the same
+  // collective with the same arguments and that none found its own arguments invalid (problem is
+  // this rank's complaint from ArgumentCheck, empty when none). Throws fsdp::Error on every rank on
+  // a mismatch; with checks off a local problem throws on this rank only.
   OperationId begin(const CollectiveCall& call, const std::string& problem);
-  // Takes a check that is not done from an operation that gave up on it (a timeout): MPI may
-  // still write its buffers, so they live as long as the guard.
-  void abandon(std::unique_ptr<SignatureCheck> check);
 
   // Calls poll() until it returns true. Throws fsdp::Error naming the operation and the ranks that
   // did not arrive when options().timeout_s passes first; the group is unusable afterwards.
@@ -113,7 +78,12 @@ class CollectiveGuard {
   void ensure_usable(Collective collective) const;
 
  private:
-  std::exception_ptr difference(const SignatureCheck& check) const;
+  // A signature: collective, dtype, count, root, reduce op, layout, "my arguments are invalid".
+  static constexpr std::size_t kSignatureFields = 7;
+  static constexpr std::size_t kCountField = 2;
+  bool same_on_every_rank(const OperationId& id, const std::int64_t (&signature)[kSignatureFields]);
+  void explain_difference(const OperationId& id, const std::int64_t (&mine)[kSignatureFields],
+                          const std::string& problem);
   [[noreturn]] void fail_after_timeout(const OperationId& id);
   std::string describe(const CollectiveCall& call) const;
 
@@ -121,7 +91,6 @@ class CollectiveGuard {
   CollectiveOptions options_;
   std::int64_t next_sequence_ = 0;
   std::string failure_;  // non-empty once a timeout broke the group
-  std::vector<std::unique_ptr<SignatureCheck>> abandoned_;
   struct Notice {
     std::int64_t sequence;
     char operation[32];

@@ -34,17 +34,8 @@ void Work::wait() {
 }
 
 bool Work::test() {
-  if (operation_) {
-    bool done = false;
-    try {
-      done = operation_->test();
-    } catch (...) {
-      finish();
-      throw;
-    }
-    if (done) {
-      finish();
-    }
+  if (operation_ && operation_->test()) {
+    finish();
   }
   return completed();
 }

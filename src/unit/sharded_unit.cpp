@@ -551,10 +551,9 @@ void ShardedUnit<T>::start_resident_gather() {
   }
 }
 
-// A collective of a gather refused (ranks that disagree, a bad argument: when the gather starts
-// or, as the signature check finishes later, when it is tested or waited for) fails on every rank
-// at the same collective, so the others complete everywhere: wait for them, return the buffers,
-// and leave the unit sharded and usable.
+// A collective refused while a gather was being started (ranks that disagree, a bad argument)
+// fails on every rank at the same collective, so the ones issued before it complete everywhere:
+// wait for them, return the buffers, and leave the unit sharded and usable.
 template <class T>
 void ShardedUnit<T>::abandon_gather() {
   for (Work& work : in_flight_) {
@@ -599,14 +598,8 @@ bool ShardedUnit<T>::test_gather() {
     return state_ == UnitState::gathered;
   }
   bool done = true;
-  try {
-    for (Work& work : in_flight_) {
-      done = work.test() && done;
-    }
-  } catch (...) {
-    abandon_gather();
-    state_ = UnitState::sharded;
-    throw;
+  for (Work& work : in_flight_) {
+    done = work.test() && done;
   }
   if (done) {
     finish_gather();
@@ -617,13 +610,7 @@ bool ShardedUnit<T>::test_gather() {
 template <class T>
 void ShardedUnit<T>::wait_gather() {
   require_state(UnitState::gathering, "wait_gather");
-  try {
-    wait_all(in_flight_);
-  } catch (...) {
-    abandon_gather();
-    state_ = UnitState::sharded;
-    throw;
-  }
+  wait_all(in_flight_);
   finish_gather();
 }
 
