@@ -1,8 +1,8 @@
 # cmake -DCOMMAND=<;-list> -DEXPECT=<regex> [-DEXPECT_CODE=<n>] -P expect_failure.cmake
 # Passes when COMMAND exits nonzero (EXPECT_CODE exactly, when given) and its output (stdout +
 # stderr) matches EXPECT: a bad input must fail, and say why.
-include(${CMAKE_CURRENT_LIST_DIR}/../run_tool.cmake)
-run_tool(result out err 120 COMMAND ${COMMAND})
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err
+                TIMEOUT 120)
 message("${out}${err}")
 if(result EQUAL 0)
   message(FATAL_ERROR "expected a failure, but the command succeeded")

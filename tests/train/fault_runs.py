@@ -63,6 +63,18 @@ def ranks_of(marker):
     return found
 
 
+def end_job(job, marker):
+    """Kills the job if it still runs, and any rank it left behind (a stopped one, say)."""
+    if job.poll() is None:
+        job.kill()
+        job.wait()
+    for pid in ranks_of(marker).values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def signal_rank_1(args, sig, extra_env):
     """Starts a long 3-rank training, sends sig to rank 1 once it trains, and returns the exit
     code, the output and the seconds from the signal to the end of the job."""
@@ -92,14 +104,7 @@ def signal_rank_1(args, sig, extra_env):
             fail("the job still runs 120 s after rank 1 was signalled: it hangs")
         return job.returncode, output, time.monotonic() - signalled
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
-        for pid in ranks_of(marker).values():  # a stopped rank the job left behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        end_job(job, marker)
 
 
 def stopped(args):
@@ -120,21 +125,10 @@ def killed(args):
         fail("the job exited 0 with a killed rank")
 
 
-def tracer_crashed(output):
-    """LeakSanitizer's own tracer crashed at exit: a known, intermittent fault of the sanitizer
-    runtime (google/sanitizers#1353), not a leak and not the program's (tests/run_tool.cmake)."""
-    return ("Tracer caught signal" in output and
-            "LeakSanitizer has encountered a fatal error" in output)
-
-
 def run(command, expect_ok=True):
     print("$ " + " ".join(command), flush=True)
-    for _ in range(3):
-        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, timeout=120)
-        if not tracer_crashed(result.stdout):
-            break
-        print("fault_runs: LeakSanitizer's tracer crashed at exit; running again", flush=True)
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            timeout=120)
     print(result.stdout[-3000:], flush=True)
     if expect_ok and result.returncode != 0:
         fail("exit code %d from: %s" % (result.returncode, " ".join(command)))
@@ -234,14 +228,7 @@ def write_fails(args):
         except subprocess.TimeoutExpired:
             fail("the job still runs 120 s after rank 1's writes began to fail: it hangs")
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
-        for pid in ranks_of(marker).values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        end_job(job, marker)
     print(output[-3000:], flush=True)
     if job.returncode != 1:
         fail("a write that failed on rank 1 gave exit code %d, not 1" % job.returncode)
