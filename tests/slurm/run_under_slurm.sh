@@ -28,6 +28,14 @@ expect_results() {
 
 state=$(mktemp -d /tmp/fsdp-slurm-test.XXXXXX)
 cleanup() {
+  local code=$?
+  # A failure shows what the daemons logged: a step that never launched says why only there.
+  if ((code != 0 && code != 77)); then
+    for log in "$state"/log/*.log; do
+      echo "== tail of $log"
+      tail -n 40 "$log"
+    done
+  fi
   "$source_dir/slurm/local-cluster/stop" "$state" > /dev/null
   rm -rf "$state"
 }
@@ -91,6 +99,11 @@ echo "== a chain of jobs: slurm/train-chain.sbatch, links of one minute"
 chain_args=(--dtype fp64 --hidden 256,256 --epochs 60 --json)
 timeout 300 srun --mpi=pmix -n 4 "$trainer" "${chain_args[@]}" \
   --checkpoint-dir "$state/unchained" > "$state/unchained.out"
+# srun exits 0 when its step fails to launch; the run must have trained to its summary.
+if ! grep -q '"type":"summary"' "$state/unchained.out"; then
+  echo "FAILED: the unchained run did not end with a summary (slurmd.log below says why)"
+  exit 1
+fi
 timeout 60 sbatch --time=00:01:00 \
   --export="ALL,FSDP_BIN=$(dirname "$trainer"),FSDP_CHECKPOINT_DIR=$state/chain,FSDP_TIME_MARGIN_S=50" \
   "$source_dir/slurm/train-chain.sbatch" "${chain_args[@]}"
