@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <vector>
 
@@ -17,6 +18,7 @@ namespace fsdp {
 namespace {
 
 constexpr int kNoticeTag = 7301;
+constexpr int kCheckTag = 7302;
 constexpr int kMaxRanksNamed = 8;
 
 using Clock = std::chrono::steady_clock;
@@ -35,6 +37,15 @@ std::string rank_list(const std::vector<int>& ranks) {
     text << " and " << ranks.size() - kMaxRanksNamed << " more";
   }
   return text.str();
+}
+
+// A check whose wait timed out may still have messages in flight that MPI writes into its
+// buffers: it is kept, reachable, until the process exits.
+void keep_until_exit(std::unique_ptr<detail::PairwiseMinimum> check) {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<detail::PairwiseMinimum>> abandoned;
+  const std::lock_guard<std::mutex> lock(mutex);
+  abandoned.push_back(std::move(check));
 }
 
 // With per-rank counts (all_gather_v, scatter_v) ranks legitimately pass different counts; all
@@ -115,9 +126,13 @@ CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options
 }
 
 CollectiveGuard::~CollectiveGuard() {
-  // After a timeout, notices may still be in flight on comm_: leave it to MPI_Finalize/Abort.
+  // After a timeout, notices and a check's messages may still be in flight on comm_: leave them,
+  // and the check's buffers, to MPI_Finalize/Abort.
   if (!failure_.empty()) {
     comm_.abandon();
+    if (check_) {
+      keep_until_exit(std::move(check_));
+    }
   }
 }
 
@@ -179,8 +194,8 @@ OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string
 
 // The cheap check, on by default in every build: the least and the greatest hash of the
 // signature over the ranks, in one all-reduce of two words (min of (h, ~h) is (least h, ~greatest
-// h)). O(log N) latency and 16 bytes whatever the group size; the full exchange below runs only
-// when they differ, to say how.
+// h)) on point-to-point messages (pairwise_minimum.hpp). O(log N) latency and 16 bytes whatever
+// the group size; the full exchange below runs only when they differ, to say how.
 bool CollectiveGuard::same_on_every_rank(const OperationId& id,
                                          const std::int64_t (&signature)[kSignatureFields]) {
   std::uint64_t hash = detail::kFnvOffsetBasis;
@@ -188,12 +203,13 @@ bool CollectiveGuard::same_on_every_rank(const OperationId& id,
     const bool per_rank = i == kCountField && count_may_differ(id.collective);
     hash = detail::fnv1a_word(per_rank ? 0 : static_cast<std::uint64_t>(signature[i]), hash);
   }
-  std::int64_t range[2] = {static_cast<std::int64_t>(hash), ~static_cast<std::int64_t>(hash)};
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, range, 2, MPI_INT64_T, MPI_MIN, comm_.get(), &request),
-             "MPI_Iallreduce (collective signature check)", comm_.rank());
-  wait(id, request);
-  return range[0] == ~range[1];
+  const std::int64_t range[2] = {static_cast<std::int64_t>(hash), ~static_cast<std::int64_t>(hash)};
+  // Each check is done before the next starts, so one tag keeps their messages in order.
+  check_ = std::make_unique<detail::PairwiseMinimum>(comm_.get(), kCheckTag, range);
+  wait_until(id, [this] { return check_->poll(); });
+  const bool same = check_->words()[0] == ~check_->words()[1];
+  check_.reset();
+  return same;
 }
 
 // Every rank comes here together (the hashes differed): all-gather the signatures, and throw on

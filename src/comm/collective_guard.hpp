@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "fsdp/comm/collective_options.hpp"
 #include "fsdp/comm/reduce_op.hpp"
 #include "fsdp/core/dtype.hpp"
+#include "pairwise_minimum.hpp"
 
 namespace fsdp {
 
@@ -91,6 +93,9 @@ class CollectiveGuard {
   CollectiveOptions options_;
   std::int64_t next_sequence_ = 0;
   std::string failure_;  // non-empty once a timeout broke the group
+  // The signature check in flight. A member, not a local: when its wait times out, MPI may still
+  // write into its buffers, so it is kept, not destroyed by the throw.
+  std::unique_ptr<detail::PairwiseMinimum> check_;
   struct Notice {
     std::int64_t sequence;
     char operation[32];
