@@ -3,13 +3,14 @@
 # script, checks their output, and stops the cluster whatever happens.
 # Then a chain of training jobs (slurm/train-chain.sbatch) that must end where one unchained run
 # ends.
-# Usage: run_under_slurm.sh <source-dir> <fsdp-bench> <fsdp-train> <python with h5py>
-#        (exit 77 = skipped: no SLURM or not root)
+# Usage: run_under_slurm.sh <source-dir> <fsdp-bench> <fsdp-train> <python with h5py> [epochs]
+#        (exit 77 = skipped: no SLURM or not root; epochs of the chained training, default 60)
 set -euo pipefail
 source_dir=$1
 bench=$2
 trainer=$3
 python=$4
+chain_epochs=${5:-60}
 
 if [[ $(id -u) -ne 0 ]] || ! command -v slurmctld > /dev/null || ! command -v munged > /dev/null; then
   echo "SKIPPED: needs root and slurm-wlm + munge (scripts/install-deps --with-slurm)"
@@ -94,9 +95,10 @@ if [[ -z $missing_out ]]; then
 fi
 
 echo "== a chain of jobs: slurm/train-chain.sbatch, links of one minute"
-# Training takes about 20 s here; each link may train for about 10 s (its minute less
-# FSDP_TIME_MARGIN_S), so the chain needs two links or more whatever the machine's speed.
-chain_args=(--dtype fp64 --hidden 256,256 --epochs 60 --json)
+# Training takes about 20 s here (60 epochs; the sanitizer build, 10 times slower, trains 6); each
+# link may train for about 10 s (its minute less FSDP_TIME_MARGIN_S), so the chain needs two
+# links or more whatever the machine's speed.
+chain_args=(--dtype fp64 --hidden 256,256 --epochs "$chain_epochs" --json)
 timeout 300 srun --mpi=pmix -n 4 "$trainer" "${chain_args[@]}" \
   --checkpoint-dir "$state/unchained" > "$state/unchained.out"
 # srun exits 0 when its step fails to launch; the run must have trained to its summary.
