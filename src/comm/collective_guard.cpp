@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "fsdp/core/error.hpp"
 #include "hash.hpp"
 #include "mpi_types.hpp"
+#include "pairwise_minimum.hpp"
 
 namespace fsdp {
 namespace {
@@ -126,13 +128,9 @@ CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options
 }
 
 CollectiveGuard::~CollectiveGuard() {
-  // After a timeout, notices and a check's messages may still be in flight on comm_: leave them,
-  // and the check's buffers, to MPI_Finalize/Abort.
+  // After a timeout, notices may still be in flight on comm_: leave it to MPI_Finalize/Abort.
   if (!failure_.empty()) {
     comm_.abandon();
-    if (check_) {
-      keep_until_exit(std::move(check_));
-    }
   }
 }
 
@@ -205,11 +203,14 @@ bool CollectiveGuard::same_on_every_rank(const OperationId& id,
   }
   const std::int64_t range[2] = {static_cast<std::int64_t>(hash), ~static_cast<std::int64_t>(hash)};
   // Each check is done before the next starts, so one tag keeps their messages in order.
-  check_ = std::make_unique<detail::PairwiseMinimum>(comm_.get(), kCheckTag, range);
-  wait_until(id, [this] { return check_->poll(); });
-  const bool same = check_->words()[0] == ~check_->words()[1];
-  check_.reset();
-  return same;
+  auto check = std::make_unique<detail::PairwiseMinimum>(comm_.get(), kCheckTag, range);
+  try {
+    wait_until(id, [&] { return check->poll(); });
+  } catch (...) {
+    keep_until_exit(std::move(check));  // a timeout or MPI error: messages may still arrive
+    throw;
+  }
+  return check->words()[0] == ~check->words()[1];
 }
 
 // Every rank comes here together (the hashes differed): all-gather the signatures, and throw on
@@ -237,7 +238,7 @@ void CollectiveGuard::explain_difference(const OperationId& id,
   };
   std::vector<int> complaining;
   for (int r = 0; r < comm_.size(); ++r) {
-    if (all[kSignatureFields * static_cast<std::size_t>(r) + 6] != 0) {
+    if (all[kSignatureFields * static_cast<std::size_t>(r) + kComplaintField] != 0) {
       complaining.push_back(r);
     }
   }

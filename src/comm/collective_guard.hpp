@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,7 +14,6 @@
 #include "fsdp/comm/collective_options.hpp"
 #include "fsdp/comm/reduce_op.hpp"
 #include "fsdp/core/dtype.hpp"
-#include "pairwise_minimum.hpp"
 
 namespace fsdp {
 
@@ -83,6 +81,7 @@ class CollectiveGuard {
   // A signature: collective, dtype, count, root, reduce op, layout, "my arguments are invalid".
   static constexpr std::size_t kSignatureFields = 7;
   static constexpr std::size_t kCountField = 2;
+  static constexpr std::size_t kComplaintField = 6;
   bool same_on_every_rank(const OperationId& id, const std::int64_t (&signature)[kSignatureFields]);
   void explain_difference(const OperationId& id, const std::int64_t (&mine)[kSignatureFields],
                           const std::string& problem);
@@ -93,9 +92,6 @@ class CollectiveGuard {
   CollectiveOptions options_;
   std::int64_t next_sequence_ = 0;
   std::string failure_;  // non-empty once a timeout broke the group
-  // The signature check in flight. A member, not a local: when its wait times out, MPI may still
-  // write into its buffers, so it is kept, not destroyed by the throw.
-  std::unique_ptr<detail::PairwiseMinimum> check_;
   struct Notice {
     std::int64_t sequence;
     char operation[32];
