@@ -333,8 +333,11 @@ void run(const StepOptions& options, const CommonOptions& common) {
     }
     PeakMemory window;
     try {
+      // The checked ways follow FSDP_CHECK_COLLECTIVES, as fsdp-bench collectives does: with it
+      // 0, "--collective-check both" times every way against an unchecked twin of itself (A/A).
       CollectiveOptions collective_options = CollectiveOptions::from_environment();
-      collective_options.check_arguments = way.checked;
+      collective_options.check_arguments = collective_options.check_arguments && way.checked;
+      rows[k].checked = collective_options.check_arguments;
       trainers[k] = std::make_unique<Trainer>(
           way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD, collective_options),
           shape, way.one_rank ? options.local_batch * n : options.local_batch);
@@ -586,9 +589,11 @@ void add_step(CLI::App& app, const CommonOptions& common) {
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  sub->add_option("--collective-check", options->collective_check,
-                  "the collectives' signature check: on (the default, as the library), off, or "
-                  "both (every way also without it, named '... unchecked')")
+  sub->add_option(
+         "--collective-check", options->collective_check,
+         "the collectives' signature check: on (the default, as the library), off, or "
+         "both (every way also without it, named '... unchecked'); FSDP_CHECK_COLLECTIVES=0 "
+         "turns it off in the checked ways too (an A/A control)")
       ->check(CLI::IsMember({"on", "off", "both"}))
       ->capture_default_str();
   sub->add_option("--shard-group-size", options->shard_group_size,
