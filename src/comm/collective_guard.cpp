@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -14,13 +14,18 @@
 #include "fsdp/core/error.hpp"
 #include "hash.hpp"
 #include "mpi_types.hpp"
-#include "pairwise_minimum.hpp"
 
 namespace fsdp {
 namespace {
 
 constexpr int kNoticeTag = 7301;
-constexpr int kCheckTag = 7302;
+// The signature checks' messages: a tag of their own for each of kChecksInFlight consecutive
+// collectives, so that no check's message can be taken for another's.
+constexpr int kCheckTags = 8192;
+
+int check_tag(const OperationId& id) {
+  return kCheckTags + static_cast<int>(id.sequence % CollectiveGuard::kChecksInFlight);
+}
 constexpr int kMaxRanksNamed = 8;
 
 using Clock = std::chrono::steady_clock;
@@ -39,15 +44,6 @@ std::string rank_list(const std::vector<int>& ranks) {
     text << " and " << ranks.size() - kMaxRanksNamed << " more";
   }
   return text.str();
-}
-
-// A check whose wait timed out may still have messages in flight that MPI writes into its
-// buffers: it is kept, reachable, until the process exits.
-void keep_until_exit(std::unique_ptr<detail::PairwiseMinimum> check) {
-  static std::mutex mutex;
-  static std::vector<std::unique_ptr<detail::PairwiseMinimum>> abandoned;
-  const std::lock_guard<std::mutex> lock(mutex);
-  abandoned.push_back(std::move(check));
 }
 
 // With per-rank counts (all_gather_v, scatter_v) ranks legitimately pass different counts; all
@@ -162,117 +158,156 @@ std::string CollectiveGuard::describe(const CollectiveCall& call) const {
   return text.str();
 }
 
-OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string& problem) {
+std::unique_ptr<SignatureCheck> CollectiveGuard::start_check(const CollectiveCall& call,
+                                                             const std::string& problem) {
   ensure_usable(call.collective);
-  const OperationId id{call.collective, next_sequence_++};
+  auto check = std::make_unique<SignatureCheck>();
+  check->id = OperationId{call.collective, next_sequence_++};
   if (!options_.check_arguments) {
     if (!problem.empty()) {
       throw Error(problem);
     }
-    return id;
+    return check;
   }
+  check->problem = problem;
+  const std::int64_t signature[SignatureCheck::kFields] = {
+      static_cast<std::int64_t>(call.collective),
+      static_cast<std::int64_t>(call.dtype),
+      call.count,
+      call.root,
+      call.reduce,
+      static_cast<std::int64_t>(call.layout),
+      problem.empty() ? 0 : 1};
+  std::copy(std::begin(signature), std::end(signature), check->signature);
 
-  const std::int64_t mine[kSignatureFields] = {static_cast<std::int64_t>(call.collective),
-                                               static_cast<std::int64_t>(call.dtype),
-                                               call.count,
-                                               call.root,
-                                               call.reduce,
-                                               static_cast<std::int64_t>(call.layout),
-                                               problem.empty() ? 0 : 1};
-  if (same_on_every_rank(id, mine)) {
-    // Every rank found the same: nothing wrong, or every rank's own arguments wrong.
-    if (!problem.empty()) {
-      throw Error(problem);
-    }
-    return id;
-  }
-  explain_difference(id, mine, problem);
-  return id;
-}
-
-// The cheap check, on by default in every build: the least and the greatest hash of the
-// signature over the ranks, in one all-reduce of two words (min of (h, ~h) is (least h, ~greatest
-// h)) on point-to-point messages (pairwise_minimum.hpp). O(log N) latency and 16 bytes whatever
-// the group size; the full exchange below runs only when they differ, to say how.
-bool CollectiveGuard::same_on_every_rank(const OperationId& id,
-                                         const std::int64_t (&signature)[kSignatureFields]) {
+  // The cheap check, on by default in every build: the least and the greatest hash of the
+  // signature over the ranks, in one minimum of two words (min of (h, ~h) is (least h, ~greatest
+  // h)). O(log N) steps of 16 bytes whatever the group size; the full exchange (poll) runs only
+  // when they differ, to say how.
   std::uint64_t hash = detail::kFnvOffsetBasis;
-  for (std::size_t i = 0; i < kSignatureFields; ++i) {
-    const bool per_rank = i == kCountField && count_may_differ(id.collective);
+  for (std::size_t i = 0; i < SignatureCheck::kFields; ++i) {
+    const bool per_rank = i == SignatureCheck::kCountField && count_may_differ(call.collective);
     hash = detail::fnv1a_word(per_rank ? 0 : static_cast<std::uint64_t>(signature[i]), hash);
   }
   const std::int64_t range[2] = {static_cast<std::int64_t>(hash), ~static_cast<std::int64_t>(hash)};
-  // Each check is done before the next starts, so one tag keeps their messages in order.
-  auto check = std::make_unique<detail::PairwiseMinimum>(comm_.get(), kCheckTag, range);
-  try {
-    wait_until(id, [&] { return check->poll(); });
-  } catch (...) {
-    keep_until_exit(std::move(check));  // a timeout or MPI error: messages may still arrive
-    throw;
-  }
-  return check->words()[0] == ~check->words()[1];
+  check->range =
+      std::make_unique<detail::PairwiseMinimum>(comm_.get(), check_tag(check->id), range);
+  check->stage = SignatureCheck::Stage::comparing;
+  return check;
 }
 
-// Every rank comes here together (the hashes differed): all-gather the signatures, and throw on
-// every rank naming what each rank called.
-void CollectiveGuard::explain_difference(const OperationId& id,
-                                         const std::int64_t (&mine)[kSignatureFields],
-                                         const std::string& problem) {
-  std::vector<std::int64_t> all(kSignatureFields * static_cast<std::size_t>(comm_.size()));
-  MPI_Request request = MPI_REQUEST_NULL;
-  mpi::check(MPI_Iallgather(mine, kSignatureFields, MPI_INT64_T, all.data(), kSignatureFields,
-                            MPI_INT64_T, comm_.get(), &request),
-             "MPI_Iallgather (collective argument check)", comm_.rank());
-  wait(id, request);
+bool CollectiveGuard::poll(SignatureCheck& check) {
+  if (check.stage == SignatureCheck::Stage::done) {
+    return true;
+  }
+  if (check.stage == SignatureCheck::Stage::comparing) {
+    if (!check.range->poll()) {
+      return false;
+    }
+    const std::int64_t* range = check.range->words();
+    if (range[0] != ~range[1]) {
+      // The hashes differ on every rank alike, so every rank comes here for the same collective:
+      // all-gather the signatures, to name what each rank called.
+      check.signatures.resize(SignatureCheck::kFields * static_cast<std::size_t>(comm_.size()));
+      mpi::check(MPI_Iallgather(check.signature, SignatureCheck::kFields, MPI_INT64_T,
+                                check.signatures.data(), SignatureCheck::kFields, MPI_INT64_T,
+                                comm_.get(), &check.request),
+                 "MPI_Iallgather (collective argument check)", comm_.rank());
+      check.stage = SignatureCheck::Stage::explaining;
+      return false;
+    }
+  } else {
+    int done = 0;
+    mpi::check(MPI_Test(&check.request, &done, MPI_STATUS_IGNORE),
+               "MPI_Test (collective argument check)", comm_.rank());
+    if (!done) {
+      return false;
+    }
+  }
+  if (check.stage == SignatureCheck::Stage::explaining) {
+    check.failure = difference(check);
+  } else if (!check.problem.empty()) {
+    // Every rank found the same: every rank's own arguments are wrong.
+    check.failure = std::make_exception_ptr(Error(check.problem));
+  }
+  check.stage = SignatureCheck::Stage::done;
+  return true;
+}
 
-  auto call_of = [&](int r) {
-    const std::int64_t* s = &all[kSignatureFields * static_cast<std::size_t>(r)];
-    CollectiveCall c;
-    c.collective = static_cast<Collective>(s[0]);
-    c.dtype = static_cast<DType>(s[1]);
-    c.count = s[2];
-    c.root = s[3];
-    c.reduce = s[4];
-    c.layout = static_cast<std::uint64_t>(s[5]);
-    return c;
+OperationId CollectiveGuard::begin(const CollectiveCall& call, const std::string& problem) {
+  std::unique_ptr<SignatureCheck> check = start_check(call, problem);
+  try {
+    wait_until(check->id, [&] { return poll(*check); });
+  } catch (...) {
+    abandon(std::move(check));
+    throw;
+  }
+  if (check->failure) {
+    std::rethrow_exception(check->failure);
+  }
+  return check->id;
+}
+
+void CollectiveGuard::abandon(std::unique_ptr<SignatureCheck> check) {
+  // MPI may still write into its buffers after the group is gone (a timeout leaves the guard's
+  // communicator to MPI_Finalize or MPI_Abort): it stays reachable until the process exits.
+  if (check && check->stage != SignatureCheck::Stage::done) {
+    static std::mutex mutex;
+    static std::vector<std::unique_ptr<SignatureCheck>> abandoned;
+    const std::lock_guard<std::mutex> lock(mutex);
+    abandoned.push_back(std::move(check));
+  }
+}
+
+// What every rank raises for a collective whose signatures differ (check.signatures holds every
+// rank's): the rank's own complaint, or who called what. Null when they differ only where they
+// may (per-rank counts).
+std::exception_ptr CollectiveGuard::difference(const SignatureCheck& check) const {
+  const std::vector<std::int64_t>& all = check.signatures;
+  auto field = [&](int r, std::size_t i) {
+    return all[SignatureCheck::kFields * static_cast<std::size_t>(r) + i];
   };
   std::vector<int> complaining;
   for (int r = 0; r < comm_.size(); ++r) {
-    if (all[kSignatureFields * static_cast<std::size_t>(r) + kComplaintField] != 0) {
+    if (field(r, SignatureCheck::kComplaintField) != 0) {
       complaining.push_back(r);
     }
   }
   if (!complaining.empty()) {
-    if (!problem.empty()) {
-      throw Error(problem);
+    if (!check.problem.empty()) {
+      return std::make_exception_ptr(Error(check.problem));
     }
-    throw Error(ErrorKind::mismatch,
-                std::string(id_text(id)) + ": rank(s) " + rank_list(complaining) +
-                    " passed invalid arguments (their error says which); no rank entered the "
-                    "collective");
+    return std::make_exception_ptr(
+        Error(ErrorKind::mismatch, id_text(check.id) + ": rank(s) " + rank_list(complaining) +
+                                       " passed invalid arguments (their error says which); no "
+                                       "rank entered the collective"));
   }
 
-  const bool uneven = count_may_differ(id.collective);
+  const bool uneven = count_may_differ(check.id.collective);
   std::map<std::string, std::vector<int>> ranks_by_call;
   for (int r = 0; r < comm_.size(); ++r) {
-    CollectiveCall c = call_of(r);
-    if (uneven) {
-      c.count = 0;
-    }
+    CollectiveCall c;
+    c.collective = static_cast<Collective>(field(r, 0));
+    c.dtype = static_cast<DType>(field(r, 1));
+    c.count = uneven ? 0 : field(r, 2);
+    c.root = field(r, 3);
+    c.reduce = field(r, 4);
+    c.layout = static_cast<std::uint64_t>(field(r, 5));
     ranks_by_call[describe(c)].push_back(r);
   }
-  if (ranks_by_call.size() > 1) {
-    std::ostringstream text;
-    text << "ranks disagree on collective #" << id.sequence << " of a group of " << comm_.size()
-         << ":";
-    for (const auto& [description, ranks] : ranks_by_call) {
-      text << " rank" << (ranks.size() > 1 ? "s " : " ") << rank_list(ranks) << " called "
-           << description << ";";
-    }
-    text << " every rank must call the same collective with the same "
-         << (uneven ? "counts vector" : "count") << ", dtype, root and op";
-    throw Error(ErrorKind::mismatch, text.str());
+  if (ranks_by_call.size() <= 1) {
+    return nullptr;
   }
+  std::ostringstream text;
+  text << "ranks disagree on collective #" << check.id.sequence << " of a group of " << comm_.size()
+       << ":";
+  for (const auto& [description, ranks] : ranks_by_call) {
+    text << " rank" << (ranks.size() > 1 ? "s " : " ") << rank_list(ranks) << " called "
+         << description << ";";
+  }
+  text << " every rank must call the same collective with the same "
+       << (uneven ? "counts vector" : "count") << ", dtype, root and op";
+  return std::make_exception_ptr(Error(ErrorKind::mismatch, text.str()));
 }
 
 // Not MPI_Wait, even without a timeout: Open MPI's wait busy-polls unless told to yield

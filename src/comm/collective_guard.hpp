@@ -1,12 +1,17 @@
 // CollectiveGuard: what keeps a collective from corrupting data or hanging when ranks misbehave.
-// Backends call begin() before issuing an operation and wait_until() to complete it. Works on a
-// private MPI communicator of its own, so it serves the NCCL backend as well as the MPI one.
+// The MPI backend starts each collective's signature check with start_check() and the collective
+// once poll() finds the check passed, so that the caller does not wait for the other ranks; the
+// NCCL backend, which enqueues its collectives at once, waits for the check in begin(). Both
+// complete operations with wait_until(). Works on a private MPI communicator of its own, so it
+// serves the NCCL backend as well as the MPI one.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +19,7 @@
 #include "fsdp/comm/collective_options.hpp"
 #include "fsdp/comm/reduce_op.hpp"
 #include "fsdp/core/dtype.hpp"
+#include "pairwise_minimum.hpp"
 
 namespace fsdp {
 
@@ -50,6 +56,27 @@ struct OperationId {
   std::int64_t sequence;
 };
 
+// One collective's signature check: a hash of (collective, dtype, count, root, reduce op, layout,
+// "my arguments are invalid") compared over the ranks, and, only when the hashes differ, every
+// rank's signature gathered to say how. MPI owns its buffers while a request is in flight: it is
+// made on the heap by CollectiveGuard::start_check and must not move.
+struct SignatureCheck {
+  static constexpr std::size_t kFields = 7;
+  static constexpr std::size_t kCountField = 2;
+  static constexpr std::size_t kComplaintField = 6;
+  enum class Stage { comparing, explaining, done };
+
+  OperationId id;
+  std::string problem;  // this rank's complaint about its own arguments, empty when none
+  std::int64_t signature[kFields] = {};
+  // (least hash, ~greatest hash) over the ranks, while comparing.
+  std::unique_ptr<detail::PairwiseMinimum> range;
+  std::vector<std::int64_t> signatures;    // every rank's, once the hashes differed
+  MPI_Request request = MPI_REQUEST_NULL;  // their all-gather, while explaining
+  Stage stage = Stage::done;
+  std::exception_ptr failure;  // once done: why the collective must not start, or null
+};
+
 class CollectiveGuard {
  public:
   // Duplicates comm for its own messages. Collective over comm.
@@ -58,15 +85,30 @@ class CollectiveGuard {
   CollectiveGuard(const CollectiveGuard&) = delete;
   CollectiveGuard& operator=(const CollectiveGuard&) = delete;
 
+  // At most this many checks may be unfinished at once (each has a message tag of its own):
+  // whoever starts checks without waiting for them finishes the oldest one first.
+  static constexpr std::int64_t kChecksInFlight = 256;
+
   const CollectiveOptions& options() const { return options_; }
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
 
-  // Numbers the operation and, when checks are on, verifies that every rank calls the same
-  // collective with the same arguments and that none found its own arguments invalid (problem is
-  // this rank's complaint from ArgumentCheck, empty when none). Throws fsdp::Error on every rank on
-  // a mismatch; with checks off a local problem throws on this rank only.
+  // Numbers the operation and, when checks are on, starts the check that every rank calls the
+  // same collective with the same arguments and that none found its own arguments invalid
+  // (problem is this rank's complaint from ArgumentCheck, empty when none). The check runs while
+  // the caller goes on; poll() advances it. With checks off a local problem throws here, on this
+  // rank only, and the check returned is already done.
+  std::unique_ptr<SignatureCheck> start_check(const CollectiveCall& call,
+                                              const std::string& problem);
+  // Advances check; true once it is done, when check.failure says whether the collective may
+  // start: null, or the fsdp::Error that every rank holds for it (a mismatch, or a rank's invalid
+  // arguments). Throws only for MPI's own errors.
+  bool poll(SignatureCheck& check);
+  // start_check, waited for: throws the check's failure on every rank.
   OperationId begin(const CollectiveCall& call, const std::string& problem);
+  // Takes a check that is not done from an operation that gave up on it (a timeout): MPI may
+  // still write its buffers, so they live until the process exits.
+  void abandon(std::unique_ptr<SignatureCheck> check);
 
   // Calls poll() until it returns true. Throws fsdp::Error naming the operation and the ranks that
   // did not arrive when options().timeout_s passes first; the group is unusable afterwards.
@@ -78,13 +120,7 @@ class CollectiveGuard {
   void ensure_usable(Collective collective) const;
 
  private:
-  // A signature: collective, dtype, count, root, reduce op, layout, "my arguments are invalid".
-  static constexpr std::size_t kSignatureFields = 7;
-  static constexpr std::size_t kCountField = 2;
-  static constexpr std::size_t kComplaintField = 6;
-  bool same_on_every_rank(const OperationId& id, const std::int64_t (&signature)[kSignatureFields]);
-  void explain_difference(const OperationId& id, const std::int64_t (&mine)[kSignatureFields],
-                          const std::string& problem);
+  std::exception_ptr difference(const SignatureCheck& check) const;
   [[noreturn]] void fail_after_timeout(const OperationId& id);
   std::string describe(const CollectiveCall& call) const;
 

@@ -1,5 +1,8 @@
 #include "mpi_backend.hpp"
 
+#include <algorithm>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <utility>
 
@@ -9,30 +12,87 @@
 
 namespace fsdp {
 
+class MpiOperation;
+
 struct MpiGroupState {
   detail::Communicator comm;  // declared first: the guard goes before the communicator
   CollectiveGuard guard;
+  // Operations whose signature check has not finished, in the order this rank issued them: each
+  // starts its collective once its check and every earlier one have, so that every rank starts
+  // the collectives in the same order.
+  std::deque<MpiOperation*> unstarted;
 
   MpiGroupState(detail::Communicator owned, const CollectiveOptions& options)
       : comm(std::move(owned)), guard(comm.get(), options) {}
+
+  // Starts, in order, the operations whose checks have finished.
+  void start_checked();
 };
 
 namespace {
 
-// One MPI request in flight, plus what must happen when it completes (the division of avg) and
-// what must live until then (all_gather_v's int count arrays).
+using Issue = std::function<int(MPI_Request*)>;
+
+}  // namespace
+
+// One collective: its signature check, then one MPI request in flight, plus what must happen
+// when it completes (the division of avg) and what must live until then (all_gather_v's int
+// count arrays).
+//
+// The caller does not wait for the check: the collective is started by whichever poll of this
+// group (test or wait of any of its operations) finds the check finished. A rank that runs
+// ahead of the others goes on computing instead of waiting for them at the start of every
+// collective, as it would without the check; the bytes move at the next poll, which is when
+// MPI moves them anyway (Open MPI progresses non-blocking collectives inside MPI calls only).
 class MpiOperation final : public PendingOperation {
  public:
-  MpiOperation(std::shared_ptr<MpiGroupState> state, OperationId id,
-               std::function<void()> on_complete, std::shared_ptr<void> scratch)
+  MpiOperation(std::shared_ptr<MpiGroupState> state, std::unique_ptr<SignatureCheck> check,
+               const char* mpi_name, Issue issue, std::function<void()> on_complete,
+               std::shared_ptr<void> scratch)
       : state_(std::move(state)),
-        id_(id),
+        check_(std::move(check)),
+        id_(check_->id),
+        mpi_name_(mpi_name),
+        issue_(std::move(issue)),
         on_complete_(std::move(on_complete)),
         scratch_(std::move(scratch)) {}
 
-  MPI_Request* request() { return &request_; }
+  ~MpiOperation() override {
+    // Only after a failed wait (a timeout) can an operation go before it started.
+    auto& unstarted = state_->unstarted;
+    unstarted.erase(std::remove(unstarted.begin(), unstarted.end(), this), unstarted.end());
+    state_->guard.abandon(std::move(check_));
+  }
+
+  const SignatureCheck& check() const { return *check_; }
+  SignatureCheck& check() { return *check_; }
+
+  // Once the check is done: the collective, or the check's failure kept for test and wait.
+  // Called in the order the operations were issued.
+  void start() {
+    started_ = true;
+    failure_ = check_->failure;
+    if (!failure_) {
+      try {
+        mpi::check(issue_(&request_), mpi_name_, state_->comm.rank());
+      } catch (...) {
+        failure_ = std::current_exception();
+      }
+    }
+    issue_ = nullptr;  // what it captured is no longer needed
+  }
 
   bool test() override {
+    // Every poll of the group also starts the collectives issued after this one whose checks have
+    // finished: a runtime that waits for one gather while the next is prefetched would otherwise
+    // start the next only when it waits for it, and lose the overlap.
+    state_->start_checked();
+    if (failure_) {
+      std::rethrow_exception(failure_);
+    }
+    if (!started_) {
+      return false;
+    }
     if (!done_) {
       int flag = 0;
       mpi::check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), name_of(id_.collective),
@@ -46,8 +106,7 @@ class MpiOperation final : public PendingOperation {
 
   void wait() override {
     if (!done_) {
-      state_->guard.wait(id_, request_);
-      complete();
+      state_->guard.wait_until(id_, [this] { return test(); });
     }
   }
 
@@ -61,24 +120,47 @@ class MpiOperation final : public PendingOperation {
   }
 
   std::shared_ptr<MpiGroupState> state_;
+  std::unique_ptr<SignatureCheck> check_;
   OperationId id_;
+  const char* mpi_name_;
+  Issue issue_;
   std::function<void()> on_complete_;
   std::shared_ptr<void> scratch_;
   MPI_Request request_ = MPI_REQUEST_NULL;
+  std::exception_ptr failure_;
+  bool started_ = false;
   bool done_ = false;
 };
 
-// Issues the request through issue() after the guard's checks, and wraps it.
-template <class Issue>
+void MpiGroupState::start_checked() {
+  while (!unstarted.empty() && guard.poll(unstarted.front()->check())) {
+    MpiOperation* operation = unstarted.front();
+    unstarted.pop_front();
+    operation->start();
+  }
+}
+
+namespace {
+
+// Numbers the operation, starts its check, and issues the request through issue() once the check
+// has passed: at once when checks are off. issue captures by value: it may run after the call.
 std::unique_ptr<PendingOperation> start(const std::shared_ptr<MpiGroupState>& state,
                                         const CollectiveCall& call, const std::string& problem,
-                                        const char* mpi_name, Issue&& issue,
+                                        const char* mpi_name, Issue issue,
                                         std::function<void()> on_complete = {},
                                         std::shared_ptr<void> scratch = {}) {
-  const OperationId id = state->guard.begin(call, problem);
+  if (static_cast<std::int64_t>(state->unstarted.size()) + 1 >= CollectiveGuard::kChecksInFlight) {
+    MpiOperation& oldest = *state->unstarted.front();
+    state->guard.wait_until(oldest.check().id, [&] { return state->guard.poll(oldest.check()); });
+    state->start_checked();
+  }
   auto operation =
-      std::make_unique<MpiOperation>(state, id, std::move(on_complete), std::move(scratch));
-  mpi::check(issue(operation->request()), mpi_name, state->comm.rank());
+      std::make_unique<MpiOperation>(state, state->guard.start_check(call, problem), mpi_name,
+                                     std::move(issue), std::move(on_complete), std::move(scratch));
+  state->unstarted.push_back(operation.get());
+  // Issuing is a poll too: earlier collectives whose checks have finished start now, and with
+  // checks off this one starts straight away.
+  state->start_checked();
   return operation;
 }
 
@@ -128,11 +210,12 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather(const void* send, void*
                                                          std::size_t count, DType dtype,
                                                          const std::string& problem) {
   const CollectiveCall call{Collective::all_gather, dtype, static_cast<std::int64_t>(count)};
-  return start(state_, call, problem, "MPI_Iallgather", [&](MPI_Request* request) {
-    const int n = static_cast<int>(count);
-    return MPI_Iallgather(send, n, mpi::datatype_of(dtype), recv, n, mpi::datatype_of(dtype),
-                          state_->comm.get(), request);
-  });
+  return start(state_, call, problem, "MPI_Iallgather",
+               [=, comm = state_->comm.get()](MPI_Request* request) {
+                 const int n = static_cast<int>(count);
+                 return MPI_Iallgather(send, n, mpi::datatype_of(dtype), recv, n,
+                                       mpi::datatype_of(dtype), comm, request);
+               });
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send, std::size_t send_count,
@@ -144,11 +227,11 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send, std
   return start(
       state_, uneven_call(Collective::all_gather_v, counts, send_count, dtype), problem,
       "MPI_Iallgatherv",
-      [&](MPI_Request* request) {
+      [=, comm = state_->comm.get()](MPI_Request* request) {
         layout->fill(counts);
         return MPI_Iallgatherv(send, static_cast<int>(send_count), mpi::datatype_of(dtype), recv,
                                layout->counts.data(), layout->displacements.data(),
-                               mpi::datatype_of(dtype), state_->comm.get(), request);
+                               mpi::datatype_of(dtype), comm, request);
       },
       {}, layout);
 }
@@ -162,11 +245,11 @@ std::unique_ptr<PendingOperation> MpiBackend::scatter_v(const void* send,
   return start(
       state_, uneven_call(Collective::scatter_v, counts, recv_count, dtype, root), problem,
       "MPI_Iscatterv",
-      [&](MPI_Request* request) {
+      [=, comm = state_->comm.get()](MPI_Request* request) {
         layout->fill(counts);
         return MPI_Iscatterv(send, layout->counts.data(), layout->displacements.data(),
                              mpi::datatype_of(dtype), recv, static_cast<int>(recv_count),
-                             mpi::datatype_of(dtype), root, state_->comm.get(), request);
+                             mpi::datatype_of(dtype), root, comm, request);
       },
       {}, layout);
 }
@@ -179,10 +262,10 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce(const void* send, void* rec
   const bool at_root = state_->comm.rank() == root;
   return start(
       state_, call, problem, "MPI_Ireduce",
-      [&](MPI_Request* request) {
+      [=, comm = state_->comm.get()](MPI_Request* request) {
         return MPI_Ireduce(at_root && send == recv ? MPI_IN_PLACE : send, recv,
                            static_cast<int>(count), mpi::datatype_of(dtype), mpi::op_of(op, dtype),
-                           root, state_->comm.get(), request);
+                           root, comm, request);
       },
       at_root ? average_after(*state_, recv, count, dtype, op) : std::function<void()>{});
 }
@@ -195,10 +278,10 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, v
                             static_cast<std::int64_t>(op)};
   return start(
       state_, call, problem, "MPI_Ireduce_scatter_block",
-      [&](MPI_Request* request) {
+      [=, comm = state_->comm.get()](MPI_Request* request) {
         return MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count),
-                                         mpi::datatype_of(dtype), mpi::op_of(op, dtype),
-                                         state_->comm.get(), request);
+                                         mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm,
+                                         request);
       },
       average_after(*state_, recv, count, dtype, op));
 }
@@ -210,10 +293,9 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
                             static_cast<std::int64_t>(op)};
   return start(
       state_, call, problem, "MPI_Iallreduce",
-      [&](MPI_Request* request) {
+      [=, comm = state_->comm.get()](MPI_Request* request) {
         return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
-                              mpi::datatype_of(dtype), mpi::op_of(op, dtype), state_->comm.get(),
-                              request);
+                              mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm, request);
       },
       average_after(*state_, recv, count, dtype, op));
 }
@@ -221,15 +303,17 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
 std::unique_ptr<PendingOperation> MpiBackend::broadcast(void* data, std::size_t count, DType dtype,
                                                         int root, const std::string& problem) {
   const CollectiveCall call{Collective::broadcast, dtype, static_cast<std::int64_t>(count), root};
-  return start(state_, call, problem, "MPI_Ibcast", [&](MPI_Request* request) {
-    return MPI_Ibcast(data, static_cast<int>(count), mpi::datatype_of(dtype), root,
-                      state_->comm.get(), request);
-  });
+  return start(state_, call, problem, "MPI_Ibcast",
+               [=, comm = state_->comm.get()](MPI_Request* request) {
+                 return MPI_Ibcast(data, static_cast<int>(count), mpi::datatype_of(dtype), root,
+                                   comm, request);
+               });
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::barrier() {
-  return start(state_, CollectiveCall{}, "", "MPI_Ibarrier",
-               [&](MPI_Request* request) { return MPI_Ibarrier(state_->comm.get(), request); });
+  return start(
+      state_, CollectiveCall{}, "", "MPI_Ibarrier",
+      [=, comm = state_->comm.get()](MPI_Request* request) { return MPI_Ibarrier(comm, request); });
 }
 
 std::shared_ptr<Backend> MpiBackend::split(int color, int key) const {

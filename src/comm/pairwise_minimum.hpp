@@ -4,8 +4,9 @@
 // It carries the collective signature check, which runs before every collective. Open MPI's
 // MPI_Iallreduce of two words took 0.84 us in a tight loop on 2 ranks of the development machine,
 // a point-to-point exchange 0.32 us (the schedule of a non-blocking collective costs more than
-// the message). It is non-blocking, not MPI_Allreduce, so that the guard's wait can give up after
-// its timeout and say which ranks never arrived.
+// the message). It is non-blocking, not MPI_Allreduce, so that the caller of a collective goes on
+// while its check runs, and the guard's wait can give up after its timeout and say which ranks
+// never arrived.
 //
 // The algorithm is MPICH's for small all-reduces: with p the largest power of two <= n and
 // r = n - p, ranks below 2r pair up first (the even one hands its words to the odd one and waits
@@ -25,9 +26,9 @@ class PairwiseMinimum {
   // Starts computing the minimum of words over comm: a collective call, every rank must start
   // one. Minimums that share comm and tag must be started in the same order on every rank, and
   // each polled until done before the next one is polled (their messages then meet in order;
-  // CollectiveGuard finishes each check before it starts the next).
-  // The object holds MPI's buffers until done: it must not move or be destroyed while a step is
-  // in flight.
+  // CollectiveGuard does so, and gives each of kChecksInFlight consecutive checks a tag of its
+  // own besides). The object holds MPI's buffers until done: it must not move or be destroyed
+  // while a step is in flight.
   PairwiseMinimum(MPI_Comm comm, int tag, const std::int64_t (&words)[2]);
   PairwiseMinimum(const PairwiseMinimum&) = delete;
   PairwiseMinimum& operator=(const PairwiseMinimum&) = delete;

@@ -34,8 +34,17 @@ void Work::wait() {
 }
 
 bool Work::test() {
-  if (operation_ && operation_->test()) {
-    finish();
+  if (operation_) {
+    bool done = false;
+    try {
+      done = operation_->test();
+    } catch (...) {
+      finish();
+      throw;
+    }
+    if (done) {
+      finish();
+    }
   }
   return completed();
 }

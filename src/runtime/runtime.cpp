@@ -189,6 +189,9 @@ void Runtime<T>::enter(std::size_t index) {
   }
   open_ = static_cast<int>(index);
   prefetch();
+  // A prefetched gather whose signature check the other ranks have already answered starts now,
+  // not after this scope's computation (see MpiOperation).
+  progress();
 }
 
 template <class T>

@@ -551,9 +551,10 @@ void ShardedUnit<T>::start_resident_gather() {
   }
 }
 
-// A collective refused while a gather was being started (ranks that disagree, a bad argument)
-// fails on every rank at the same collective, so the ones issued before it complete everywhere:
-// wait for them, return the buffers, and leave the unit sharded and usable.
+// A collective of a gather refused (ranks that disagree, a bad argument: when the gather starts
+// or, as the signature check finishes later, when it is tested or waited for) fails on every rank
+// at the same collective, so the others complete everywhere: wait for them, return the buffers,
+// and leave the unit sharded and usable.
 template <class T>
 void ShardedUnit<T>::abandon_gather() {
   for (Work& work : in_flight_) {
@@ -598,8 +599,14 @@ bool ShardedUnit<T>::test_gather() {
     return state_ == UnitState::gathered;
   }
   bool done = true;
-  for (Work& work : in_flight_) {
-    done = work.test() && done;
+  try {
+    for (Work& work : in_flight_) {
+      done = work.test() && done;
+    }
+  } catch (...) {
+    abandon_gather();
+    state_ = UnitState::sharded;
+    throw;
   }
   if (done) {
     finish_gather();
@@ -610,7 +617,13 @@ bool ShardedUnit<T>::test_gather() {
 template <class T>
 void ShardedUnit<T>::wait_gather() {
   require_state(UnitState::gathering, "wait_gather");
-  wait_all(in_flight_);
+  try {
+    wait_all(in_flight_);
+  } catch (...) {
+    abandon_gather();
+    state_ = UnitState::sharded;
+    throw;
+  }
   finish_gather();
 }
 

@@ -2,6 +2,7 @@
 // stays usable because no rank entered the mismatched collective. Bad local arguments are clear
 // errors, found by ProcessGroup and the same for every backend.
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 #include <climits>
 #include <functional>
 #include <memory>
@@ -39,6 +40,48 @@ BOOST_AUTO_TEST_CASE(count_mismatch_fails_on_every_rank) {
   int value = 1;
   group.all_reduce(&value, 1);
   BOOST_TEST(value == group.size());
+}
+
+// The check does not hold the caller until every rank has issued the collective: rank 0 starts
+// an all_gather and only then sends rank 1 the token that rank 1 waits for before it starts its
+// own. A check that waited at issue would keep rank 0 in all_gather_async (until its timeout)
+// and rank 1 without its token.
+BOOST_AUTO_TEST_CASE(the_caller_does_not_wait_for_the_other_ranks_check) {
+  ProcessGroup group = checked_world();
+  if (group.size() < 2) {
+    return;
+  }
+  const int rank = group.rank();
+  std::vector<int> send(3, rank), recv(3 * static_cast<std::size_t>(group.size()), -1);
+  const int kTokenTag = 4711;
+  int token = 0;
+  if (rank == 0) {
+    Work gather = group.all_gather_async(send.data(), recv.data(), send.size(), DType::i32);
+    token = 1;
+    BOOST_REQUIRE(MPI_Send(&token, 1, MPI_INT, 1, kTokenTag, MPI_COMM_WORLD) == MPI_SUCCESS);
+    gather.wait();
+  } else {
+    if (rank == 1) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      BOOST_REQUIRE(MPI_Irecv(&token, 1, MPI_INT, 0, kTokenTag, MPI_COMM_WORLD, &request) ==
+                    MPI_SUCCESS);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      int arrived = 0;
+      while (!arrived && std::chrono::steady_clock::now() < deadline) {
+        BOOST_REQUIRE(MPI_Test(&request, &arrived, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+      }
+      if (!arrived) {
+        MPI_Cancel(&request);
+        MPI_Request_free(&request);
+      }
+      BOOST_REQUIRE_MESSAGE(arrived, "rank 0 was still in all_gather_async after 30 s");
+      BOOST_TEST(token == 1);
+    }
+    group.all_gather(send.data(), recv.data(), send.size(), DType::i32);
+  }
+  for (int r = 0; r < group.size(); ++r) {
+    BOOST_TEST(recv[3 * static_cast<std::size_t>(r)] == r);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(dtype_and_operation_mismatch) {

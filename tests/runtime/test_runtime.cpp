@@ -3,6 +3,7 @@
 // prefetches when allowed, turns misuse into clear errors of the right kind that change nothing,
 // and hands a failed gather to the caller with the units still usable.
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 
 #include "../unit/reference_training.hpp"
 #include "error_message.hpp"
@@ -285,10 +286,21 @@ BOOST_AUTO_TEST_CASE(gather_multiple_async_gathers_and_release_multiple_releases
   BOOST_TEST(units_not_sharded(model) == 0);
 }
 
+// Polls the runtime until a gather fails (at most a minute): the failure reaches the caller
+// through progress() too, not only through a wait.
+void progress_until_it_fails(Runtime<double>& runtime) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    runtime.progress();
+  }
+  BOOST_FAIL("progress() did not raise the refused gather within a minute");
+}
+
 // A gather that fails inside the runtime: rank 0 asks for l0 while the other ranks ask for l1,
 // whose pieces have another size. With collective checks on, every rank's all_gather is refused
-// before it starts; the error reaches every caller, the units stay sharded, and the same runtime
-// gathers, releases and trains afterwards.
+// before it starts. The check runs while the caller goes on, so the error reaches every caller
+// when it waits for the gather or polls it; the units stay sharded, and the same runtime gathers,
+// releases and trains afterwards.
 BOOST_AUTO_TEST_CASE(a_failed_gather_reaches_the_caller_and_leaves_the_units_usable) {
   if (ProcessGroup(MPI_COMM_WORLD).size() < 2) {
     BOOST_TEST_MESSAGE("ranks that disagree need 2 ranks or more");
@@ -300,12 +312,17 @@ BOOST_AUTO_TEST_CASE(a_failed_gather_reaches_the_caller_and_leaves_the_units_usa
   ShardedModel<double> model = make_model(strategies()[0], ProcessGroup(MPI_COMM_WORLD, checked));
   Runtime<double> runtime(model, kOrder);
   const std::string mine = model.group().rank() == 0 ? "l0" : "l1";
-  BOOST_CHECK_EXCEPTION(runtime.gather_multiple_async({mine}), Error, [](const Error& error) {
+  const auto disagreement = [](const Error& error) {
     return error.kind() == ErrorKind::mismatch &&
            message_has("ranks disagree on collective")(error);
-  });
+  };
+  runtime.gather_multiple_async({mine});
+  BOOST_CHECK_EXCEPTION(model.unit(mine).wait_gather(), Error, disagreement);
   BOOST_TEST(units_not_sharded(model) == 0);
-  BOOST_TEST(runtime.stats().gathers == 0);
+  runtime.gather_multiple_async({mine});
+  BOOST_CHECK_EXCEPTION(progress_until_it_fails(runtime), Error, disagreement);
+  BOOST_TEST(units_not_sharded(model) == 0);
+  BOOST_TEST(runtime.stats().gathers == 2);
   check_gather_and_release_multiple(runtime, model);
   scoped_step(runtime, model);
   BOOST_TEST(model.has_grads());

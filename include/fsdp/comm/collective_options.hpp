@@ -8,10 +8,13 @@ namespace fsdp {
 struct CollectiveOptions {
   // Before each collective, check that every rank calls the same collective with the same
   // element count, dtype, root and reduce op, and raise fsdp::Error on every rank if not, instead
-  // of letting MPI corrupt memory or fail with its own error. Costs one all-reduce of 16 bytes
-  // (a hash of the signature) per collective; the signatures themselves are exchanged only when
-  // the hashes differ, to say how. On by default in every build; FSDP_CHECK_COLLECTIVES=0 turns
-  // it off. Every rank of a group must have the same setting (the group checks when it is made).
+  // of letting MPI corrupt memory or fail with its own error. Costs a minimum of two words (a
+  // hash of the signature) over the ranks per collective, on point-to-point messages, which the
+  // caller does not wait for with the MPI backend: the collective starts at the next test or wait
+  // of the group, and a mismatch is raised there. The signatures themselves are exchanged only
+  // when the hashes differ, to say how. On by default in every build; FSDP_CHECK_COLLECTIVES=0
+  // turns it off. Every rank of a group must have the same setting (the group checks when it is
+  // made).
   bool check_arguments = true;
   // Seconds a rank waits for a collective to complete before it raises fsdp::Error naming the
   // operation and the ranks that did not arrive. 0 waits forever. FSDP_COLLECTIVE_TIMEOUT_S.

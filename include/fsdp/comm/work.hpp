@@ -31,7 +31,8 @@ class Work {
 
   // Blocks until the operation has completed; rethrows its failure. Idempotent.
   void wait();
-  // Non-blocking: makes progress and returns true once complete.
+  // Non-blocking: makes progress and returns true once complete; rethrows its failure, after
+  // which it counts as completed, as after wait().
   bool test();
   bool completed() const { return operation_ == nullptr; }
 
