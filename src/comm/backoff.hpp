@@ -7,6 +7,13 @@
 // microseconds (a collective that is nearly done costs nothing extra), then yields the core
 // between polls, then sleeps between polls, each sleep twice the last up to a bound: a long wait
 // costs almost no CPU, and a completion is noticed within kMaxSleep.
+//
+// The bound stays short (kShortSleep) for the first kPatience of a wait. A transfer in flight
+// advances only while its ranks poll (Open MPI progresses non-blocking collectives inside MPI
+// calls, and a large message takes several handshakes), so a rank asleep for a millisecond holds
+// up the others' transfers too: with 1 ms from the start, a training step on 2 ranks of 2 cores
+// took 212-240 ms instead of 150-180, and fsdp-train on 4 ranks 9.1-11.9 s instead of 7.4-9.4
+// (docs/performance.md, "Waiting").
 #pragma once
 
 #include <algorithm>
@@ -23,8 +30,11 @@ class Backoff {
   static constexpr std::chrono::microseconds kSpin{20};
   // Then sched_yield: another runnable rank on this core runs at once, otherwise we poll again.
   static constexpr std::chrono::microseconds kYield{1000};
-  // Then sleeps from kFirstSleep, doubling, at most kMaxSleep.
-  static constexpr std::chrono::microseconds kFirstSleep{10};
+  // Then sleeps from kFirstSleep, doubling, at most kShortSleep until the wait has lasted
+  // kPatience, at most kMaxSleep after.
+  static constexpr std::chrono::microseconds kFirstSleep{5};
+  static constexpr std::chrono::microseconds kShortSleep{50};
+  static constexpr std::chrono::milliseconds kPatience{100};
   static constexpr std::chrono::microseconds kMaxSleep{1000};
 
   // Call between two polls of the thing waited for.
@@ -38,7 +48,9 @@ class Backoff {
       return;
     }
     std::this_thread::sleep_for(sleep_);
-    sleep_ = std::min(sleep_ * 2, std::chrono::duration_cast<Clock::duration>(kMaxSleep));
+    const auto bound = waited < kPatience ? std::chrono::duration_cast<Clock::duration>(kShortSleep)
+                                          : std::chrono::duration_cast<Clock::duration>(kMaxSleep);
+    sleep_ = std::min(sleep_ * 2, bound);
   }
 
  private:
