@@ -742,3 +742,30 @@ BOOST_AUTO_TEST_CASE(a_batch_runs_its_collectives_and_reports_failures) {
   BOOST_CHECK_THROW(group.batch([] { throw Error("inside the batch"); }), Error);
   group.barrier();  // still usable
 }
+
+// More collectives in flight than signature checks may be: rank 0 issues 600 all-reduces while
+// the other ranks have not started (they sleep first), so its checks pile up unanswered and
+// finish out of step with the other ranks'. Every collective must still start in issue order on
+// every rank (a rank that started them as their checks finished got wrong sums and crashed), and
+// issuing the 256th waits for the oldest check (CollectiveGuard::kChecksInFlight).
+BOOST_AUTO_TEST_CASE(more_collectives_in_flight_than_checks) {
+  CollectiveOptions options;
+  options.check_arguments = true;
+  options.timeout_s = 60;
+  ProcessGroup group(MPI_COMM_WORLD, options);
+  const int n = group.size();
+  if (group.rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  constexpr std::size_t kOperations = 600;
+  std::vector<std::int64_t> values(kOperations);
+  std::vector<Work> works;
+  for (std::size_t i = 0; i < kOperations; ++i) {
+    values[i] = group.rank() + static_cast<std::int64_t>(i);
+    works.push_back(group.all_reduce_async(&values[i], &values[i], 1, DType::i64, ReduceOp::sum));
+  }
+  wait_all(works);
+  for (std::size_t i = 0; i < kOperations; ++i) {
+    BOOST_TEST(values[i] == n * static_cast<std::int64_t>(i) + n * (n - 1) / 2);
+  }
+}
