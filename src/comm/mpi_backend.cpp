@@ -51,7 +51,6 @@ class MpiOperation final : public PendingOperation {
                std::shared_ptr<void> scratch)
       : state_(std::move(state)),
         check_(std::move(check)),
-        id_(check_->id),
         mpi_name_(mpi_name),
         issue_(std::move(issue)),
         on_complete_(std::move(on_complete)),
@@ -95,7 +94,7 @@ class MpiOperation final : public PendingOperation {
     }
     if (!done_) {
       int flag = 0;
-      mpi::check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), name_of(id_.collective),
+      mpi::check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), name_of(check_->id.collective),
                  state_->comm.rank());
       if (flag) {
         complete();
@@ -106,7 +105,7 @@ class MpiOperation final : public PendingOperation {
 
   void wait() override {
     if (!done_) {
-      state_->guard.wait_until(id_, [this] { return test(); });
+      state_->guard.wait_until(check_->id, [this] { return test(); });
     }
   }
 
@@ -120,8 +119,7 @@ class MpiOperation final : public PendingOperation {
   }
 
   std::shared_ptr<MpiGroupState> state_;
-  std::unique_ptr<SignatureCheck> check_;
-  OperationId id_;
+  std::unique_ptr<SignatureCheck> check_;  // its id names the operation in messages
   const char* mpi_name_;
   Issue issue_;
   std::function<void()> on_complete_;

@@ -572,6 +572,7 @@ void ShardedUnit<T>::abandon_gather() {
   }
   gather_sends_.clear();
   give_back_whole_parameters();
+  state_ = UnitState::sharded;
 }
 
 // The whole parameters go back to the pool, unless the mode keeps them resident.
@@ -605,7 +606,6 @@ bool ShardedUnit<T>::test_gather() {
     }
   } catch (...) {
     abandon_gather();
-    state_ = UnitState::sharded;
     throw;
   }
   if (done) {
@@ -621,7 +621,6 @@ void ShardedUnit<T>::wait_gather() {
     wait_all(in_flight_);
   } catch (...) {
     abandon_gather();
-    state_ = UnitState::sharded;
     throw;
   }
   finish_gather();
