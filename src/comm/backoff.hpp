@@ -11,9 +11,8 @@
 // The bound stays short (kShortSleep) for the first kPatience of a wait. A transfer in flight
 // advances only while its ranks poll (Open MPI progresses non-blocking collectives inside MPI
 // calls, and a large message takes several handshakes), so a rank asleep for a millisecond holds
-// up the others' transfers too: with 1 ms from the start, a training step on 2 ranks of 2 cores
-// took 212-240 ms instead of 150-180, and fsdp-train on 4 ranks 9.1-11.9 s instead of 7.4-9.4
-// (docs/performance.md, "Waiting").
+// up the others' transfers too: with 1 ms from the start, fsdp-train on 4 ranks of 2 cores took
+// a median 10.8 s instead of 9.4 (docs/performance.md, "Waiting").
 #pragma once
 
 #include <algorithm>
