@@ -45,6 +45,8 @@ struct StepOptions {
   // The collective signature check (FSDP_CHECK_COLLECTIVES): "on" (the library's default),
   // "off", or "both": every way over all ranks also without it, to measure what it costs.
   std::string collective_check = "on";
+  // RuntimeOptions::max_gathered_units of every way: how far prefetching runs ahead.
+  int max_gathered_units = RuntimeOptions{}.max_gathered_units;
 };
 
 // One way of training: a row of the table.
@@ -104,7 +106,8 @@ struct Trainer {
   std::vector<StepBytes> sent;  // per timed step
 
   // group: a counting group (counting_group) of every rank that trains this way.
-  Trainer(Way how, ProcessGroup group, const MlpShape& shape, std::int64_t batch_rows)
+  Trainer(Way how, ProcessGroup group, const MlpShape& shape, std::int64_t batch_rows,
+          int max_gathered_units)
       : way(std::move(how)), shard(group), rows(batch_rows) {
     ShardedModelOptions options;
     options.unit.mode = way.mode;
@@ -135,6 +138,7 @@ struct Trainer {
     }
     RuntimeOptions runtime_options;
     runtime_options.prefetch = way.prefetch;
+    runtime_options.max_gathered_units = max_gathered_units;
     runtime = std::make_unique<Runtime<float>>(*model, order, runtime_options);
     // lr 0: Adam does all its work but leaves the weights as they are, so that every step computes
     // the same values. With a learning rate the constant stand-in loss gradient pushes every
@@ -340,7 +344,8 @@ void run(const StepOptions& options, const CommonOptions& common) {
       rows[k].checked = collective_options.check_arguments;
       trainers[k] = std::make_unique<Trainer>(
           way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD, collective_options),
-          shape, way.one_rank ? options.local_batch * n : options.local_batch);
+          shape, way.one_rank ? options.local_batch * n : options.local_batch,
+          options.max_gathered_units);
     } catch (const Error& error) {
       if (error.kind() != ErrorKind::usage) {
         throw;
@@ -499,6 +504,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"precision", way.precision_name()},
         {"formula_precision", name_of(way.precision())},
         {"prefetch", way.prefetch},
+        {"max_gathered_units", options.max_gathered_units},
         {"collective_check", way.checked},
         {"ranks", world},
         {"shard_group_size", way.shard_group_size},
@@ -595,6 +601,11 @@ void add_step(CLI::App& app, const CommonOptions& common) {
          "both (every way also without it, named '... unchecked'); FSDP_CHECK_COLLECTIVES=0 "
          "turns it off in the checked ways too (an A/A control)")
       ->check(CLI::IsMember({"on", "off", "both"}))
+      ->capture_default_str();
+  sub->add_option("--max-gathered-units", options->max_gathered_units,
+                  "units gathered or being gathered at once (RuntimeOptions::max_gathered_units): "
+                  "how far prefetching runs ahead")
+      ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   sub->add_option("--shard-group-size", options->shard_group_size,
                   "also every mode hybrid-sharded: shard within groups of G consecutive ranks, "

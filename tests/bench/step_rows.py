@@ -106,6 +106,8 @@ def main():
         if row["shard_group_size"] != group or row["ranks"] != ranks:
             fail("%s: group %s of %s ranks, expected %d of %d" %
                  (label, row["shard_group_size"], row["ranks"], group, ranks))
+        if row["max_gathered_units"] != 2:  # the runtime's default
+            fail("%s: max_gathered_units %s" % (label, row["max_gathered_units"]))
         if row["formula_precision"] != ("fp32" if precision == "fp32" else "mixed"):
             fail("%s: estimated as %s" % (label, row["formula_precision"]))
         if row["model_state_bytes_per_rank"] != row["formula_model_state_bytes_per_rank"]:
