@@ -162,8 +162,13 @@ struct Trainer {
   StepBytes sent_so_far() const {
     const SentBytes in_group = sent_by(shard);
     const std::int64_t to_replicas = replicas ? sent_by(*replicas).total() : 0;
+    // A runtime that checks ahead gathers over a split of the model's group, which counts apart.
+    const ProcessGroup& gathers = runtime->gather_group();
+    const std::int64_t split_gathers =
+        gathers.backend() != shard.backend() ? sent_by(gathers).gathers : 0;
     // The scaler all-reduces on the model's group: its bytes are in the group's reductions.
-    return {in_group.gathers, in_group.reductions - scaler_bytes, to_replicas, scaler_bytes};
+    return {in_group.gathers + split_gathers, in_group.reductions - scaler_bytes, to_replicas,
+            scaler_bytes};
   }
 
   // fp16: steps until one is not skipped, so that the timed steps run the optimizer. The scaler

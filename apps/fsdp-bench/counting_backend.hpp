@@ -119,6 +119,10 @@ class CountingBackend final : public Backend {
     return inner_->scatter_v(send, counts, recv, recv_count, dtype, root, problem);
   }
   std::unique_ptr<PendingOperation> barrier() override { return inner_->barrier(); }
+  void expect(std::size_t count, DType dtype, int root) override {
+    inner_->expect(count, dtype, root);
+  }
+  bool checks_ahead() const override { return inner_->checks_ahead(); }
   void begin_batch() override { inner_->begin_batch(); }
   void end_batch() override { inner_->end_batch(); }
 

@@ -138,6 +138,12 @@ void CollectiveGuard::ensure_usable(Collective collective) const {
   }
 }
 
+void CollectiveGuard::break_group(const std::string& reason) {
+  if (failure_.empty()) {
+    failure_ = reason;
+  }
+}
+
 std::string CollectiveGuard::describe(const CollectiveCall& call) const {
   std::ostringstream text;
   const bool uneven = count_may_differ(call.collective);

@@ -116,13 +116,18 @@ class CollectiveGuard {
   // wait_until for one MPI request, with MPI_Wait when there is no timeout.
   void wait(const OperationId& id, MPI_Request& request);
 
+  // "all_gather(count=4, dtype=fp32)", for messages.
+  std::string describe(const CollectiveCall& call) const;
+
   // Throws if an earlier timeout made this group unusable.
   void ensure_usable(Collective collective) const;
+  // Makes this group unusable on this rank (ensure_usable throws, naming reason): after a failure
+  // the other ranks cannot learn of, which may leave them in a collective this rank never joins.
+  void break_group(const std::string& reason);
 
  private:
   std::exception_ptr difference(const SignatureCheck& check) const;
   [[noreturn]] void fail_after_timeout(const OperationId& id);
-  std::string describe(const CollectiveCall& call) const;
 
   detail::Communicator comm_;
   CollectiveOptions options_;

@@ -21,12 +21,23 @@ struct MpiGroupState {
   // starts its collective once its check and every earlier one have, so that every rank starts
   // the collectives in the same order.
   std::deque<MpiOperation*> unstarted;
+  // Collectives announced by expect() and not issued yet, in order, with their checks running.
+  struct Expected {
+    CollectiveCall call;
+    std::unique_ptr<SignatureCheck> check;
+  };
+  std::deque<Expected> expected;
 
   MpiGroupState(detail::Communicator owned, const CollectiveOptions& options)
       : comm(std::move(owned)), guard(comm.get(), options) {}
+  ~MpiGroupState();
 
   // Starts, in order, the operations whose checks have finished.
   void start_checked();
+  // Before a new check: finishes the oldest one while kChecksInFlight - 1 are unfinished.
+  void make_room_for_a_check();
+  // The check of a collective being issued: the one expect() started for it, or a new one.
+  std::unique_ptr<SignatureCheck> check_for(const CollectiveCall& call, const std::string& problem);
 };
 
 namespace {
@@ -130,11 +141,63 @@ class MpiOperation final : public PendingOperation {
   bool done_ = false;
 };
 
+MpiGroupState::~MpiGroupState() {
+  // Announced, never issued (a runtime that gave up its step): the other ranks may have issued
+  // them, and nothing more may go over this communicator.
+  if (!expected.empty()) {
+    guard.break_group("collectives were announced but not issued");
+  }
+  for (Expected& e : expected) {
+    guard.abandon(std::move(e.check));
+  }
+}
+
+void MpiGroupState::make_room_for_a_check() {
+  if (static_cast<std::int64_t>(unstarted.size() + expected.size()) + 1 <
+      CollectiveGuard::kChecksInFlight) {
+    return;
+  }
+  SignatureCheck& oldest = unstarted.empty() ? *expected.front().check : unstarted.front()->check();
+  guard.wait_until(oldest.id, [&] { return guard.poll(oldest); });
+  start_checked();
+}
+
+std::unique_ptr<SignatureCheck> MpiGroupState::check_for(const CollectiveCall& call,
+                                                         const std::string& problem) {
+  if (expected.empty()) {
+    make_room_for_a_check();
+    return guard.start_check(call, problem);
+  }
+  Expected next = std::move(expected.front());
+  expected.pop_front();
+  const CollectiveCall& e = next.call;
+  const bool same = e.collective == call.collective && e.dtype == call.dtype &&
+                    e.count == call.count && e.root == call.root && e.reduce == call.reduce &&
+                    e.layout == call.layout;
+  if (same && problem.empty()) {
+    return std::move(next.check);
+  }
+  // The other ranks may start the announced collective as soon as their checks pass: this rank
+  // can neither join it nor take the announcement back.
+  guard.abandon(std::move(next.check));
+  const std::string what =
+      guard.describe(call) + " issued where " + guard.describe(e) + " was announced" +
+      (same ? " (the same, but its arguments are invalid: " + problem + ")" : "");
+  guard.break_group(what);
+  throw Error(ErrorKind::usage, what +
+                                    "; a collective announced with ProcessGroup::expect_* must "
+                                    "be the next one issued on its group, as announced");
+}
+
 void MpiGroupState::start_checked() {
   while (!unstarted.empty() && guard.poll(unstarted.front()->check())) {
     MpiOperation* operation = unstarted.front();
     unstarted.pop_front();
     operation->start();
+  }
+  // Announced checks of more than one exchange (over more than 2 ranks) need polls to go on.
+  for (Expected& e : expected) {
+    guard.poll(*e.check);
   }
 }
 
@@ -147,13 +210,9 @@ std::unique_ptr<PendingOperation> start(const std::shared_ptr<MpiGroupState>& st
                                         const char* mpi_name, Issue issue,
                                         std::function<void()> on_complete = {},
                                         std::shared_ptr<void> scratch = {}) {
-  if (static_cast<std::int64_t>(state->unstarted.size()) + 1 >= CollectiveGuard::kChecksInFlight) {
-    MpiOperation& oldest = *state->unstarted.front();
-    state->guard.wait_until(oldest.check().id, [&] { return state->guard.poll(oldest.check()); });
-    state->start_checked();
-  }
+  state->guard.ensure_usable(call.collective);
   auto operation =
-      std::make_unique<MpiOperation>(state, state->guard.start_check(call, problem), mpi_name,
+      std::make_unique<MpiOperation>(state, state->check_for(call, problem), mpi_name,
                                      std::move(issue), std::move(on_complete), std::move(scratch));
   state->unstarted.push_back(operation.get());
   // Issuing is a poll too: earlier collectives whose checks have finished start now, and with
@@ -312,6 +371,24 @@ std::unique_ptr<PendingOperation> MpiBackend::barrier() {
   return start(
       state_, CollectiveCall{}, "", "MPI_Ibarrier",
       [=, comm = state_->comm.get()](MPI_Request* request) { return MPI_Ibarrier(comm, request); });
+}
+
+void MpiBackend::expect(std::size_t count, DType dtype, int root) {
+  MpiGroupState& state = *state_;
+  if (!checks_ahead()) {
+    return;
+  }
+  state.guard.ensure_usable(root >= 0 ? Collective::broadcast : Collective::all_gather);
+  const CollectiveCall call =
+      root >= 0
+          ? CollectiveCall{Collective::broadcast, dtype, static_cast<std::int64_t>(count), root}
+          : CollectiveCall{Collective::all_gather, dtype, static_cast<std::int64_t>(count)};
+  state.make_room_for_a_check();
+  state.expected.push_back({call, state.guard.start_check(call, "")});
+}
+
+bool MpiBackend::checks_ahead() const {
+  return state_->guard.options().check_arguments;
 }
 
 std::shared_ptr<Backend> MpiBackend::split(int color, int key) const {

@@ -49,6 +49,9 @@ class MpiBackend final : public Backend {
                                               const std::string& problem) override;
   std::unique_ptr<PendingOperation> barrier() override;
 
+  void expect(std::size_t count, DType dtype, int root) override;
+  bool checks_ahead() const override;
+
   std::shared_ptr<Backend> split(int color, int key) const override;
   std::shared_ptr<Backend> split_node_local() const override;
 

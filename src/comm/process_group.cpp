@@ -57,6 +57,13 @@ ProcessGroup ProcessGroup::split(int color, int key) const {
   return ProcessGroup(backend_->split(color, key), transport_->stage_host_buffers);
 }
 
+void ProcessGroup::expect_broadcast(std::size_t count, DType dtype, int root) {
+  require(root >= 0 && root < size(),
+          "ProcessGroup::expect_broadcast: root " + std::to_string(root) +
+              " is not a rank of this group of " + std::to_string(size()));
+  backend_->expect(count, dtype, root);
+}
+
 ProcessGroup ProcessGroup::node_local() const {
   return ProcessGroup(backend_->split_node_local(), transport_->stage_host_buffers);
 }

@@ -57,6 +57,39 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
   for (const std::string& name : options_.keep_gathered_until_backward) {
     index_of(name, "keep_gathered_until_backward");
   }
+  // Every rank agreed on prefetch above, and on checks_ahead() when the group was made.
+  if (options_.prefetch && model_.group().checks_ahead()) {
+    gathers_ = model_.group().split(0, model_.group().rank());
+    for (ShardedUnit<T>* unit : units_) {
+      unit->gather_over(*gathers_);
+    }
+  }
+}
+
+template <class T>
+Runtime<T>::~Runtime() {
+  if (gathers_) {
+    for (ShardedUnit<T>* unit : units_) {
+      unit->gather_over(unit->group());
+    }
+  }
+}
+
+template <class T>
+void Runtime<T>::start_gather(std::size_t index) {
+  if (expected_ >= 0) {
+    const auto announced = static_cast<std::size_t>(expected_);
+    expected_ = -1;
+    // The scopes gather in the announced order; gather_multiple_async may ask for other units
+    // first, and the announced gather goes out before them.
+    if (announced != index) {
+      units_[announced]->gather_async();
+      ++stats_.gathers;
+      ++stats_.prefetched;
+    }
+  }
+  units_[index]->gather_async();
+  ++stats_.gathers;
 }
 
 template <class T>
@@ -158,16 +191,25 @@ void Runtime<T>::prefetch() {
     return u->state() == UnitState::gathering ||
            (u->state() == UnitState::gathered && !u->stays_gathered());
   }));
-  for (std::size_t i : upcoming) {
-    if (busy >= options_.max_gathered_units) {
-      break;
+  const std::size_t this_phase = phase_ == Phase::forward ? n - std::min(n, done_ + skip) : 0;
+  for (std::size_t k = 0; k < upcoming.size(); ++k) {
+    const std::size_t i = upcoming[k];
+    if (units_[i]->state() != UnitState::sharded) {
+      continue;
     }
-    if (units_[i]->state() == UnitState::sharded) {
-      units_[i]->gather_async();
-      ++stats_.gathers;
+    if (busy < options_.max_gathered_units) {
+      start_gather(i);
       ++stats_.prefetched;
       ++busy;
+      continue;
     }
+    // The next gather, announced now so that it starts at once when its turn comes. Only within
+    // the phase: a step that ends after its forward (evaluation) must not leave one announced.
+    if (gathers_ && expected_ < 0 && (phase_ == Phase::backward || k < this_phase)) {
+      units_[i]->expect_gather();
+      expected_ = static_cast<int>(i);
+    }
+    break;
   }
 }
 
@@ -181,8 +223,7 @@ void Runtime<T>::enter(std::size_t index) {
   } else {
     const auto start = std::chrono::steady_clock::now();
     if (unit.state() == UnitState::sharded) {
-      unit.gather_async();
-      ++stats_.gathers;
+      start_gather(index);
     }
     unit.wait_gather();
     stats_.wait_s += seconds_since(start);
@@ -357,8 +398,10 @@ void Runtime<T>::gather_multiple_async(const std::vector<std::string>& units) {
     }
   }
   for (ShardedUnit<T>* unit : sharded) {
-    unit->gather_async();
-    ++stats_.gathers;
+    if (unit->state() == UnitState::sharded) {  // not the announced gather, started first
+      start_gather(
+          static_cast<std::size_t>(std::find(units_.begin(), units_.end(), unit) - units_.begin()));
+    }
   }
 }
 

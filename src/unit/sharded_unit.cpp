@@ -138,6 +138,7 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
                             bool check_agreement)
     : name_(std::move(name)),
       group_(std::move(group)),
+      gather_group_(group_),
       mode_(options.mode),
       replicas_(options.replicas),
       param_dtype_(options.param_dtype),
@@ -375,6 +376,34 @@ void ShardedUnit<T>::gather_async() {
 }
 
 template <class T>
+void ShardedUnit<T>::gather_over(ProcessGroup gathers) {
+  require(gathers.size() == group_.size() && gathers.rank() == group_.rank(),
+          "gather_over of unit '" + name_ + "': the group must have the ranks of the unit's own (" +
+              std::to_string(group_.size()) + " ranks, this one " + std::to_string(group_.rank()) +
+              "), got " + std::to_string(gathers.size()) + " ranks, this one " +
+              std::to_string(gathers.rank()));
+  gather_group_ = std::move(gathers);
+}
+
+// The collectives start_gather issues, in its order: the same for every way of gathering
+// (start_gather, start_half_gather, start_resident_gather).
+template <class T>
+void ShardedUnit<T>::expect_gather() {
+  require_state(UnitState::sharded, "expect_gather");
+  const DType dtype = gathers_in_half() && !keeps_parameters() ? param_dtype_ : dtype_of<T>();
+  if (!layout_.packed.empty()) {
+    gather_group_.expect_all_gather(static_cast<std::size_t>(layout_.packed_numel), dtype);
+  }
+  for (std::size_t i : layout_.direct) {
+    gather_group_.expect_all_gather(static_cast<std::size_t>(parameters_[i].layout_.piece.padded),
+                                    dtype);
+  }
+  for (const OwnerGroupLayout& g : layout_.owners) {
+    gather_group_.expect_broadcast(static_cast<std::size_t>(g.numel), dtype, g.owner);
+  }
+}
+
+template <class T>
 void ShardedUnit<T>::start_gather() {
   if (keeps_parameters()) {
     start_resident_gather();
@@ -389,27 +418,27 @@ void ShardedUnit<T>::start_gather() {
   if (!layout_.packed.empty()) {
     packed_gather_ = pool_->acquire(MemoryCategory::communication, name_ + ".packed_gather",
                                     layout_.packed_numel * n, false);
-    in_flight_.push_back(group_.all_gather_async(slice(flat_shard_.view(), 0, layout_.packed_numel),
-                                                 packed_gather_.view(), space_));
+    in_flight_.push_back(gather_group_.all_gather_async(
+        slice(flat_shard_.view(), 0, layout_.packed_numel), packed_gather_.view(), space_));
   }
   for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
     const ShardedParameter<T>& p = parameters_[layout_.direct[k]];
     const ShardRange& piece = p.layout_.piece;
     direct_full_[k] =
         pool_->acquire(MemoryCategory::gathered_parameters, p.name(), piece.padded * n, false);
-    in_flight_.push_back(
-        group_.all_gather_async(slice(flat_shard_.view(), p.layout_.flat_offset, piece.padded),
-                                direct_full_[k].view(), space_));
+    in_flight_.push_back(gather_group_.all_gather_async(
+        slice(flat_shard_.view(), p.layout_.flat_offset, piece.padded), direct_full_[k].view(),
+        space_));
   }
   for (std::size_t k = 0; k < owners_.size(); ++k) {
     const OwnerGroupLayout& g = layout_.owners[k];
     OwnerBuffers& buffers = owners_[k];
     if (g.owner == group_.rank()) {
-      in_flight_.push_back(group_.broadcast_async(buffers.storage.view(), g.owner, space_));
+      in_flight_.push_back(gather_group_.broadcast_async(buffers.storage.view(), g.owner, space_));
     } else {
       buffers.gathered =
           pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".whole", g.numel, false);
-      in_flight_.push_back(group_.broadcast_async(buffers.gathered.view(), g.owner, space_));
+      in_flight_.push_back(gather_group_.broadcast_async(buffers.gathered.view(), g.owner, space_));
     }
   }
 }
@@ -445,7 +474,8 @@ void ShardedUnit<T>::start_half_gather() {
     const auto send = half_buffer("packed_send16", layout_.packed_numel);
     narrow_into<H>(space_, slice(flat_shard_.view(), 0, layout_.packed_numel), send);
     const auto recv = half_buffer("packed_gather16", layout_.packed_numel * n);
-    in_flight_.push_back(group_.all_gather_async(as_half<H>(send), as_half<H>(recv), space_));
+    in_flight_.push_back(
+        gather_group_.all_gather_async(as_half<H>(send), as_half<H>(recv), space_));
   }
   for (std::size_t i : layout_.direct) {
     const ShardedParameter<T>& p = parameters_[i];
@@ -453,7 +483,8 @@ void ShardedUnit<T>::start_half_gather() {
     const auto send = half_buffer(p.name() + ".send16", padded);
     narrow_into<H>(space_, slice(flat_shard_.view(), p.layout_.flat_offset, padded), send);
     const auto recv = half_buffer(p.name() + ".gather16", padded * n);
-    in_flight_.push_back(group_.all_gather_async(as_half<H>(send), as_half<H>(recv), space_));
+    in_flight_.push_back(
+        gather_group_.all_gather_async(as_half<H>(send), as_half<H>(recv), space_));
   }
   for (std::size_t k = 0; k < owners_.size(); ++k) {
     const OwnerGroupLayout& g = layout_.owners[k];
@@ -461,7 +492,7 @@ void ShardedUnit<T>::start_half_gather() {
     if (g.owner == group_.rank()) {
       narrow_into<H>(space_, owners_[k].storage.view(), whole);
     }
-    in_flight_.push_back(group_.broadcast_async(as_half<H>(whole), g.owner, space_));
+    in_flight_.push_back(gather_group_.broadcast_async(as_half<H>(whole), g.owner, space_));
   }
 }
 
@@ -532,7 +563,7 @@ void ShardedUnit<T>::start_resident_gather() {
     }
     packed_gather_ = pool_->acquire(MemoryCategory::communication, name_ + ".packed_gather",
                                     layout_.packed_numel * n, false);
-    in_flight_.push_back(group_.all_gather_async(send, packed_gather_.view(), space_));
+    in_flight_.push_back(gather_group_.all_gather_async(send, packed_gather_.view(), space_));
   }
   for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
     const ShardedParameter<T>& p = parameters_[layout_.direct[k]];
@@ -540,12 +571,12 @@ void ShardedUnit<T>::start_resident_gather() {
                                            p.layout_.piece.padded, false));
     const View send = gather_sends_.back().view();
     Kokkos::deep_copy(space_, slice(send, 0, p.shard_size()), p.shard_);
-    in_flight_.push_back(group_.all_gather_async(send, direct_full_[k].view(), space_));
+    in_flight_.push_back(gather_group_.all_gather_async(send, direct_full_[k].view(), space_));
   }
   for (std::size_t k = 0; k < owners_.size(); ++k) {
     const OwnerGroupLayout& g = layout_.owners[k];
     OwnerBuffers& buffers = owners_[k];
-    in_flight_.push_back(group_.broadcast_async(
+    in_flight_.push_back(gather_group_.broadcast_async(
         g.owner == group_.rank() ? buffers.storage.view() : buffers.gathered.view(), g.owner,
         space_));
   }

@@ -74,6 +74,16 @@ class Backend {
                                                       const std::string& problem) = 0;
   virtual std::unique_ptr<PendingOperation> barrier() = 0;
 
+  // Checks ahead: announces the all_gather or broadcast (root >= 0) that this rank will issue
+  // next on this group, after those it announced before, with this count and dtype. A backend
+  // that checks signatures ahead (checks_ahead()) starts the collective's signature check now, so
+  // that the other ranks have answered it by the time it is issued and it starts at once. The
+  // collective must then be issued with exactly this signature and valid arguments, and before
+  // any other collective on this group: else it fails on this rank, which makes the group
+  // unusable there. The default does nothing: the check runs when the collective is issued.
+  virtual void expect(std::size_t /*count*/, DType /*dtype*/, int /*root*/) {}
+  virtual bool checks_ahead() const { return false; }
+
   // Collectives started between begin_batch() and end_batch() may be launched together. Nested
   // calls are allowed. A backend that launches each collective at once does nothing (MPI).
   virtual void begin_batch() {}

@@ -127,6 +127,21 @@ class ProcessGroup {
     backend_->end_batch();
   }
 
+  // Checking ahead (docs/collectives.md, "Checking ahead"): announces the all_gather or
+  // broadcast this rank will issue next on this group, after those it announced before, so that
+  // its signature check runs now and the collective starts as soon as it is issued, instead of at
+  // the first poll after the other ranks have answered. The announced collectives must be issued
+  // next, in order, exactly as announced; one that is not fails on this rank and leaves the group
+  // unusable there. checks_ahead(): whether the backend does anything with them (the MPI backend
+  // with signature checks on); where it does not, these calls do nothing.
+  void expect_all_gather(std::size_t count, DType dtype) {
+    backend_->expect(count, dtype, -1);
+  }
+  void expect_broadcast(std::size_t count, DType dtype, int root);
+  bool checks_ahead() const {
+    return backend_->checks_ahead();
+  }
+
   // Sub-groups; collective over this group. Ranks with the same color form a group, ordered by
   // key then by rank here. color must be >= 0.
   ProcessGroup split(int color, int key) const;

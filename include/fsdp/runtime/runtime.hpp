@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -48,6 +49,8 @@ class Runtime {
   Runtime(ShardedModel<T>& model, std::vector<std::string> order, RuntimeOptions options = {});
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
+  // Gives the units back their own group for gathers (see gather_group()).
+  ~Runtime();
 
   // A scope on one unit; closes itself when destroyed (forward: release; backward: reduce-scatter
   // the gradients, then release). Errors on close are raised by the runtime's next call, since a
@@ -109,6 +112,11 @@ class Runtime {
   // keep prefetched gathers moving.
   void progress();
 
+  // The group the units gather over while this runtime lives: a split of the model's group of
+  // their own when the runtime checks ahead (prefetch on a group whose checks_ahead() is true),
+  // else the model's group.
+  ProcessGroup& gather_group() { return gathers_ ? *gathers_ : model_.group(); }
+
   const RuntimeStats& stats() const { return stats_; }
   void reset_stats() { stats_ = RuntimeStats{}; }
   const std::vector<std::string>& order() const { return order_; }
@@ -125,6 +133,8 @@ class Runtime {
   void losing_the_step_on_failure(const char* operation, const std::string& unit, Body&& body);
   void enter(std::size_t index);
   void prefetch();
+  // Starts unit index's gather; the announced one (expected_) must go first.
+  void start_gather(std::size_t index);
   std::string order_text() const;
 
   ShardedModel<T>& model_;
@@ -137,6 +147,11 @@ class Runtime {
   std::size_t done_ = 0;   // scopes of the current phase closed so far
   int open_ = -1;          // index of the open scope, -1 when none
   std::string lost_step_;  // why the step cannot go on; empty while it can
+  // Checking ahead (ProcessGroup::checks_ahead(), with prefetch): the units gather over a split of
+  // their group that carries nothing else, on which prefetch() announces the next gather a scope
+  // before it starts, so that its signature check has been answered by then.
+  std::optional<ProcessGroup> gathers_;
+  int expected_ = -1;  // the unit whose gather is announced and not started; -1 when none
 };
 
 extern template class Runtime<float>;

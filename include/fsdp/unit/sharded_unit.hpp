@@ -90,6 +90,16 @@ class ShardedUnit {
   void wait_gather();
   // gather_async() + wait_gather(). Error when already gathered or gathering.
   void gather();
+  // Gathers go over `gathers`, a group of the same ranks in the same order (a split of group()),
+  // instead of group(): a runtime gives its units a group of their own for the gathers it
+  // announces with expect_gather() (a gather in flight completes where it started). Error when
+  // the ranks differ.
+  void gather_over(ProcessGroup gathers);
+  ProcessGroup& gather_group() { return gather_group_; }
+  // Announces the unit's next gather on its gather group (ProcessGroup::expect_all_gather and
+  // expect_broadcast), so that its signature checks run before gather_async() issues it. The next
+  // collectives issued on the gather group must be that gather's. Error unless sharded.
+  void expect_gather();
   // Frees the full parameters: gathered -> sharded. No-op when sharded; error while gathering.
   void release();
 
@@ -165,6 +175,7 @@ class ShardedUnit {
 
   std::string name_;
   ProcessGroup group_;
+  ProcessGroup gather_group_;  // group_, or what gather_over() gave
   ShardingMode mode_ = ShardingMode::full_shard;
   std::optional<ProcessGroup> replicas_;
   DType param_dtype_;
