@@ -88,7 +88,11 @@ CollectiveCall uneven_call(Collective collective, const std::vector<std::size_t>
 }
 
 CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options)
-    : comm_(detail::Communicator::duplicate(comm, "CollectiveGuard")), options_(options) {
+    : comm_(detail::Communicator::duplicate(comm, "CollectiveGuard")),
+      options_(options),
+      board_(std::make_shared<NoticeBoard>()) {
+  board_id_ = board_->next_id++;
+  board_->guards.emplace_back(board_id_, comm_.get());
   // A rank that checks exchanges a signature before each collective; one that does not goes
   // straight into it. Mixed, they would pair a signature with data: agree first, on every rank.
   // The lowest rank that checks and the lowest that does not, in one all-reduce (the duplicate
@@ -123,7 +127,23 @@ CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options
   }
 }
 
+void CollectiveGuard::share_notices_with(const CollectiveGuard& parent) {
+  int relation = MPI_UNEQUAL;
+  mpi::check(MPI_Comm_compare(parent.comm_.get(), comm_.get(), &relation),
+             "MPI_Comm_compare (collective guard)", comm_.rank());
+  if (relation != MPI_CONGRUENT || parent.board_ == board_) {
+    return;
+  }
+  board_ = parent.board_;
+  board_id_ = board_->next_id++;
+  board_->guards.emplace_back(board_id_, comm_.get());
+}
+
 CollectiveGuard::~CollectiveGuard() {
+  auto& guards = board_->guards;
+  guards.erase(std::remove_if(guards.begin(), guards.end(),
+                              [&](const auto& guard) { return guard.first == board_id_; }),
+               guards.end());
   // After a timeout, notices may still be in flight on comm_: leave it to MPI_Finalize/Abort.
   if (!failure_.empty()) {
     comm_.abandon();
@@ -349,16 +369,22 @@ void CollectiveGuard::wait_until(const OperationId& id, const std::function<bool
 void CollectiveGuard::fail_after_timeout(const OperationId& id) {
   // Tell every other rank where this one is stuck, then listen for a while to learn where they
   // are: a rank that says nothing never reached a collective of this group.
+  // On the communicator of every guard of these ranks (NoticeBoard), so that the ranks waiting
+  // in any of their groups hear it; the ranks are numbered alike in all of them.
   notice_.sequence = id.sequence;
+  notice_.group = board_id_;
   std::snprintf(notice_.operation, sizeof notice_.operation, "%s", name_of(id.collective));
-  for (int r = 0; r < comm_.size(); ++r) {
-    if (r == comm_.rank()) {
-      continue;
-    }
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Isend(&notice_, sizeof notice_, MPI_BYTE, r, kNoticeTag, comm_.get(), &request) ==
-        MPI_SUCCESS) {
-      MPI_Request_free(&request);
+  const std::vector<std::pair<int, MPI_Comm>> boards = board_->guards;
+  for (const auto& [guard, comm] : boards) {
+    for (int r = 0; r < comm_.size(); ++r) {
+      if (r == comm_.rank()) {
+        continue;
+      }
+      MPI_Request request = MPI_REQUEST_NULL;
+      if (MPI_Isend(&notice_, sizeof notice_, MPI_BYTE, r, kNoticeTag, comm, &request) ==
+          MPI_SUCCESS) {
+        MPI_Request_free(&request);
+      }
     }
   }
   const double grace_s = std::clamp(options_.timeout_s / 4, 0.5, 5.0);
@@ -368,19 +394,27 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
   Backoff backoff;
   for (; Clock::now() < listen_until && static_cast<int>(heard.size()) < comm_.size() - 1;
        backoff.pause()) {
-    int flag = 0;
-    MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, comm_.get(), &flag, &status) != MPI_SUCCESS) {
-      break;
-    }
-    if (flag) {
-      Notice notice{};
-      if (MPI_Recv(&notice, sizeof notice, MPI_BYTE, status.MPI_SOURCE, kNoticeTag, comm_.get(),
-                   MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+    bool failed = false;
+    for (const auto& [guard, comm] : boards) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, comm, &flag, &status) != MPI_SUCCESS) {
+        failed = true;
         break;
       }
-      notice.operation[sizeof notice.operation - 1] = '\0';
-      heard[status.MPI_SOURCE] = notice;
+      if (flag) {
+        Notice notice{};
+        if (MPI_Recv(&notice, sizeof notice, MPI_BYTE, status.MPI_SOURCE, kNoticeTag, comm,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          failed = true;
+          break;
+        }
+        notice.operation[sizeof notice.operation - 1] = '\0';
+        heard[status.MPI_SOURCE] = notice;
+      }
+    }
+    if (failed) {
+      break;
     }
   }
 
@@ -394,11 +428,12 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
     auto it = heard.find(r);
     if (it == heard.end()) {
       missing.push_back(r);
-    } else if (it->second.sequence == id.sequence) {
+    } else if (it->second.group == board_id_ && it->second.sequence == id.sequence) {
       arrived.push_back(r);
     } else {
       elsewhere << "; rank " << r << " is waiting in " << it->second.operation << " #"
-                << it->second.sequence;
+                << it->second.sequence
+                << (it->second.group == board_id_ ? "" : " of another group of these ranks");
     }
   }
   std::sort(arrived.begin(), arrived.end());

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "communicator.hpp"
@@ -77,6 +78,15 @@ struct SignatureCheck {
   std::exception_ptr failure;  // once done: why the collective must not start, or null
 };
 
+// Where the guards of groups with the same ranks in the same order (a group and its congruent
+// splits, such as a runtime's group for gathers) post their timeout notices, so that a rank stuck
+// in one of them learns where the others are stuck, in any of them. Each guard has an id, the
+// same on every rank (splits are made in the same order everywhere).
+struct NoticeBoard {
+  std::vector<std::pair<int, MPI_Comm>> guards;  // id, the guard's communicator
+  int next_id = 0;
+};
+
 class CollectiveGuard {
  public:
   // Duplicates comm for its own messages. Collective over comm.
@@ -119,6 +129,11 @@ class CollectiveGuard {
   // "all_gather(count=4, dtype=fp32)", for messages.
   std::string describe(const CollectiveCall& call) const;
 
+  // Posts and reads timeout notices with the guards of parent as well, when this group has its
+  // ranks in the same order (MPI_CONGRUENT); else keeps its own. Collective: every rank of the
+  // group calls it (a split of parent does, when it is made).
+  void share_notices_with(const CollectiveGuard& parent);
+
   // Throws if an earlier timeout made this group unusable.
   void ensure_usable(Collective collective) const;
   // Makes this group unusable on this rank (ensure_usable throws, naming reason): after a failure
@@ -133,8 +148,11 @@ class CollectiveGuard {
   CollectiveOptions options_;
   std::int64_t next_sequence_ = 0;
   std::string failure_;  // non-empty once a timeout broke the group
+  std::shared_ptr<NoticeBoard> board_;
+  int board_id_ = 0;
   struct Notice {
     std::int64_t sequence;
+    std::int64_t group;  // the NoticeBoard id of the guard that waits
     char operation[32];
   } notice_{};  // outlives the sends of fail_after_timeout()
 };

@@ -392,7 +392,10 @@ bool MpiBackend::checks_ahead() const {
 }
 
 std::shared_ptr<Backend> MpiBackend::split(int color, int key) const {
-  return std::make_shared<MpiBackend>(state_->comm.split(color, key), state_->guard.options());
+  auto split =
+      std::make_shared<MpiBackend>(state_->comm.split(color, key), state_->guard.options());
+  split->state_->guard.share_notices_with(state_->guard);
+  return split;
 }
 
 std::shared_ptr<Backend> MpiBackend::split_node_local() const {

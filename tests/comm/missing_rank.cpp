@@ -1,12 +1,15 @@
 // Rank 1 never enters an all_gather that ranks 0 and 2 wait in. Run on 3 ranks with
 // FSDP_COLLECTIVE_TIMEOUT_S=6: ranks 0 and 2 must raise fsdp::Error naming the operation and rank 1
 // after about 6 s. CTest matches the message; the job then ends with MPI_Abort because the
-// abandoned collective can never complete.
+// abandoned collective can never complete. With --other-group, rank 2 waits in an all_gather of
+// a split of the group with the same ranks (as a runtime's gathers do), and each of ranks 0 and 2
+// must still name rank 1 alone as missing and say where the other waits.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "fsdp/comm/process_group.hpp"
@@ -27,6 +30,9 @@ int main(int argc, char** argv) {
     fsdp::ProcessGroup group(MPI_COMM_WORLD);
     std::vector<float> send(16, 1.0f), recv(16 * group.size());
     group.barrier();  // collective #0: everyone arrives
+    const bool other_group = argc > 1 && std::strcmp(argv[1], "--other-group") == 0;
+    fsdp::ProcessGroup split = group.split(0, group.rank());
+    fsdp::ProcessGroup& mine = other_group && group.rank() == 2 ? split : group;
     if (group.rank() == 1) {
       // Sleeps through the others' timeout, as a rank stuck in its own computation would.
       std::this_thread::sleep_for(std::chrono::seconds(30));
@@ -34,7 +40,7 @@ int main(int argc, char** argv) {
     } else {
       const auto start = std::chrono::steady_clock::now();
       try {
-        group.all_gather(send.data(), recv.data(), send.size());
+        mine.all_gather(send.data(), recv.data(), send.size());
         std::printf("UNEXPECTED: all_gather completed on rank %d without rank 1\n", group.rank());
       } catch (const fsdp::Error& error) {
         const double waited =
@@ -45,7 +51,7 @@ int main(int argc, char** argv) {
         }
         // The group is unusable now, and says so.
         try {
-          group.barrier();
+          mine.barrier();
           std::printf("UNEXPECTED: a failed group accepted another collective\n");
         } catch (const fsdp::Error& again) {
           std::printf("rank %d then: %s\n", group.rank(), again.what());
