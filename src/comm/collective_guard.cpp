@@ -145,7 +145,9 @@ CollectiveGuard::~CollectiveGuard() {
                               [&](const auto& guard) { return guard.first == board_id_; }),
                guards.end());
   // After a timeout, notices may still be in flight on comm_: leave it to MPI_Finalize/Abort.
-  if (!failure_.empty()) {
+  // A group broken otherwise (break_group) frees it: the requests of an abandoned check keep it
+  // until they complete, as MPI_Comm_free allows.
+  if (abandon_communicator_) {
     comm_.abandon();
   }
 }
@@ -449,6 +451,7 @@ void CollectiveGuard::fail_after_timeout(const OperationId& id) {
        << "). Every rank must call the same collectives in the same order; if a rank is only "
           "slow, raise FSDP_COLLECTIVE_TIMEOUT_S. This process group can no longer be used.";
   failure_ = id_text(id) + " timed out";
+  abandon_communicator_ = true;
   throw Error(ErrorKind::timeout, text.str());
 }
 

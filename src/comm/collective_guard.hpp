@@ -147,7 +147,9 @@ class CollectiveGuard {
   detail::Communicator comm_;
   CollectiveOptions options_;
   std::int64_t next_sequence_ = 0;
-  std::string failure_;  // non-empty once a timeout broke the group
+  std::string failure_;  // non-empty once a failure (a timeout, break_group) broke the group
+  // After a timeout, notices may still be in flight on comm_: it is left to MPI_Finalize/Abort.
+  bool abandon_communicator_ = false;
   std::shared_ptr<NoticeBoard> board_;
   int board_id_ = 0;
   struct Notice {
