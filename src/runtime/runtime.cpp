@@ -389,18 +389,17 @@ typename ShardedParameter<T>::View Runtime<T>::grad(const std::string& parameter
 template <class T>
 void Runtime<T>::gather_multiple_async(const std::vector<std::string>& units) {
   check_usable("gather_multiple_async");
-  std::vector<ShardedUnit<T>*> sharded;
+  std::vector<std::size_t> sharded;
   for (const std::string& name : units) {
-    ShardedUnit<T>* unit = units_[index_of(name, "gather_multiple_async")];
-    if (unit->state() == UnitState::sharded &&
-        std::find(sharded.begin(), sharded.end(), unit) == sharded.end()) {
-      sharded.push_back(unit);
+    const std::size_t index = index_of(name, "gather_multiple_async");
+    if (units_[index]->state() == UnitState::sharded &&
+        std::find(sharded.begin(), sharded.end(), index) == sharded.end()) {
+      sharded.push_back(index);
     }
   }
-  for (ShardedUnit<T>* unit : sharded) {
-    if (unit->state() == UnitState::sharded) {  // not the announced gather, started first
-      start_gather(
-          static_cast<std::size_t>(std::find(units_.begin(), units_.end(), unit) - units_.begin()));
+  for (std::size_t index : sharded) {
+    if (units_[index]->state() == UnitState::sharded) {  // not the announced gather, started first
+      start_gather(index);
     }
   }
 }
