@@ -44,6 +44,13 @@ struct CollectiveCall {
   std::int64_t root = -1;    // broadcast, reduce, scatter_v
   std::int64_t reduce = -1;  // ReduceOp for reductions
   std::uint64_t layout = 0;  // all_gather_v: hash of the counts vector
+
+  // Two calls are the same collective when every field of the signature is: what the ranks'
+  // checks compare, and what an announced collective must repeat when it is issued.
+  friend bool operator==(const CollectiveCall& a, const CollectiveCall& b) {
+    return a.collective == b.collective && a.dtype == b.dtype && a.count == b.count &&
+           a.root == b.root && a.reduce == b.reduce && a.layout == b.layout;
+  }
 };
 
 // The call of a collective with per-rank counts (all_gather_v, scatter_v), with a hash of counts

@@ -171,9 +171,7 @@ std::unique_ptr<SignatureCheck> MpiGroupState::check_for(const CollectiveCall& c
   Expected next = std::move(expected.front());
   expected.pop_front();
   const CollectiveCall& e = next.call;
-  const bool same = e.collective == call.collective && e.dtype == call.dtype &&
-                    e.count == call.count && e.root == call.root && e.reduce == call.reduce &&
-                    e.layout == call.layout;
+  const bool same = e == call;
   if (same && problem.empty()) {
     return std::move(next.check);
   }

@@ -109,6 +109,19 @@ BOOST_AUTO_TEST_CASE(a_collective_issued_otherwise_than_announced_fails_on_its_r
   BOOST_CHECK_EXCEPTION(other.all_gather(send.data(), recv.data(), 4), Error,
                         message_has("all_gather(count=4, dtype=fp32) issued where "
                                     "all_gather(count=4, dtype=fp64) was announced"));
+  // So is another count, or a broadcast from another root.
+  ProcessGroup shorter = world.split(0, world.rank());
+  shorter.expect_all_gather(4, DType::f32);
+  BOOST_CHECK_EXCEPTION(shorter.all_gather(send.data(), recv.data(), 3), Error,
+                        message_has("all_gather(count=3, dtype=fp32) issued where "
+                                    "all_gather(count=4, dtype=fp32) was announced"));
+  if (world.size() > 1) {
+    ProcessGroup rooted = world.split(0, world.rank());
+    rooted.expect_broadcast(4, DType::f32, 0);
+    BOOST_CHECK_EXCEPTION(rooted.broadcast(send.data(), 4, 1), Error,
+                          message_has("broadcast(count=4, dtype=fp32, root=1) issued where "
+                                      "broadcast(count=4, dtype=fp32, root=0) was announced"));
+  }
   BOOST_CHECK_EXCEPTION(world.expect_broadcast(4, DType::f32, world.size()), Error,
                         message_has("is not a rank of this group"));
 }
