@@ -53,6 +53,15 @@ struct CollectiveCall {
   }
 };
 
+// The calls of the collectives that can be announced (ProcessGroup::expect_*). The announcement
+// and the collective build their call here, so that the two cannot drift apart.
+inline CollectiveCall all_gather_call(std::size_t count, DType dtype) {
+  return {Collective::all_gather, dtype, static_cast<std::int64_t>(count)};
+}
+inline CollectiveCall broadcast_call(std::size_t count, DType dtype, int root) {
+  return {Collective::broadcast, dtype, static_cast<std::int64_t>(count), root};
+}
+
 // The call of a collective with per-rank counts (all_gather_v, scatter_v), with a hash of counts
 // that is the same on every rank and platform.
 CollectiveCall uneven_call(Collective collective, const std::vector<std::size_t>& counts,

@@ -264,8 +264,7 @@ MPI_Comm MpiBackend::mpi_comm() const {
 std::unique_ptr<PendingOperation> MpiBackend::all_gather(const void* send, void* recv,
                                                          std::size_t count, DType dtype,
                                                          const std::string& problem) {
-  const CollectiveCall call{Collective::all_gather, dtype, static_cast<std::int64_t>(count)};
-  return start(state_, call, problem, "MPI_Iallgather",
+  return start(state_, all_gather_call(count, dtype), problem, "MPI_Iallgather",
                [=, comm = state_->comm.get()](MPI_Request* request) {
                  const int n = static_cast<int>(count);
                  return MPI_Iallgather(send, n, mpi::datatype_of(dtype), recv, n,
@@ -357,8 +356,7 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
 
 std::unique_ptr<PendingOperation> MpiBackend::broadcast(void* data, std::size_t count, DType dtype,
                                                         int root, const std::string& problem) {
-  const CollectiveCall call{Collective::broadcast, dtype, static_cast<std::int64_t>(count), root};
-  return start(state_, call, problem, "MPI_Ibcast",
+  return start(state_, broadcast_call(count, dtype, root), problem, "MPI_Ibcast",
                [=, comm = state_->comm.get()](MPI_Request* request) {
                  return MPI_Ibcast(data, static_cast<int>(count), mpi::datatype_of(dtype), root,
                                    comm, request);
@@ -378,9 +376,7 @@ void MpiBackend::expect(std::size_t count, DType dtype, int root) {
   }
   state.guard.ensure_usable(root >= 0 ? Collective::broadcast : Collective::all_gather);
   const CollectiveCall call =
-      root >= 0
-          ? CollectiveCall{Collective::broadcast, dtype, static_cast<std::int64_t>(count), root}
-          : CollectiveCall{Collective::all_gather, dtype, static_cast<std::int64_t>(count)};
+      root >= 0 ? broadcast_call(count, dtype, root) : all_gather_call(count, dtype);
   state.make_room_for_a_check();
   state.expected.push_back({call, state.guard.start_check(call, "")});
 }
