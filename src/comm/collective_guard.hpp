@@ -45,8 +45,8 @@ struct CollectiveCall {
   std::int64_t reduce = -1;  // ReduceOp for reductions
   std::uint64_t layout = 0;  // all_gather_v: hash of the counts vector
 
-  // Two calls are the same collective when every field of the signature is: what the ranks'
-  // checks compare, and what an announced collective must repeat when it is issued.
+  // Two calls are the same collective when every field is the same: what an announced
+  // collective must repeat when it is issued (the ranks' checks compare a hash of the fields).
   friend bool operator==(const CollectiveCall& a, const CollectiveCall& b) {
     return a.collective == b.collective && a.dtype == b.dtype && a.count == b.count &&
            a.root == b.root && a.reduce == b.reduce && a.layout == b.layout;

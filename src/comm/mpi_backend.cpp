@@ -374,9 +374,9 @@ void MpiBackend::expect(std::size_t count, DType dtype, int root) {
   if (!checks_ahead()) {
     return;
   }
-  state.guard.ensure_usable(root >= 0 ? Collective::broadcast : Collective::all_gather);
   const CollectiveCall call =
       root >= 0 ? broadcast_call(count, dtype, root) : all_gather_call(count, dtype);
+  state.guard.ensure_usable(call.collective);  // before waiting for room on a broken group
   state.make_room_for_a_check();
   state.expected.push_back({call, state.guard.start_check(call, "")});
 }
