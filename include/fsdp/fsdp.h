@@ -170,6 +170,17 @@ int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order
 int fsdp_runtime_create_keep_gathered(fsdp_model_t model, int nunits, const char* const* order,
                                       int prefetch, int max_gathered_units, int nkeep,
                                       const char* const* keep_gathered, fsdp_runtime_t* runtime);
+/* fsdp_runtime_create_keep_gathered, and tied parameters: parameter tied_parameters[i] is also
+ * used by unit tied_units[i] (ntied pairs; a parameter used by several other units is listed once
+ * per unit), as a language model's output head reads its token embedding. It stays one
+ * parameter: its unit stays gathered from its forward scope to its backward scope, fsdp_full
+ * gives it in the listed units' scopes, fsdp_grad in their backward scopes adds to its gradient,
+ * and its own unit's fsdp_end_backward reduces the sum of every use once. Each listed unit must
+ * come after the parameter's unit in the order (FSDP_ERROR_LIBRARY otherwise). */
+int fsdp_runtime_create_tied(fsdp_model_t model, int nunits, const char* const* order, int prefetch,
+                             int max_gathered_units, int nkeep, const char* const* keep_gathered,
+                             int ntied, const char* const* tied_parameters,
+                             const char* const* tied_units, fsdp_runtime_t* runtime);
 /* A step: for every unit in order, begin_forward .. end_forward; then for every unit in
  * reverse order, begin_backward .. end_backward; then finish_step (also after forward only:
  * evaluation). begin_* gathers the unit (or waits for its prefetch); end_forward releases it;

@@ -670,10 +670,12 @@ void fsdp_model_destroy(fsdp_model_t model) {
 
 namespace {
 
-// fsdp_runtime_create and fsdp_runtime_create_keep_gathered, each under its own name.
+// fsdp_runtime_create, fsdp_runtime_create_keep_gathered and fsdp_runtime_create_tied, each
+// under its own name.
 int create_runtime(const char* function, fsdp_model_t model, int nunits, const char* const* order,
                    int prefetch, int max_gathered_units, int nkeep,
-                   const char* const* keep_gathered, fsdp_runtime_t* runtime) {
+                   const char* const* keep_gathered, int ntied, const char* const* tied_parameters,
+                   const char* const* tied_units, fsdp_runtime_t* runtime) {
   return guarded(function, [&] {
     require_argument(runtime != nullptr, "the output pointer is NULL");
     *runtime = nullptr;
@@ -685,6 +687,11 @@ int create_runtime(const char* function, fsdp_model_t model, int nunits, const c
     require_argument(nkeep >= 0 && (nkeep == 0 || keep_gathered != nullptr),
                      "keep_gathered needs nkeep >= 0 names (NULL only with 0), got " +
                          std::to_string(nkeep) + (keep_gathered == nullptr ? " and NULL" : ""));
+    require_argument(
+        ntied >= 0 && (ntied == 0 || (tied_parameters != nullptr && tied_units != nullptr)),
+        "tied_parameters and tied_units need ntied >= 0 names each (NULL only with "
+        "0), got " +
+            std::to_string(ntied));
     std::vector<std::string> units;
     for (int i = 0; i < nunits; ++i) {
       units.push_back(require_name(order[i], "a unit name of the order"));
@@ -695,6 +702,10 @@ int create_runtime(const char* function, fsdp_model_t model, int nunits, const c
     for (int i = 0; i < nkeep; ++i) {
       options.keep_gathered_until_backward.insert(
           require_name(keep_gathered[i], "a unit name of keep_gathered"));
+    }
+    for (int i = 0; i < ntied; ++i) {
+      options.tied_parameters[require_name(tied_parameters[i], "a name of tied_parameters")].insert(
+          require_name(tied_units[i], "a unit name of tied_units"));
     }
     auto created = std::make_unique<fsdp_runtime_s>();
     model->visit([&](auto& sharded) {
@@ -712,14 +723,23 @@ int create_runtime(const char* function, fsdp_model_t model, int nunits, const c
 int fsdp_runtime_create(fsdp_model_t model, int nunits, const char* const* order, int prefetch,
                         int max_gathered_units, fsdp_runtime_t* runtime) {
   return create_runtime("fsdp_runtime_create", model, nunits, order, prefetch, max_gathered_units,
-                        0, nullptr, runtime);
+                        0, nullptr, 0, nullptr, nullptr, runtime);
 }
 
 int fsdp_runtime_create_keep_gathered(fsdp_model_t model, int nunits, const char* const* order,
                                       int prefetch, int max_gathered_units, int nkeep,
                                       const char* const* keep_gathered, fsdp_runtime_t* runtime) {
   return create_runtime("fsdp_runtime_create_keep_gathered", model, nunits, order, prefetch,
-                        max_gathered_units, nkeep, keep_gathered, runtime);
+                        max_gathered_units, nkeep, keep_gathered, 0, nullptr, nullptr, runtime);
+}
+
+int fsdp_runtime_create_tied(fsdp_model_t model, int nunits, const char* const* order, int prefetch,
+                             int max_gathered_units, int nkeep, const char* const* keep_gathered,
+                             int ntied, const char* const* tied_parameters,
+                             const char* const* tied_units, fsdp_runtime_t* runtime) {
+  return create_runtime("fsdp_runtime_create_tied", model, nunits, order, prefetch,
+                        max_gathered_units, nkeep, keep_gathered, ntied, tied_parameters,
+                        tied_units, runtime);
 }
 
 namespace {

@@ -245,18 +245,20 @@ module fsdp
       type(c_ptr), value :: model
     end subroutine c_model_destroy
 
-    integer(c_int) function c_runtime_create_keep_gathered(model, nunits, order, prefetch, &
-                                                           max_gathered_units, nkeep, &
-                                                           keep_gathered, runtime) &
-        bind(c, name='fsdp_runtime_create_keep_gathered')
+    integer(c_int) function c_runtime_create_tied(model, nunits, order, prefetch, &
+                                                  max_gathered_units, nkeep, keep_gathered, &
+                                                  ntied, tied_parameters, tied_units, runtime) &
+        bind(c, name='fsdp_runtime_create_tied')
       import :: c_int, c_ptr
       type(c_ptr), value :: model
       integer(c_int), value :: nunits
       type(c_ptr), intent(in) :: order(*)
       integer(c_int), value :: prefetch, max_gathered_units, nkeep
       type(c_ptr), intent(in) :: keep_gathered(*)
+      integer(c_int), value :: ntied
+      type(c_ptr), intent(in) :: tied_parameters(*), tied_units(*)
       type(c_ptr), intent(out) :: runtime
-    end function c_runtime_create_keep_gathered
+    end function c_runtime_create_tied
     integer(c_int) function c_runtime_stats(runtime, scopes, gathers, prefetched, &
                                             ready_on_entry, wait_s) &
         bind(c, name='fsdp_runtime_stats')
@@ -805,9 +807,12 @@ contains
   ! order: every unit once, in forward execution order. prefetch (default .true.) and
   ! max_gathered_units (default 2) as in the C++ RuntimeOptions; the units in keep_gathered (default
   ! none) stay gathered from their forward scope until their backward scope (one gather a step
-  ! instead of two, their whole parameters held meanwhile).
+  ! instead of two, their whole parameters held meanwhile). Tied parameters (default none):
+  ! tied_parameters(i) is also used by unit tied_units(i), which must come after the parameter's
+  ! unit in the order (fsdp_runtime_create_tied in fsdp.h): one parameter, gathered once a step,
+  ! its gradient the sum of every use.
   subroutine fsdp_runtime_create(runtime, model, order, ierr, prefetch, max_gathered_units, &
-                                 keep_gathered)
+                                 keep_gathered, tied_parameters, tied_units)
     type(fsdp_runtime), intent(out) :: runtime
     type(fsdp_model), intent(in) :: model
     character(len=*), intent(in) :: order(:)
@@ -815,11 +820,31 @@ contains
     logical, intent(in), optional :: prefetch
     integer, intent(in), optional :: max_gathered_units
     character(len=*), intent(in), optional :: keep_gathered(:)
+    character(len=*), intent(in), optional :: tied_parameters(:), tied_units(:)
     character(kind=c_char), allocatable, target :: order_buffer(:), keep_buffer(:)
+    character(kind=c_char), allocatable, target :: tied_buffer(:), users_buffer(:)
     type(c_ptr), allocatable :: order_pointers(:), keep_pointers(:)
+    type(c_ptr), allocatable :: tied_pointers(:), users_pointers(:)
     character(len=1) :: none(0)
-    integer(c_int) :: c_prefetch, c_limit, dtype, nkeep
+    integer(c_int) :: c_prefetch, c_limit, dtype, nkeep, ntied
+    if (present(tied_parameters) .neqv. present(tied_units)) then
+      ierr = FSDP_ERROR_INVALID_ARGUMENT
+      return
+    end if
     call c_strings(order, order_buffer, order_pointers)
+    if (present(tied_parameters)) then
+      if (size(tied_parameters) /= size(tied_units)) then
+        ierr = FSDP_ERROR_INVALID_ARGUMENT
+        return
+      end if
+      call c_strings(tied_parameters, tied_buffer, tied_pointers)
+      call c_strings(tied_units, users_buffer, users_pointers)
+      ntied = int(size(tied_parameters), c_int)
+    else
+      call c_strings(none, tied_buffer, tied_pointers)
+      call c_strings(none, users_buffer, users_pointers)
+      ntied = 0
+    end if
     if (present(keep_gathered)) then
       call c_strings(keep_gathered, keep_buffer, keep_pointers)
       nkeep = int(size(keep_gathered), c_int)
@@ -836,9 +861,9 @@ contains
     ierr = int(c_model_dtype(model%handle, dtype))
     if (ierr /= FSDP_SUCCESS) return
     runtime%dtype = int(dtype)
-    ierr = int(c_runtime_create_keep_gathered(model%handle, int(size(order), c_int), &
-                                              order_pointers, c_prefetch, c_limit, nkeep, &
-                                              keep_pointers, runtime%handle))
+    ierr = int(c_runtime_create_tied(model%handle, int(size(order), c_int), order_pointers, &
+                                     c_prefetch, c_limit, nkeep, keep_pointers, ntied, &
+                                     tied_pointers, users_pointers, runtime%handle))
   end subroutine fsdp_runtime_create
 
   subroutine fsdp_begin_forward(runtime, unit, ierr)

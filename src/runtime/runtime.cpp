@@ -30,6 +30,10 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
       .text("keep_gathered_until_backward",
             join(std::vector<std::string>(options_.keep_gathered_until_backward.begin(),
                                           options_.keep_gathered_until_backward.end())));
+  for (const auto& [parameter, users] : options_.tied_parameters) {
+    configuration.text("tied_parameters[" + parameter + "]",
+                       join(std::vector<std::string>(users.begin(), users.end())));
+  }
   require_same_configuration(configuration, model_.group(), model_.replicas());
   require(options_.max_gathered_units >= 1,
           "RuntimeOptions::max_gathered_units must be >= 1, got " +
@@ -56,6 +60,24 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
                                "; every unit must run once per step (its gradients are needed)");
   for (const std::string& name : options_.keep_gathered_until_backward) {
     index_of(name, "keep_gathered_until_backward");
+  }
+  for (const auto& [parameter, users] : options_.tied_parameters) {
+    if (!model_.plan().contains(parameter)) {
+      throw Error(ErrorKind::unknown_name, "tied_parameters names parameter '" + parameter +
+                                               "', which the model does not have");
+    }
+    const std::string& owner = model_.unit_of(parameter).name();
+    const std::size_t owner_index = index_of(owner, "tied_parameters");
+    for (const std::string& user : users) {
+      const std::size_t user_index = index_of(user, "tied_parameters");
+      require(user_index > owner_index,
+              "tied parameter '" + parameter + "' of unit '" + owner + "' is listed for unit '" +
+                  user + "', which " + (user_index == owner_index ? "owns it" : "runs before it") +
+                  " in the execution order; list units that run after '" + owner +
+                  "' (whose backward scopes add to its gradient before '" + owner +
+                  "' reduces it), or make the earliest user the parameter's unit");
+    }
+    tied_owners_.insert(owner_index);
   }
   // Every rank agreed on prefetch above, and on checks_ahead() when the group was made.
   if (options_.prefetch && model_.group().checks_ahead()) {
@@ -100,6 +122,11 @@ std::size_t Runtime<T>::index_of(const std::string& unit, const char* operation)
                                              "'; the registered order is " + order_text());
   }
   return it->second;
+}
+
+template <class T>
+bool Runtime<T>::held_for_step(std::size_t index) const {
+  return units_[index]->stays_gathered() || tied_owners_.count(index) != 0;
 }
 
 template <class T>
@@ -187,10 +214,11 @@ void Runtime<T>::prefetch() {
   // Units that stay gathered until their backward (shard_grad_op, shard_optimizer) hold their
   // parameters for the whole step by design: only their transfers in flight count against the
   // limit, or the forward could not prefetch past the limit's first units.
-  auto busy = static_cast<int>(std::count_if(units_.begin(), units_.end(), [](ShardedUnit<T>* u) {
-    return u->state() == UnitState::gathering ||
-           (u->state() == UnitState::gathered && !u->stays_gathered());
-  }));
+  int busy = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const UnitState state = units_[i]->state();
+    busy += state == UnitState::gathering || (state == UnitState::gathered && !held_for_step(i));
+  }
   const std::size_t this_phase = phase_ == Phase::forward ? n - std::min(n, done_ + skip) : 0;
   for (std::size_t k = 0; k < upcoming.size(); ++k) {
     const std::size_t i = upcoming[k];
@@ -265,8 +293,7 @@ void Runtime<T>::end_forward(const std::string& unit) {
   losing_the_step_on_failure("end_forward", unit, [&] {
     const bool last = index + 1 == order_.size();
     // Resident parameters stay gathered until the backward: one gather per step.
-    if (!last && options_.keep_gathered_until_backward.count(unit) == 0 &&
-        !units_[index]->stays_gathered()) {
+    if (!last && options_.keep_gathered_until_backward.count(unit) == 0 && !held_for_step(index)) {
       units_[index]->release();
     }
     open_ = -1;
@@ -368,10 +395,13 @@ ShardedParameter<T>& Runtime<T>::open_parameter(const std::string& parameter, bo
                                              "' (the model has no parameter of that name)");
   }
   ShardedUnit<T>& owner = model_.unit_of(parameter);
-  if (&owner != units_[static_cast<std::size_t>(open_)]) {
+  const auto tied = options_.tied_parameters.find(parameter);
+  const bool used_here = tied != options_.tied_parameters.end() && tied->second.count(unit) != 0;
+  if (&owner != units_[static_cast<std::size_t>(open_)] && !used_here) {
     throw Error(ErrorKind::state, std::string(what) + " of '" + parameter + "' (unit '" +
                                       owner.name() + "') requested in the " + open_scope_text() +
-                                      "; open its own unit's scope");
+                                      "; open its own unit's scope, or list this unit for it in "
+                                      "RuntimeOptions::tied_parameters");
   }
   return owner.parameter(parameter);
 }
@@ -457,16 +487,24 @@ Runtime<T>::Scope::Scope(Scope&& other) noexcept
 
 template <class T>
 typename ShardedParameter<T>::View Runtime<T>::Scope::full(const std::string& parameter) {
-  return unit_->parameter(parameter).full();
+  if (ShardedParameter<T>* own = unit_->find_parameter(parameter)) {
+    return own->full();
+  }
+  // A tied parameter of another unit, or an error that says whose it is.
+  return runtime_->full(parameter);
 }
 
 template <class T>
 typename ShardedParameter<T>::View Runtime<T>::Scope::grad(const std::string& parameter) {
-  require(backward_,
-          "gradient of '" + parameter + "' requested in the forward scope of '" + unit_->name() +
-              "'; gradients are written in backward scopes",
-          ErrorKind::state);
-  return unit_->parameter(parameter).grad();
+  if (!backward_) {
+    throw Error(ErrorKind::state, "gradient of '" + parameter +
+                                      "' requested in the forward scope of '" + unit_->name() +
+                                      "'; gradients are written in backward scopes");
+  }
+  if (ShardedParameter<T>* own = unit_->find_parameter(parameter)) {
+    return own->grad();
+  }
+  return runtime_->grad(parameter);
 }
 
 template <class T>

@@ -330,6 +330,12 @@ ShardedUnit<T>::~ShardedUnit() {
 }
 
 template <class T>
+ShardedParameter<T>* ShardedUnit<T>::find_parameter(const std::string& name) {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &parameters_[it->second];
+}
+
+template <class T>
 ShardedParameter<T>& ShardedUnit<T>::parameter(const std::string& name) {
   auto it = index_.find(name);
   if (it == index_.end()) {

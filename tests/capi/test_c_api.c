@@ -1340,6 +1340,80 @@ static void test_keep_gathered(void) {
   }
 }
 
+/* A step with l0.w also used by l1 (tied): its gradient is written in both backward scopes, 1
+ * in l1's and 2 in l0's. The same step untied, with l0 writing 3, must end where it ends. */
+static void add_to(fsdp_runtime_t runtime, const char* parameter, double value) {
+  void* values = NULL;
+  int64_t numel = 0;
+  CHECK_OK(fsdp_grad(runtime, parameter, &values, &numel));
+  for (int64_t i = 0; i < numel; ++i) {
+    ((double*)values)[i] += value;
+  }
+}
+
+static void step_tied(int tied, Parameters* after) {
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  init_model(model, FSDP_FLOAT64);
+  fsdp_runtime_t runtime = NULL;
+  const char* const parameters[1] = {"l0.w"};
+  const char* const users[1] = {"l1"};
+  CHECK_OK(fsdp_runtime_create_tied(model, 2, unit_order, 1, 2, 0, NULL, tied, parameters, users,
+                                    &runtime));
+  fsdp_optimizer_t sgd = NULL;
+  CHECK_OK(fsdp_optimizer_create_sgd(model, 0.1, 0.0, 0.0, 0, 0.0, &sgd));
+  void* values = NULL;
+  int64_t numel = 0;
+  CHECK_OK(fsdp_begin_forward(runtime, "l0"));
+  CHECK_OK(fsdp_end_forward(runtime, "l0"));
+  CHECK_OK(fsdp_begin_forward(runtime, "l1"));
+  if (tied) {
+    CHECK_OK(fsdp_full(runtime, "l0.w", &values, &numel));
+    CHECK(numel == HIDDEN * IN, "l0.w has %lld elements in l1's scope", (long long)numel);
+  } else {
+    CHECK_CODE(fsdp_full(runtime, "l0.w", &values, &numel), FSDP_ERROR_STATE);
+  }
+  CHECK_OK(fsdp_end_forward(runtime, "l1"));
+  CHECK_OK(fsdp_begin_backward(runtime, "l1"));
+  if (tied) {
+    add_to(runtime, "l0.w", 1.0);
+  }
+  CHECK_OK(fsdp_end_backward(runtime, "l1"));
+  CHECK_OK(fsdp_begin_backward(runtime, "l0"));
+  add_to(runtime, "l0.w", tied ? 2.0 : 3.0);
+  add_to(runtime, "l0.b", 1.0);
+  CHECK_OK(fsdp_end_backward(runtime, "l0"));
+  CHECK_OK(fsdp_finish_step(runtime));
+  CHECK_OK(fsdp_optimizer_step(sgd));
+  copy_all(model, after);
+  fsdp_optimizer_destroy(sgd);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+}
+
+static void test_tied_parameters(void) {
+  Parameters untied, tied;
+  step_tied(0, &untied);
+  step_tied(1, &tied);
+  CHECK(memcmp(&untied, &tied, sizeof tied) == 0, "a tied gradient is not the sum of its uses");
+
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  fsdp_runtime_t runtime = NULL;
+  const char* const backwards[1] = {"l1.w"};
+  const char* const earlier[1] = {"l0"};
+  CHECK_CODE(fsdp_runtime_create_tied(model, 2, unit_order, 1, 2, 0, NULL, 1, backwards, earlier,
+                                      &runtime),
+             FSDP_ERROR_LIBRARY);
+  CHECK(runtime == NULL && strstr(fsdp_last_error(), "runs before it") != NULL, "message: %s",
+        fsdp_last_error());
+  CHECK_CODE(
+      fsdp_runtime_create_tied(model, 2, unit_order, 1, 2, 0, NULL, 1, backwards, NULL, &runtime),
+      FSDP_ERROR_INVALID_ARGUMENT);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: tied parameters: ok\n");
+  }
+}
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -1362,6 +1436,7 @@ int main(int argc, char** argv) {
   test_clipping();
   test_memory_report();
   test_keep_gathered();
+  test_tied_parameters();
 
   CHECK_OK(fsdp_finalize());
   MPI_Finalize();

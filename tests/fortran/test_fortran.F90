@@ -198,6 +198,7 @@ program test_fortran
   call error_paths()
   call checkpoints()
   call clipping_memory_keep_gathered()
+  call tied_parameters()
 
   call fsdp_finalize(ierr)
   call check_ok(ierr, 'fsdp_finalize')
@@ -294,19 +295,26 @@ contains
   ! parameters, the backward scope of l1 reads l1.w again and writes batch_gradient's result
   ! times scale (a loss scale; default 1); then finish_step (the optimizer step is the caller's).
   ! single: a real(c_float) model; zero_bits: bits of its gathered floats that must be clear.
-  subroutine api_step(runtime, step, single, scale, zero_bits)
+  ! tied: the runtime ties l0.w to l1, which reads it in its forward scope and writes half of
+  ! its gradient in its backward scope; l0 writes the other half (the same sum, exactly).
+  subroutine api_step(runtime, step, single, scale, zero_bits, tied)
     type(fsdp_runtime), intent(in) :: runtime
     integer, intent(in) :: step
     logical, intent(in), optional :: single
     real(c_double), intent(in), optional :: scale
     integer, intent(in), optional :: zero_bits
+    logical, intent(in), optional :: tied
     real(c_double) :: w0(n_in, n_hidden), b0(n_hidden), w1(n_hidden, n_out), b1(n_out)
     real(c_double) :: gw0(n_in, n_hidden), gb0(n_hidden), gw1(n_hidden, n_out), gb1(n_out)
-    real(c_double) :: s
-    logical :: sp
+    real(c_double) :: s, shared(n_in, n_hidden), own
+    logical :: sp, tie
     integer :: bits
     sp = .false.
     if (present(single)) sp = single
+    tie = .false.
+    if (present(tied)) tie = tied
+    own = 1
+    if (tie) own = 0.5d0
     s = 1
     if (present(scale)) s = scale
     bits = 0
@@ -321,6 +329,11 @@ contains
     call check_ok(ierr, 'begin_forward l1')
     call read_full(runtime, 'l1.w', size(w1), w1, sp, bits)
     call read_full(runtime, 'l1.b', size(b1), b1, sp, bits)
+    if (tie) then
+      call read_full(runtime, 'l0.w', size(shared), shared, sp, bits)
+      call check(all(transfer(shared, [0_c_int64_t]) == transfer(w0, [0_c_int64_t])), &
+                 'l1 reads the tied l0.w as l0 does')
+    end if
     call fsdp_end_forward(runtime, 'l1', ierr)
     call check_ok(ierr, 'end_forward l1')
 
@@ -334,11 +347,12 @@ contains
     call batch_gradient(w0, b0, w1, b1, world_rank, step, gw0, gb0, gw1, gb1)
     call add_grad(runtime, 'l1.w', size(gw1), s * gw1, sp)
     call add_grad(runtime, 'l1.b', size(gb1), s * gb1, sp)
+    if (tie) call add_grad(runtime, 'l0.w', size(gw0), 0.5d0 * s * gw0, sp)
     call fsdp_end_backward(runtime, 'l1', ierr)
     call check_ok(ierr, 'end_backward l1')
     call fsdp_begin_backward(runtime, 'l0', ierr)
     call check_ok(ierr, 'begin_backward l0')
-    call add_grad(runtime, 'l0.w', size(gw0), s * gw0, sp)
+    call add_grad(runtime, 'l0.w', size(gw0), own * s * gw0, sp)
     call add_grad(runtime, 'l0.b', size(gb0), s * gb0, sp)
     call fsdp_end_backward(runtime, 'l0', ierr)
     call check_ok(ierr, 'end_backward l0')
@@ -881,6 +895,59 @@ contains
     call fsdp_model_destroy(model)
     if (world_rank == 0) print '(a)', 'test_fortran: clipping, memory, keep gathered: ok'
   end subroutine clipping_memory_keep_gathered
+
+  ! A parameter tied to a later unit: read in both scopes, its gradient the sum of both uses. The
+  ! tied step ends where the plain one ends, bit for bit.
+  subroutine tied_parameters()
+    type(fsdp_runtime) :: plain, tied
+    type(fsdp_optimizer) :: plain_sgd, tied_sgd
+    type(fsdp_model) :: models(2)
+    real(c_double) :: w0(n_in, n_hidden), b0(n_hidden), w1(n_hidden, n_out), b1(n_out)
+    real(c_double) :: plain_result(n_all), tied_result(n_all)
+    integer :: m
+
+    call initial(w0, b0, w1, b1)
+    do m = 1, 2
+      call make_model(models(m), FSDP_FLOAT64, 'full', .false.)
+      call init_parameter(models(m), 'l0.w', [w0], .false., .false.)
+      call init_parameter(models(m), 'l0.b', b0, .false., .false.)
+      call init_parameter(models(m), 'l1.w', [w1], .false., .false.)
+      call init_parameter(models(m), 'l1.b', b1, .false., .false.)
+    end do
+    call fsdp_runtime_create(plain, models(1), ['l0', 'l1'], ierr)
+    call check_ok(ierr, 'fsdp_runtime_create')
+    call fsdp_runtime_create(tied, models(2), ['l0', 'l1'], ierr, tied_parameters=['l0.w'], &
+                             tied_units=['l1'])
+    call check_ok(ierr, 'fsdp_runtime_create tied_parameters')
+    call fsdp_optimizer_create_sgd(plain_sgd, models(1), 0.5d0, ierr)
+    call check_ok(ierr, 'fsdp_optimizer_create_sgd')
+    call fsdp_optimizer_create_sgd(tied_sgd, models(2), 0.5d0, ierr)
+    call check_ok(ierr, 'fsdp_optimizer_create_sgd')
+    call api_step(plain, 0)
+    call api_step(tied, 0, tied=.true.)
+    call fsdp_optimizer_step(plain_sgd, ierr)
+    call check_ok(ierr, 'optimizer step')
+    call fsdp_optimizer_step(tied_sgd, ierr)
+    call check_ok(ierr, 'optimizer step')
+    call copy_all(models(1), plain_result)
+    call copy_all(models(2), tied_result)
+    call check(all(transfer(plain_result, [0_c_int64_t]) == transfer(tied_result, [0_c_int64_t])), &
+               'a tied gradient is the sum of its uses')
+
+    call fsdp_runtime_destroy(tied)
+    call fsdp_runtime_create(tied, models(2), ['l0', 'l1'], ierr, tied_parameters=['l1.w'], &
+                             tied_units=['l0'])
+    call check_code(ierr, FSDP_ERROR_LIBRARY, 'a parameter tied to an earlier unit')
+    call fsdp_runtime_create(tied, models(2), ['l0', 'l1'], ierr, tied_parameters=['l0.w'])
+    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'tied_parameters without tied_units')
+
+    call fsdp_optimizer_destroy(plain_sgd)
+    call fsdp_optimizer_destroy(tied_sgd)
+    call fsdp_runtime_destroy(plain)
+    call fsdp_model_destroy(models(1))
+    call fsdp_model_destroy(models(2))
+    if (world_rank == 0) print '(a)', 'test_fortran: tied parameters: ok'
+  end subroutine tied_parameters
 
 end program test_fortran
 

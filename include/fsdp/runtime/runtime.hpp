@@ -28,6 +28,16 @@ struct RuntimeOptions {
   // reshard_after_forward=False: no second gather, more memory. The last unit of the forward
   // order always stays gathered: its backward scope comes next.
   std::set<std::string> keep_gathered_until_backward;
+  // Tied parameters: a parameter that units besides its own use (a language model's output head
+  // reading the token embedding), by name, with the units that also use it. It stays one
+  // parameter, with one piece per rank, one gradient and one optimizer state. Its own unit stays
+  // gathered from its forward scope to its backward scope, so the parameter is gathered once per
+  // step and the listed units' scopes read it with full(); their backward scopes add to its
+  // gradient with grad(), and the owner's backward scope reduces the sum of every use, once.
+  // Each listed unit must come after the owner in the execution order, so that its backward
+  // scope runs before the owner's. The owner counts against max_gathered_units only while its
+  // gather is in flight, as a unit that stays gathered by its mode does.
+  std::map<std::string, std::set<std::string>> tied_parameters;
 };
 
 // What the runtime observed: how well prefetch hid the gathers.
@@ -136,12 +146,16 @@ class Runtime {
   // Starts unit index's gather; the announced one (expected_) must go first.
   void start_gather(std::size_t index);
   std::string order_text() const;
+  // The unit holds its parameters for the whole step by design (its mode, or a tied parameter
+  // other units read): only its gather in flight counts against max_gathered_units.
+  bool held_for_step(std::size_t index) const;
 
   ShardedModel<T>& model_;
   std::vector<std::string> order_;
   std::vector<ShardedUnit<T>*> units_;  // in order
   std::map<std::string, std::size_t> index_;
   RuntimeOptions options_;
+  std::set<std::size_t> tied_owners_;  // units that own a tied parameter
   RuntimeStats stats_;
   Phase phase_ = Phase::forward;
   std::size_t done_ = 0;   // scopes of the current phase closed so far

@@ -80,6 +80,8 @@ class ShardedUnit {
   const std::vector<ShardedParameter<T>>& parameters() const { return parameters_; }
   // Throws Error naming the unit's parameters when it has no parameter called name.
   ShardedParameter<T>& parameter(const std::string& name);
+  // nullptr when the unit has no parameter called name.
+  ShardedParameter<T>* find_parameter(const std::string& name);
 
   // ---- parameters ----
   // Starts gathering: sharded -> gathering. Error in any other state.
