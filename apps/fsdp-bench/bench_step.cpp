@@ -16,7 +16,6 @@
 
 #include "../common/barrier_without_spinning.hpp"
 #include "../common/plural.hpp"
-#include "../fsdp-train/mlp.hpp"
 #include "benchmark.hpp"
 #include "counting_backend.hpp"
 #include "fsdp/comm/hybrid_groups.hpp"
@@ -26,13 +25,14 @@
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
+#include "models/mlp.hpp"
 #include "peak_memory.hpp"
 
 namespace fsdp::bench {
 namespace {
 
-using fsdp_train::Matrix;
-using fsdp_train::MlpShape;
+using fsdp_models::Matrix;
+using fsdp_models::MlpShape;
 
 struct StepOptions {
   std::int64_t width = 512;
@@ -185,9 +185,9 @@ struct Trainer {
     const std::size_t layers = shape.layers();
     for (std::size_t l = 0; l < layers; ++l) {
       auto scope = runtime->forward(MlpShape::unit(l));
-      fsdp_train::layer_forward<float>(scope.full(MlpShape::weight(l)),
-                                       scope.full(MlpShape::bias(l)), activations[l],
-                                       activations[l + 1], rows, l + 1 < layers);
+      fsdp_models::layer_forward<float>(scope.full(MlpShape::weight(l)),
+                                        scope.full(MlpShape::bias(l)), activations[l],
+                                        activations[l + 1], rows, l + 1 < layers);
       scope.close();
     }
     // A stand-in loss gradient: the step's cost does not depend on its value. fp16: scaled.
@@ -195,10 +195,10 @@ struct Trainer {
                       static_cast<float>(1e-3 * (scaler ? scaler->scale() : 1.0)));
     for (std::size_t l = layers; l-- > 0;) {
       auto scope = runtime->backward(MlpShape::unit(l));
-      fsdp_train::layer_backward<float>(scope.full(MlpShape::weight(l)),
-                                        scope.grad(MlpShape::weight(l)),
-                                        scope.grad(MlpShape::bias(l)), activations[l], deltas[l],
-                                        l > 0 ? &deltas[l - 1] : nullptr, rows);
+      fsdp_models::layer_backward<float>(scope.full(MlpShape::weight(l)),
+                                         scope.grad(MlpShape::weight(l)),
+                                         scope.grad(MlpShape::bias(l)), activations[l], deltas[l],
+                                         l > 0 ? &deltas[l - 1] : nullptr, rows);
       scope.close();
     }
     runtime->finish_step();

@@ -11,6 +11,7 @@
 #include "../common/usage_exit.hpp"
 #include "benchmark.hpp"
 #include "fsdp/core/error.hpp"
+#include "models/blas_runtime.hpp"
 
 namespace fsdp::bench {
 
@@ -51,6 +52,8 @@ void emit(const CommonOptions& common, int rank, const nlohmann::json& result,
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // One BLAS thread per rank: MPI runs a rank per core (OPENBLAS_NUM_THREADS overrides it).
+  fsdp_models::limit_blas_threads(1);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int code = 0;

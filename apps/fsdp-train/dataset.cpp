@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "fsdp/core/error.hpp"
@@ -261,6 +262,61 @@ void write_hdf5(const Dataset& data, const std::string& path, const std::string&
     std::remove(temporary.c_str());
     throw;
   }
+}
+
+Dataset read_text(const std::string& path, std::int64_t seq, std::int64_t max_bytes) {
+  fsdp::require(seq >= 1, "--seq must be at least 1, got " + std::to_string(seq));
+  namespace fs = std::filesystem;
+  std::error_code error;
+  std::string text;
+  std::int64_t files = 0;
+  if (fs::is_directory(path, error)) {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(path, error)) {
+      if (entry.is_regular_file() && !entry.is_symlink() && entry.path().extension() != ".dat") {
+        names.push_back(entry.path().string());
+      }
+    }
+    fsdp::require(!error, "cannot list the text directory '" + path + "': " + error.message(),
+                  fsdp::ErrorKind::io);
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      text += fsdp::read_text_file(name, "text file");
+      ++files;
+      if (max_bytes > 0 && static_cast<std::int64_t>(text.size()) >= max_bytes) {
+        break;
+      }
+    }
+  } else {
+    text = fsdp::read_text_file(path, "text file");
+    files = 1;
+  }
+  if (max_bytes > 0 && static_cast<std::int64_t>(text.size()) > max_bytes) {
+    text.resize(static_cast<std::size_t>(max_bytes));
+  }
+  const auto bytes = static_cast<std::int64_t>(text.size());
+  const std::int64_t windows = bytes > seq ? (bytes - 1) / seq : 0;
+  fsdp::require(windows >= 2,
+                "text '" + path + "' has " + std::to_string(bytes) + " bytes; --seq " +
+                    std::to_string(seq) + " needs at least " + std::to_string(2 * seq + 1) +
+                    " (two windows: one to train on, one to evaluate)",
+                fsdp::ErrorKind::io);
+  Dataset data;
+  data.samples = windows;
+  data.dim = seq + 1;
+  data.classes = 256;
+  data.features.resize(static_cast<std::size_t>(windows * (seq + 1)));
+  for (std::int64_t w = 0; w < windows; ++w) {
+    for (std::int64_t j = 0; j <= seq; ++j) {
+      data.features[static_cast<std::size_t>(w * (seq + 1) + j)] =
+          static_cast<unsigned char>(text[static_cast<std::size_t>(w * seq + j)]);
+    }
+  }
+  data.labels.assign(static_cast<std::size_t>(windows), 0);
+  data.description = "text " + path + " (" + std::to_string(bytes) + " bytes" +
+                     (files > 1 ? " from " + std::to_string(files) + " files" : "") + ", " +
+                     std::to_string(windows) + " windows of " + std::to_string(seq) + " bytes)";
+  return data;
 }
 
 Split split(const Dataset& data, double eval_fraction) {

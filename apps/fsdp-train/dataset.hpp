@@ -55,6 +55,20 @@ Dataset read_hdf5(const std::string& path, const std::string& features, const st
 void write_hdf5(const Dataset& data, const std::string& path, const std::string& features,
                 const std::string& labels);
 
+// The text fsdp-train's transformer learns when no --text is given: Debian's fortunes package
+// (2.5 MB of English prose, verse, definitions and quotations in 60 files), which
+// scripts/install-deps installs. Byte-level, so no tokenizer is downloaded.
+inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
+
+// A text as next-byte prediction samples: windows of seq + 1 bytes, each starting seq bytes after
+// the one before, so every byte but the first is a target once per epoch; features(i, j) is the
+// byte value (0-255), classes 256, labels 0 (the targets are the window shifted by one). path is
+// a file, or a directory whose regular files are joined in name order, leaving out strfile(1)
+// indexes (*.dat, binary) and symbolic links (the fortunes package's *.u8 repeat their files).
+// max_bytes > 0 keeps only the first max_bytes bytes. Throws fsdp::Error naming the path when it
+// cannot be read or holds fewer than two windows.
+Dataset read_text(const std::string& path, std::int64_t seq, std::int64_t max_bytes);
+
 // The last round(eval_fraction * samples) samples evaluate (at least one of each side).
 Split split(const Dataset& data, double eval_fraction);
 

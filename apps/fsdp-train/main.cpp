@@ -1,6 +1,7 @@
-// fsdp-train: the main job. Trains a multi-layer perceptron with fully sharded data parallelism
-// on every rank of MPI_COMM_WORLD: parameters, gradients and Adam state sharded by the strategy
-// given on the command line, samples from the DistributedSampler, progress per epoch on rank 0.
+// fsdp-train: the main job. Trains a GPT-2 transformer on text, or a multi-layer perceptron, with
+// fully sharded data parallelism on every rank of MPI_COMM_WORLD: parameters, gradients and Adam
+// state sharded by the strategy given on the command line, samples from the DistributedSampler,
+// progress per epoch on rank 0.
 // docs/train.md describes it.
 #include <mpi.h>
 
@@ -22,11 +23,14 @@
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/shard/sharding_mode.hpp"
+#include "models/blas_runtime.hpp"
 #include "train.hpp"
 
 namespace {
 
 struct DataOptions {
+  std::string text;             // --model gpt: the text file or directory ("" for the default)
+  std::int64_t text_bytes = 0;  // --model gpt: only the first this many bytes (0: all)
   std::string path;
   std::string features = "features";
   std::string labels = "labels";
@@ -42,7 +46,11 @@ int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
         // Every rank reads (or generates) the whole set: it is small, and the --check reference on
         // rank 0 needs all of it.
         const fsdp_train::Dataset all =
-            data_options.path.empty()
+            options.model == "gpt"
+                ? fsdp_train::read_text(
+                      data_options.text.empty() ? fsdp_train::kDefaultCorpus : data_options.text,
+                      options.seq, data_options.text_bytes)
+            : data_options.path.empty()
                 ? fsdp_train::make_synthetic(data_options.synthetic)
                 : fsdp_train::read_hdf5(data_options.path, data_options.features,
                                         data_options.labels);
@@ -82,6 +90,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fsdp-train: MPI_Comm_rank/MPI_Comm_size failed\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  // One BLAS thread per rank: MPI runs a rank per core (OPENBLAS_NUM_THREADS overrides it).
+  fsdp_models::limit_blas_threads(1);
 #if defined(KOKKOS_ENABLE_CUDA)
   // One GPU per rank, by node-local rank, chosen before Kokkos initializes (ranks share GPUs
   // when a node has fewer); a KOKKOS_DEVICE_ID the user set wins.
@@ -110,10 +120,31 @@ int main(int argc, char** argv) {
     DataOptions d;
     int layers = 0;
     CLI::App app{
-        "fsdp-train: trains a multi-layer perceptron with fully sharded data parallelism on "
-        "every MPI rank (parameters, gradients and optimizer state split across the ranks). "
-        "Run it under mpiexec; docs/train.md describes it."};
+        "fsdp-train: trains a multi-layer perceptron, or a GPT-2 transformer on text, with fully "
+        "sharded data parallelism on every MPI rank (parameters, gradients and optimizer state "
+        "split across the ranks). Run it under mpiexec; docs/train.md describes it."};
     app.footer(fsdp_apps::kKokkosOptions);
+    app.add_option("--model", o.model,
+                   "mlp: a classifier on --data or synthetic data; gpt: a GPT-2 transformer "
+                   "predicting the next byte of --text (--layers blocks of width --hidden)")
+        ->check(CLI::IsMember({"mlp", "gpt"}))
+        ->capture_default_str();
+    app.add_option("--heads", o.heads, "gpt: attention heads (a divisor of --hidden)")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
+        ->capture_default_str();
+    app.add_option("--seq", o.seq, "gpt: bytes per sequence (the context length)")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
+        ->capture_default_str();
+    app.add_flag("--activation-checkpointing", o.activation_checkpointing,
+                 "gpt: keep only each block's input from the forward pass and recompute the "
+                 "block inside its backward scope");
+    auto* text =
+        app.add_option("--text", d.text,
+                       "gpt: a text file, or a directory of them, to learn (default: " +
+                           std::string(fsdp_train::kDefaultCorpus) + ", Debian's fortunes)");
+    auto* text_bytes = app.add_option("--text-bytes", d.text_bytes,
+                                      "gpt: learn only the first this many bytes of the text")
+                           ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
     app.add_option("--hidden", o.hidden, "hidden layer widths, comma separated")
         ->delimiter(',')
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
@@ -259,6 +290,10 @@ int main(int argc, char** argv) {
     for (CLI::Option* option : {samples, dim, classes, write}) {
       option->excludes(data);
     }
+    for (CLI::Option* option : {data, samples, dim, classes, write}) {
+      option->excludes(text);
+      option->excludes(text_bytes);
+    }
     try {
       // Collective: the ranks also agree here on checking collectives (FSDP_CHECK_COLLECTIVES),
       // which the command line cannot show.
@@ -287,6 +322,14 @@ int main(int argc, char** argv) {
       }
       if (o.eval_fraction <= 0 || o.eval_fraction >= 1) {
         throw CLI::ValidationError("--eval-fraction must be strictly between 0 and 1");
+      }
+      if (o.model != "gpt" && (!d.text.empty() || d.text_bytes > 0)) {
+        throw CLI::ValidationError(
+            "--text and --text-bytes are what --model gpt learns: add "
+            "--model gpt, or give the MLP --data");
+      }
+      if (o.model == "gpt" && !d.path.empty()) {
+        throw CLI::ValidationError("--model gpt learns text: give --text FILE, not --data");
       }
       d.synthetic.seed = o.seed;
       code = run(group, o, d);

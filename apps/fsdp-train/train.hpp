@@ -15,7 +15,14 @@
 namespace fsdp_train {
 
 struct TrainOptions {
+  // "mlp": the classifier of layers `hidden` on --data or synthetic data; "gpt": the GPT-2
+  // transformer of hidden.size() blocks of width hidden[0] on text (docs/train.md).
+  std::string model = "mlp";
   std::vector<std::int64_t> hidden{64, 64};
+  std::int64_t heads = 4;  // gpt: attention heads (a divisor of the width)
+  std::int64_t seq = 64;   // gpt: bytes per sequence
+  // gpt: keep only each block's input in forward and recompute the block in its backward scope.
+  bool activation_checkpointing = false;
   std::string dtype = "fp32";
   std::string optimizer = "adam";
   double lr = 3e-3;
@@ -90,7 +97,9 @@ constexpr int kExitCheckFailed = 5;
 // --check tolerance on the largest relative parameter difference, by element type. fp32: the
 // sharded run averages N per-rank mean gradients where the unsharded one takes one mean over the
 // global batch, so the sums round differently (~1e-7 relative per step) and Adam carries the
-// differences on; fp64 rounds 2^29 times finer.
+// differences on; fp64 rounds 2^29 times finer. "bf16", "fp16" and "fp32 by loss" (an fp32
+// transformer, whose weights part ways under Adam while the loss does not): the largest
+// difference of the last epoch's mean loss, in nats.
 double check_tolerance(const std::string& dtype);
 // The ranks per shard group the options ask for (--shard-group-size, or the ranks divided by
 // --replicate-groups): -1 for no hybrid sharding, 0 for the ranks of each node.

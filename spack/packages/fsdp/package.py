@@ -48,6 +48,11 @@ class Fsdp(CMakePackage, CudaPackage):
     depends_on("hdf5@1.10.5:+mpi")
     depends_on("nlohmann-json@3:")
     depends_on("cli11")
+    # The applications' models: every matrix product a GEMM through Kokkos Kernels, over the
+    # host BLAS or cuBLAS.
+    depends_on("kokkos-kernels+blas", when="+apps")
+    depends_on("kokkos-kernels+cublas", when="+apps+cuda")
+    depends_on("blas", when="+apps")
     depends_on("boost+test", type="test")
     depends_on("nccl", when="+nccl")
 

@@ -1,0 +1,255 @@
+// fsdp-train's GPT-2 transformer (models/gpt.hpp) as a TrainedModel: units "embed" (wte, wpe),
+// "h<l>" per block and "head" (ln_f, and wte again: the tied output head, a tied parameter of the
+// runtime), trained on windows of bytes to predict each next byte.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "fsdp/core/error.hpp"
+#include "hash_uniform.hpp"
+#include "models/gpt.hpp"
+#include "trained_model.hpp"
+
+namespace fsdp_train {
+
+template <class T>
+class GptBatch : public Batch<T> {
+ public:
+  using Shape = fsdp_models::GptShape;
+  using Matrix = fsdp_models::Matrix<T>;
+
+  // Activation checkpointing keeps one block cache, which each block's backward scope refills
+  // by running the block's forward again; without it every block keeps its own.
+  GptBatch(const Shape& shape, bool checkpointing, std::int64_t capacity)
+      : shape_(shape),
+        capacity_(std::max<std::int64_t>(capacity, 1)),
+        rows_(capacity_ * shape.seq),
+        tokens_("gpt::tokens", rows_),
+        targets_("gpt::targets", rows_),
+        head_cache_(shape, rows_),
+        work_(shape, rows_),
+        logits_("gpt::logits", rows_, shape.vocab),
+        d_logits_("gpt::d_logits", rows_, shape.vocab),
+        dx_("gpt::dx", rows_, shape.hidden) {
+    for (std::int64_t l = 0; l <= shape.layers; ++l) {
+      stream_.emplace_back("gpt::residual", rows_, shape.hidden);
+    }
+    for (std::int64_t l = 0; l < (checkpointing ? 1 : shape.layers); ++l) {
+      caches_.emplace_back(shape, rows_);
+    }
+    tokens_on_host_ = Kokkos::create_mirror_view(tokens_);
+    targets_on_host_ = Kokkos::create_mirror_view(targets_);
+  }
+
+  // Sample i is the window data.features[i, 0 .. seq]: bytes 0 .. seq-1 in, 1 .. seq targets.
+  void load(const Dataset& data, const std::vector<std::int64_t>& indices) override {
+    fsdp::require(static_cast<std::int64_t>(indices.size()) <= capacity_,
+                  "fsdp-train: batch larger than the activation buffers");
+    const std::int64_t t = shape_.seq;
+    for (std::size_t s = 0; s < indices.size(); ++s) {
+      const double* window = &data.features[static_cast<std::size_t>(indices[s] * data.dim)];
+      for (std::int64_t j = 0; j < t; ++j) {
+        const auto r = static_cast<std::size_t>(static_cast<std::int64_t>(s) * t + j);
+        tokens_on_host_(r) = static_cast<std::int64_t>(window[j]);
+        targets_on_host_(r) = static_cast<std::int64_t>(window[j + 1]);
+      }
+    }
+    const std::pair<std::size_t, std::size_t> rows(0, indices.size() * static_cast<std::size_t>(t));
+    Kokkos::deep_copy(Kokkos::subview(tokens_, rows), Kokkos::subview(tokens_on_host_, rows));
+    Kokkos::deep_copy(Kokkos::subview(targets_, rows), Kokkos::subview(targets_on_host_, rows));
+  }
+
+  fsdp_models::LossSums train(fsdp::Runtime<T>& runtime, std::int64_t samples,
+                              double loss_scale) override {
+    const std::int64_t t = shape_.seq, rows = samples * t;
+    forward(runtime, samples);
+    const fsdp_models::LossSums sums = fsdp_models::softmax_cross_entropy<T>(
+        logits_, targets_, rows, &d_logits_, rows, loss_scale);
+    {
+      auto scope = runtime.backward(Shape::head_unit());
+      fsdp_models::head_backward(shape_, full(scope), grad(scope), scope.full("wte.weight"),
+                                 scope.grad("wte.weight"), stream_.back(), head_cache_, work_,
+                                 d_logits_, dx_, samples, t);
+      scope.close();
+    }
+    for (std::int64_t l = shape_.layers; l-- > 0;) {
+      auto scope = runtime.backward(Shape::block_unit(l));
+      const auto layer = static_cast<std::size_t>(l);
+      if (checkpointing()) {
+        // The block's forward again, inside its backward scope, on the input kept from the
+        // forward pass: its parameters are gathered once for both.
+        fsdp_models::block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1],
+                                   caches_[0], work_, samples, t);
+      }
+      fsdp_models::block_backward(shape_, l, full(scope), grad(scope), stream_[layer], cache(l),
+                                  work_, dx_, dx_, samples, t);
+      scope.close();
+    }
+    {
+      auto scope = runtime.backward(Shape::embed_unit());
+      fsdp_models::embed_backward<T>(shape_, grad(scope), tokens_, dx_, samples, t);
+      scope.close();
+    }
+    return sums;
+  }
+
+  fsdp_models::LossSums evaluate(fsdp::Runtime<T>& runtime, std::int64_t samples) override {
+    forward(runtime, samples);
+    return fsdp_models::softmax_cross_entropy<T>(logits_, targets_, samples * shape_.seq, nullptr,
+                                                 1);
+  }
+
+  std::int64_t activation_bytes() const override {
+    std::int64_t bytes =
+        bytes_of(tokens_, targets_, logits_, d_logits_, dx_, head_cache_.ln, head_cache_.mean,
+                 head_cache_.rstd, work_.q, work_.k, work_.v, work_.y, work_.dq, work_.dk, work_.dv,
+                 work_.d_attention, work_.d_hidden, work_.d_qkv, work_.d_fc);
+    for (const Matrix& x : stream_) {
+      bytes += bytes_of(x);
+    }
+    for (const auto& c : caches_) {
+      bytes += bytes_of(c.ln1, c.ln1_mean, c.ln1_rstd, c.qkv, c.attention, c.attention_out,
+                        c.x_attention, c.ln2, c.ln2_mean, c.ln2_rstd, c.fc, c.gelu);
+    }
+    return bytes;
+  }
+
+ private:
+  template <class... Views>
+  static std::int64_t bytes_of(const Views&... views) {
+    return (std::int64_t{0} + ... +
+            static_cast<std::int64_t>(views.span() * sizeof(typename Views::value_type)));
+  }
+  template <class Scope>
+  static auto full(Scope& scope) {
+    return [&scope](const std::string& name) { return scope.full(name); };
+  }
+  template <class Scope>
+  static auto grad(Scope& scope) {
+    return [&scope](const std::string& name) { return scope.grad(name); };
+  }
+  bool checkpointing() const { return caches_.size() == 1 && shape_.layers > 1; }
+  fsdp_models::GptBlockCache<T>& cache(std::int64_t layer) {
+    return caches_[caches_.size() == 1 ? 0 : static_cast<std::size_t>(layer)];
+  }
+
+  void forward(fsdp::Runtime<T>& runtime, std::int64_t samples) {
+    const std::int64_t t = shape_.seq;
+    {
+      auto scope = runtime.forward(Shape::embed_unit());
+      fsdp_models::embed_forward<T>(shape_, full(scope), tokens_, samples, t, stream_[0]);
+      scope.close();
+    }
+    for (std::int64_t l = 0; l < shape_.layers; ++l) {
+      auto scope = runtime.forward(Shape::block_unit(l));
+      const auto layer = static_cast<std::size_t>(l);
+      fsdp_models::block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1],
+                                 cache(l), work_, samples, t);
+      scope.close();
+    }
+    auto scope = runtime.forward(Shape::head_unit());
+    fsdp_models::head_forward(shape_, full(scope), scope.full("wte.weight"), stream_.back(),
+                              logits_, head_cache_, samples, t);
+    scope.close();
+  }
+
+  Shape shape_;
+  std::int64_t capacity_;  // samples
+  std::int64_t rows_;      // positions: capacity_ * seq
+  fsdp_models::Labels tokens_, targets_;
+  typename fsdp_models::Labels::HostMirror tokens_on_host_, targets_on_host_;
+  std::vector<Matrix> stream_;  // the residual stream: [0] embed's output, [l + 1] block l's
+  std::vector<fsdp_models::GptBlockCache<T>> caches_;
+  fsdp_models::GptHeadCache<T> head_cache_;
+  fsdp_models::GptWorkspace<T> work_;
+  Matrix logits_, d_logits_, dx_;
+};
+
+template <class T>
+class TrainedGpt : public TrainedModel<T> {
+ public:
+  TrainedGpt(fsdp_models::GptShape shape, bool checkpointing)
+      : shape_(shape), checkpointing_(checkpointing) {}
+
+  std::vector<fsdp::ParameterInfo> parameters(fsdp::DType dtype) const override {
+    return shape_.parameters(dtype);
+  }
+  std::vector<std::string> order() const override {
+    std::vector<std::string> units{fsdp_models::GptShape::embed_unit()};
+    for (std::int64_t l = 0; l < shape_.layers; ++l) {
+      units.push_back(fsdp_models::GptShape::block_unit(l));
+    }
+    units.push_back(fsdp_models::GptShape::head_unit());
+    return units;
+  }
+  std::map<std::string, std::set<std::string>> tied_parameters() const override {
+    return {{"wte.weight", {fsdp_models::GptShape::head_unit()}}};
+  }
+  // GPT-2's initialisation: weights and embeddings normal with standard deviation 0.02, the two
+  // projections into the residual stream (attn.c_proj, mlp.c_proj) 0.02 / sqrt(2 layers), biases
+  // 0, LayerNorm weights 1. The normal deviates are sums of four hashed uniforms (mean 2,
+  // variance 1/3), scaled: the same values on every rank and backend.
+  void initialize(fsdp::ShardedModel<T>& model, std::uint64_t seed) const override {
+    const fsdp::ExecutionSpace space;
+    const std::vector<fsdp::ParameterInfo> list = shape_.parameters(fsdp::dtype_of<T>());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string& name = list[i].name;
+      const auto ends_with = [&](const std::string& end) {
+        return name.size() >= end.size() &&
+               name.compare(name.size() - end.size(), end.size(), end) == 0;
+      };
+      const bool layer_norm = name.find("ln_") != std::string::npos;
+      double constant = 0, deviation = 0.02;
+      if (ends_with(".bias")) {
+        deviation = 0;
+      } else if (layer_norm) {
+        constant = 1, deviation = 0;
+      } else if (ends_with("c_proj.weight")) {
+        deviation = 0.02 / std::sqrt(2.0 * static_cast<double>(shape_.layers));
+      }
+      const fsdp::ShardedParameter<T>& parameter = model.parameter(name);
+      const auto piece = parameter.shard();
+      static_assert(fsdp_models::kKernelFlatView<std::decay_t<decltype(piece)>, T>,
+                    "initialize writes the pieces in a kernel on fsdp::ExecutionSpace");
+      const std::int64_t first = parameter.shard_offset();
+      const std::uint64_t tag = 1000 + i;
+      Kokkos::parallel_for(
+          "fsdp_train::initialize_gpt", fsdp::device_range(space, 0, parameter.shard_size()),
+          KOKKOS_LAMBDA(const std::int64_t k) {
+            const auto element = static_cast<std::uint64_t>(first + k);
+            double sum = 0;
+            for (std::uint64_t draw = 0; draw < 4; ++draw) {
+              sum += hash_uniform(seed, tag, draw, element);
+            }
+            piece(k) = static_cast<T>(constant + deviation * (sum - 2.0) * 1.7320508075688772);
+          });
+    }
+    space.fence();
+  }
+  std::int64_t parameter_count() const override { return shape_.parameter_count(); }
+  std::int64_t positions_per_sample() const override { return shape_.seq; }
+  double flops_per_position() const override {
+    return static_cast<double>(shape_.flops_per_token());
+  }
+  std::string description() const override {
+    return "GPT-2 " + std::to_string(shape_.layers) + " layers, hidden " +
+           std::to_string(shape_.hidden) + ", " + std::to_string(shape_.heads) + " heads, seq " +
+           std::to_string(shape_.seq) + (checkpointing_ ? ", activation checkpointing" : "");
+  }
+  std::string position_name() const override { return "token"; }
+  std::unique_ptr<Batch<T>> make_batch(std::int64_t capacity) const override {
+    return std::make_unique<GptBatch<T>>(shape_, checkpointing_, capacity);
+  }
+
+ private:
+  fsdp_models::GptShape shape_;
+  bool checkpointing_;
+};
+
+}  // namespace fsdp_train

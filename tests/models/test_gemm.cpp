@@ -1,0 +1,162 @@
+// The models' GEMM layer (apps/models/gemm.hpp) against a plain triple loop, for every pair of
+// operand transpositions, both element types, row ranges of larger buffers and an empty inner
+// dimension; and the MLP layer built on it against the same loop.
+#include <Kokkos_Core.hpp>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "models/gemm.hpp"
+#include "models/mlp.hpp"
+
+namespace {
+
+using fsdp_models::gemm;
+using fsdp_models::Matrix;
+using fsdp_models::Op;
+
+template <class T>
+Matrix<T> random_matrix(const std::string& name, std::int64_t rows, std::int64_t columns,
+                        std::uint64_t seed) {
+  Matrix<T> m(name, rows, columns);
+  auto host = Kokkos::create_mirror_view(m);
+  std::mt19937_64 engine(seed);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < columns; ++c) {
+      host(r, c) = static_cast<T>(uniform(engine));
+    }
+  }
+  Kokkos::deep_copy(m, host);
+  return m;
+}
+
+// A host copy that does not alias m (create_mirror_view would return m itself on the host).
+template <class View>
+auto copy_of(const View& m) {
+  auto host = Kokkos::create_mirror(m);
+  Kokkos::deep_copy(host, m);
+  return host;
+}
+
+// The element (i, j) of op(m).
+template <class Host>
+double at(const Host& m, Op op, std::int64_t i, std::int64_t j) {
+  return op == Op::none ? static_cast<double>(m(i, j)) : static_cast<double>(m(j, i));
+}
+
+template <class T>
+void check_products(double tolerance) {
+  const std::int64_t m = 7, n = 5, k = 9;
+  for (Op op_a : {Op::none, Op::transpose}) {
+    for (Op op_b : {Op::none, Op::transpose}) {
+      const auto a =
+          op_a == Op::none ? random_matrix<T>("a", m, k, 1) : random_matrix<T>("a", k, m, 1);
+      const auto b =
+          op_b == Op::none ? random_matrix<T>("b", k, n, 2) : random_matrix<T>("b", n, k, 2);
+      // C is the first m rows of a taller buffer, as a shorter last batch is.
+      const auto c = random_matrix<T>("c", m + 3, n, 3);
+      const auto a_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
+      const auto b_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
+      const auto c_before = copy_of(c);
+      gemm(op_a, op_b, T(2), a, b, T(0.5), fsdp_models::leading_rows(c, m));
+      const auto c_after = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c);
+      for (std::int64_t i = 0; i < m; ++i) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (std::int64_t l = 0; l < k; ++l) {
+            sum += at(a_host, op_a, i, l) * at(b_host, op_b, l, j);
+          }
+          const double expected = 2 * sum + 0.5 * static_cast<double>(c_before(i, j));
+          BOOST_TEST(std::abs(static_cast<double>(c_after(i, j)) - expected) <= tolerance,
+                     "op_a " << int(op_a) << " op_b " << int(op_b) << " (" << i << ", " << j
+                             << "): " << c_after(i, j) << " != " << expected);
+        }
+      }
+      for (std::int64_t i = m; i < m + 3; ++i) {  // rows past the range are untouched
+        for (std::int64_t j = 0; j < n; ++j) {
+          BOOST_TEST(c_after(i, j) == c_before(i, j));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(gemm_matches_the_definition_for_every_transposition) {
+  check_products<double>(1e-12);
+  check_products<float>(1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_inner_dimension_scales_c_by_beta) {
+  const auto a = random_matrix<double>("a", 4, 0, 1);
+  const auto b = random_matrix<double>("b", 0, 3, 2);
+  const auto c = random_matrix<double>("c", 4, 3, 3);
+  const auto before = copy_of(c);
+  gemm(Op::none, Op::none, 1.0, a, b, 0.5, c);
+  const auto after = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      BOOST_TEST(after(i, j) == 0.5 * before(i, j));
+    }
+  }
+}
+
+// The MLP layer (weight [out, in], bias, ReLU) on its GEMMs against the loops it replaced.
+BOOST_AUTO_TEST_CASE(mlp_layer_forward_and_backward_match_the_definition) {
+  const std::int64_t rows = 6, in = 5, out = 4, capacity = 8;
+  const auto input = random_matrix<double>("in", capacity, in, 1);
+  const auto delta = random_matrix<double>("delta", capacity, out, 2);
+  const auto weight_matrix = random_matrix<double>("weight", out, in, 3);
+  const Kokkos::View<double*, fsdp::MemorySpace> weight(weight_matrix.data(), out * in);
+  Kokkos::View<double*, fsdp::MemorySpace> bias("bias", out);
+  Kokkos::deep_copy(bias, 0.25);
+  Kokkos::View<double*, fsdp::MemorySpace> weight_grad("weight_grad", out * in);
+  Kokkos::View<double*, fsdp::MemorySpace> bias_grad("bias_grad", out);
+  Kokkos::deep_copy(weight_grad, 1.0);  // backward adds to what is there
+  Matrix<double> output("out", capacity, out);
+  Matrix<double> delta_in("delta_in", capacity, in);
+  fsdp_models::layer_forward<double>(weight, bias, input, output, rows, true);
+  fsdp_models::layer_backward<double>(weight, weight_grad, bias_grad, input, delta, &delta_in,
+                                      rows);
+  const auto x = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), input);
+  const auto d = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), delta);
+  const auto w = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), weight_matrix);
+  const auto y = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), output);
+  const auto gw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), weight_grad);
+  const auto gb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bias_grad);
+  const auto dx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), delta_in);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t o = 0; o < out; ++o) {
+      double sum = 0.25;
+      for (std::int64_t i = 0; i < in; ++i) {
+        sum += x(r, i) * w(o, i);
+      }
+      BOOST_TEST(std::abs(y(r, o) - std::max(sum, 0.0)) <= 1e-12);
+    }
+    for (std::int64_t i = 0; i < in; ++i) {
+      double sum = 0;
+      for (std::int64_t o = 0; o < out; ++o) {
+        sum += d(r, o) * w(o, i);
+      }
+      BOOST_TEST(std::abs(dx(r, i) - (x(r, i) > 0 ? sum : 0.0)) <= 1e-12);
+    }
+  }
+  for (std::int64_t o = 0; o < out; ++o) {
+    double bias_sum = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      bias_sum += d(r, o);
+    }
+    BOOST_TEST(std::abs(gb(o) - bias_sum) <= 1e-12);
+    for (std::int64_t i = 0; i < in; ++i) {
+      double sum = 1.0;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        sum += d(r, o) * x(r, i);
+      }
+      BOOST_TEST(std::abs(gw(o * in + i) - sum) <= 1e-12);
+    }
+  }
+}
