@@ -235,6 +235,13 @@ class Run {
     local_batch_ = o.batch_size / ranks_;
     eval_first_ = data.eval.samples * rank_ / ranks_;
     eval_rows_ = data.eval.samples * (rank_ + 1) / ranks_ - eval_first_;
+    // The held-out slice is evaluated in passes of at most this many samples (about 4096
+    // positions, at least a local batch): a transformer's activations grow with positions times
+    // the sequence, and a whole slice in one pass took 616 MiB per rank for scripts/demo's model.
+    eval_chunk_ = std::max(local_batch_, 4096 / positions_);
+    // Every rank runs as many passes (each gathers every unit), the fullest slice's count.
+    eval_passes_ =
+        fsdp::ceil_div(fsdp::ceil_div(data.eval.samples, std::int64_t{ranks_}), eval_chunk_);
   }
 
   int run() {
@@ -290,7 +297,7 @@ class Run {
     std::vector<fsdp::DistributedSampler> mine{sampler};
     Schedule schedule(std::move(mine), local_batch_);
     const std::unique_ptr<Batch<T>> batch =
-        trained_->make_batch(std::max(local_batch_, data_.eval.samples / ranks_ + 1));
+        trained_->make_batch(std::max(local_batch_, std::min(eval_chunk_, eval_rows_)));
 
     fsdp::EstimateOptions estimate_options;
     estimate_options.optimizer = optimizer.kind();
@@ -563,14 +570,22 @@ class Run {
   // Accuracy and mean loss on the held-out split, per position: each rank takes a contiguous
   // slice, the sums are added over the ranks.
   Evaluation evaluate(fsdp::Runtime<T>& runtime, Batch<T>& batch) {
-    std::vector<std::int64_t> indices(static_cast<std::size_t>(eval_rows_));
-    for (std::int64_t i = 0; i < eval_rows_; ++i) {
-      indices[static_cast<std::size_t>(i)] = eval_first_ + i;
+    LossSums sums;
+    std::vector<std::int64_t> indices;
+    for (std::int64_t pass = 0; pass < eval_passes_; ++pass) {
+      indices.clear();
+      const std::int64_t first = std::min(pass * eval_chunk_, eval_rows_);
+      const std::int64_t end = std::min(first + eval_chunk_, eval_rows_);
+      for (std::int64_t i = first; i < end; ++i) {
+        indices.push_back(eval_first_ + i);
+      }
+      batch.load(data_.eval, indices);
+      // Every rank gathers every unit, even with no rows.
+      const LossSums part = batch.evaluate(runtime, end - first);
+      runtime.finish_step();  // an evaluation step: forward scopes only
+      sums.loss += part.loss;
+      sums.correct += part.correct;
     }
-    batch.load(data_.eval, indices);
-    // Every rank gathers every unit, even with no rows.
-    const LossSums sums = batch.evaluate(runtime, eval_rows_);
-    runtime.finish_step();  // an evaluation step: forward scopes only
     double totals[2] = {sums.correct, sums.loss};
     group_.all_reduce(totals, 2);
     const double positions =
@@ -830,6 +845,8 @@ class Run {
   std::int64_t local_batch_ = 1;
   std::int64_t eval_first_ = 0;
   std::int64_t eval_rows_ = 0;
+  std::int64_t eval_chunk_ = 1;   // samples per evaluation pass
+  std::int64_t eval_passes_ = 0;  // evaluation passes, the same on every rank
   std::int64_t unsharded_bytes_ = 0;
   std::uint64_t seed_ = 0;
 };
