@@ -302,11 +302,17 @@ class Run {
     fsdp::EstimateOptions estimate_options;
     estimate_options.optimizer = optimizer.kind();
     unsharded_bytes_ = fsdp::estimate(plan, estimate_options).unsharded_persistent_bytes;
-    // The peak that MFU is measured against: every rank's GEMM rate, measured at once (ranks that
-    // share a core share its rate) and summed.
+    // The peak that MFU is measured against. One rank: its best GEMM rate. Several: the rate of
+    // every rank's GEMMs at once, their flops over the wall time from a barrier before to one
+    // after (ranks that share a core share its rate).
+    fsdp_models::measure_gemm_rate<T>(1024, 0);  // warm-up: the BLAS's buffers, the caches
     fsdp_apps::barrier_without_spinning(group_);
-    peak_flops_ = fsdp_models::measure_gemm_rate<T>(1024, 3).flops_per_s;
-    group_.all_reduce(&peak_flops_, 1);
+    const double gemm_start = MPI_Wtime();
+    const fsdp_models::GemmRate rate = fsdp_models::measure_gemm_rate<T>(1024, 3, false);
+    fsdp_apps::barrier_without_spinning(group_);
+    double flops = rate.flops;
+    group_.all_reduce(&flops, 1);
+    peak_flops_ = ranks_ == 1 ? rate.flops_per_s : flops / (MPI_Wtime() - gemm_start);
     print_header(plan, schedule.steps(), batch->activation_bytes());
 
     Trained trained;
