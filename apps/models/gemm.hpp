@@ -67,7 +67,8 @@ void gemm(Op op_a, Op op_b, T alpha, const AView& a, const BView& b, T beta, con
   if (k == 0) {
     const MatrixRef<T> C(c.data(), c.extent(0), c.extent(1));
     Kokkos::parallel_for(
-        "fsdp_models::gemm_scale", Kokkos::RangePolicy<fsdp::ExecutionSpace>(0, C.extent(0)),
+        "fsdp_models::gemm_scale",
+        fsdp::device_range(fsdp::ExecutionSpace(), 0, static_cast<std::int64_t>(C.extent(0))),
         KOKKOS_LAMBDA(const std::size_t r) {
           for (std::size_t j = 0; j < C.extent(1); ++j) {
             C(r, j) = beta == T(0) ? T(0) : beta * C(r, j);

@@ -420,10 +420,14 @@ void softmax_backward(const fsdp::DeviceView<T>& probabilities, const fsdp::Devi
 // 0.5 (1 + tanh(u)) computed as the logistic 1 / (1 + exp(-2u)): equal in exact arithmetic, and
 // one exp costs a fraction of a tanh (glibc's tanhf goes through expm1f; GELU runs on 4C values
 // per row). exp(-2u) overflowing to inf for very negative x gives the right limit, 0.
+// GELU's tanh approximation: u = sqrt(2 / pi) (x + 0.044715 x^3).
+constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kGeluCubic = 0.044715;
+
 template <class T>
 KOKKOS_INLINE_FUNCTION T gelu_gate(T x) {
   namespace math = fsdp::device_math;
-  const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
+  const T u = T(kGeluScale) * (x + T(kGeluCubic) * x * x * x);
   return T(1) / (T(1) + math::exp(T(-2) * u));
 }
 
@@ -451,7 +455,7 @@ void gelu_backward(const Matrix<T>& in, const Matrix<T>& delta, std::int64_t row
         for (std::int64_t i = 0; i < columns; ++i) {
           const T x = in(r, i);
           const T g = gelu_gate(x);
-          const T du = T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * x * x);
+          const T du = T(kGeluScale) * (T(1) + T(3 * kGeluCubic) * x * x);
           delta(r, i) *= g + T(2) * x * g * (T(1) - g) * du;
         }
       });

@@ -337,16 +337,15 @@ ShardedParameter<T>* ShardedUnit<T>::find_parameter(const std::string& name) {
 
 template <class T>
 ShardedParameter<T>& ShardedUnit<T>::parameter(const std::string& name) {
-  auto it = index_.find(name);
-  if (it == index_.end()) {
-    std::vector<std::string> names;
-    for (const auto& p : parameters_) {
-      names.push_back(p.name());
-    }
-    throw Error(ErrorKind::unknown_name,
-                "unit '" + name_ + "' has no parameter '" + name + "'; it has " + join(names));
+  if (ShardedParameter<T>* found = find_parameter(name)) {
+    return *found;
   }
-  return parameters_[it->second];
+  std::vector<std::string> names;
+  for (const auto& p : parameters_) {
+    names.push_back(p.name());
+  }
+  throw Error(ErrorKind::unknown_name,
+              "unit '" + name_ + "' has no parameter '" + name + "'; it has " + join(names));
 }
 
 template <class T>
