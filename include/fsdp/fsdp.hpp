@@ -17,6 +17,7 @@
 // comm: process groups and their collectives, transports, device selection
 #include "fsdp/comm/backend.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/control_words.hpp"
 #include "fsdp/comm/collective_options.hpp"
 #include "fsdp/comm/configuration_agreement.hpp"
 #include "fsdp/comm/device_selection.hpp"

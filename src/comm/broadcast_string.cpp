@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "control_words.hpp"
+#include "fsdp/comm/control_words.hpp"
 
 namespace fsdp {
 
@@ -13,13 +13,13 @@ namespace fsdp {
 void broadcast_string(ProcessGroup& group, std::string& text, int root) {
   const bool sending = group.rank() == root;
   std::int64_t length = sending ? static_cast<std::int64_t>(text.size()) : 0;
-  detail::broadcast_words(group, &length, 1, root);
+  broadcast_words(group, &length, 1, root);
   const std::size_t bytes = static_cast<std::size_t>(length);
   std::vector<std::int64_t> words((bytes + 7) / 8, 0);
   if (sending && bytes > 0) {
     std::memcpy(words.data(), text.data(), bytes);
   }
-  detail::broadcast_words(group, words.data(), words.size(), root);
+  broadcast_words(group, words.data(), words.size(), root);
   if (!sending) {
     text.assign(reinterpret_cast<const char*>(words.data()), bytes);
   }

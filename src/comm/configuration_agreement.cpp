@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <optional>
 
-#include "control_words.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/control_words.hpp"
 #include "fsdp/comm/first_disagreement.hpp"
 #include "fsdp/core/error.hpp"
 #include "hash.hpp"
@@ -152,9 +152,9 @@ void require_same_configuration(const Configuration& configuration, ProcessGroup
   // (least h, ~greatest h). Over the shard group, then over the replicas, it covers the model.
   const std::int64_t hash = as_word(configuration.hash());
   std::int64_t range[2] = {hash, ~hash};
-  detail::all_reduce_words(group, range, 2, ReduceOp::min);
+  all_reduce_words(group, range, 2, ReduceOp::min);
   if (replicas != nullptr) {
-    detail::all_reduce_words(*replicas, range, 2, ReduceOp::min);
+    all_reduce_words(*replicas, range, 2, ReduceOp::min);
   }
   if (range[0] == ~range[1]) {
     return;

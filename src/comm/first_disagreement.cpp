@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "control_words.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/control_words.hpp"
 
 namespace fsdp {
 
@@ -22,7 +22,7 @@ std::optional<Disagreement> first_disagreement(ProcessGroup& group,
     const std::size_t index = std::min(mine->index, static_cast<std::size_t>(last_index));
     key = static_cast<std::int64_t>(index) * size + group.rank();
   }
-  detail::all_reduce_words(group, &key, 1, ReduceOp::min);
+  all_reduce_words(group, &key, 1, ReduceOp::min);
   if (key == none) {
     return std::nullopt;
   }

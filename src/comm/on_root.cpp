@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <exception>
 
-#include "control_words.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/control_words.hpp"
 #include "fsdp/core/error.hpp"
 
 namespace fsdp {
@@ -34,7 +34,7 @@ std::string on_root(ProcessGroup& group, const std::string& task,
       text = "an exception that is not a std::exception";
     }
   }
-  detail::broadcast_words(group, &failed, 1, root);
+  broadcast_words(group, &failed, 1, root);
   broadcast_string(group, text, root);
   if (failed != 0) {
     throw Error(static_cast<ErrorKind>(failed - 1),

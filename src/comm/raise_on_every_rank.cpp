@@ -3,8 +3,8 @@
 #include <climits>
 #include <cstdint>
 
-#include "control_words.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/control_words.hpp"
 #include "fsdp/core/error.hpp"
 
 namespace fsdp {
@@ -29,12 +29,12 @@ void raise_on_every_rank(ProcessGroup& group, const std::string& task,
     }
   }
   std::int64_t lowest = failure ? group.rank() : INT_MAX;
-  detail::all_reduce_words(group, &lowest, 1, ReduceOp::min);
+  all_reduce_words(group, &lowest, 1, ReduceOp::min);
   if (lowest == INT_MAX) {
     return;
   }
   const int failed = static_cast<int>(lowest);
-  detail::broadcast_words(group, &kind, 1, failed);
+  broadcast_words(group, &kind, 1, failed);
   broadcast_string(group, message, failed);
   throw Error(static_cast<ErrorKind>(kind),
               (group.size() > 1 ? "rank " + std::to_string(failed) + " " : std::string()) +

@@ -36,9 +36,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "../comm/control_words.hpp"
 #include "../core/json_input.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/control_words.hpp"
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/raise_on_every_rank.hpp"
 #include "fsdp/config.hpp"
@@ -559,8 +559,7 @@ Handle create_dataset(const hdf5::Checker& file, hid_t handle, const std::string
                 H5Dclose);
 }
 
-// The element sums of every tensor, each rank adding what it counts. MPI directly: the sum must
-// wrap modulo 2^64, which only an unsigned 64-bit MPI sum guarantees.
+// The element sums of every tensor, each rank adding what it counts; the sums wrap modulo 2^64.
 template <class T>
 std::vector<std::uint64_t> checksums(ProcessGroup& group, const std::vector<Piece<T>>& pieces) {
   std::vector<std::uint64_t> sums(pieces.size(), 0);
@@ -569,16 +568,7 @@ std::vector<std::uint64_t> checksums(ProcessGroup& group, const std::vector<Piec
       sums[i] = partial_checksum(pieces[i].view, pieces[i].first);
     }
   }
-  if (!sums.empty()) {
-    const int rc = MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()),
-                                 MPI_UINT64_T, MPI_SUM, group.mpi_comm());
-    if (rc != MPI_SUCCESS) {
-      throw Error(ErrorKind::communication,
-                  "MPI_Allreduce of checkpoint checksums failed with "
-                  "MPI error code " +
-                      std::to_string(rc));
-    }
-  }
+  all_reduce_wrapping_sums(group, sums.data(), sums.size());
   return sums;
 }
 
@@ -985,7 +975,7 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
     }
     return name;
   });
-  detail::broadcast_words(group, offsets.data(), offsets.size(), 0);
+  broadcast_words(group, offsets.data(), offsets.size(), 0);
 
   std::exception_ptr failure;
   try {

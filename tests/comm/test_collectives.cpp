@@ -14,6 +14,7 @@
 
 #include "device_kind_backend.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
+#include "fsdp/comm/control_words.hpp"
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/memory_space.hpp"
@@ -768,4 +769,20 @@ BOOST_AUTO_TEST_CASE(more_collectives_in_flight_than_checks) {
   for (std::size_t i = 0; i < kOperations; ++i) {
     BOOST_TEST(values[i] == n * static_cast<std::int64_t>(i) + n * (n - 1) / 2);
   }
+}
+
+// Checksums add modulo 2^64 (a checkpoint's element sums): every rank's 2^64 - 1 - rank and
+// 2^63 + rank wrap, whatever the number of ranks, and come out as the unsigned sum in C++.
+BOOST_AUTO_TEST_CASE(wrapping_sums_add_modulo_two_to_the_64) {
+  ProcessGroup group = world();
+  const auto rank = static_cast<std::uint64_t>(group.rank());
+  std::vector<std::uint64_t> sums = {~std::uint64_t{0} - rank, (std::uint64_t{1} << 63) + rank, 7};
+  all_reduce_wrapping_sums(group, sums.data(), sums.size());
+  std::vector<std::uint64_t> expected(3, 0);
+  for (std::uint64_t r = 0; r < static_cast<std::uint64_t>(group.size()); ++r) {
+    expected[0] += ~std::uint64_t{0} - r;
+    expected[1] += (std::uint64_t{1} << 63) + r;
+    expected[2] += 7;
+  }
+  BOOST_TEST(sums == expected, boost::test_tools::per_element());
 }
