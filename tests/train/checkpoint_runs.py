@@ -12,7 +12,8 @@
       checkpoint, which is unchanged, and a third run resumes from it and ends where an
       uninterrupted run ends.
 
-  checkpoint_runs.py tools --mpiexec M --train T --ckpt C --dir D [--format-1 F] -- <train args>
+  checkpoint_runs.py tools --mpiexec M --train T --ckpt C --dir D [--format-1 F] [--tensor NAME]
+                     -- <train args>
       fsdp-ckpt inspect (text and --json, on a file and on a directory), verify (a sound file,
       and a copy with one flipped byte, which must fail naming the tensor), h5dump -H on the
       file, export (compared
@@ -264,27 +265,27 @@ def tools(args):
         fail("inspect --json: step %s, world size %s, optimizer %s; expected 4, 2, adam" %
              (header["step"], header["world_size"], header["optimizer"]))
     text = tool(args, ["inspect", directory], 0).stdout
-    for expected in ("step 4, epoch 0", "optimizer adam after 4 steps", "model/layer1.weight"):
+    for expected in ("step 4, epoch 0", "optimizer adam after 4 steps", args.tensor):
         if expected not in text:
             fail("inspect does not print '%s'" % expected)
     tool(args, ["verify", directory], 0)
     # HDF5's own tools read it too, as they would any file.
     dump = subprocess.run(["h5dump", "-H", file], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=60)
-    if dump.returncode != 0 or 'DATASET "layer1.weight"' not in dump.stdout:
+    if dump.returncode != 0 or 'DATASET "%s"' % args.tensor.split("/")[-1] not in dump.stdout:
         fail("h5dump -H cannot read %s:\n%s" % (file, dump.stdout[-2000:]))
 
     damaged = os.path.join(args.dir, "damaged.h5")
     shutil.copyfile(file, damaged)
     with h5py.File(damaged, "r") as f:
-        offset = f["model/layer1.weight"].id.get_offset()
+        offset = f[args.tensor].id.get_offset()
     with open(damaged, "r+b") as f:
         f.seek(offset + 100)
         byte = f.read(1)
         f.seek(offset + 100)
         f.write(bytes([byte[0] ^ 0x01]))
     result = tool(args, ["verify", damaged], 1)
-    if "model/layer1.weight" not in result.stderr or "damaged" not in result.stderr:
+    if args.tensor not in result.stderr or "damaged" not in result.stderr:
         fail("verify of a damaged file does not name the damaged tensor")
 
     plain = os.path.join(args.dir, "plain.h5")
@@ -333,6 +334,8 @@ def main():
     parser.add_argument("mode", choices=["resume", "crash", "tools"])
     parser.add_argument("--ckpt")
     parser.add_argument("--format-1", help="a checkpoint of format version 1, for tools")
+    parser.add_argument("--tensor", default="model/layer1.weight",
+                        help="a tensor of the model, for tools (the one it damages)")
     parser.add_argument("--mpiexec", required=True)
     parser.add_argument("--train", required=True)
     parser.add_argument("--dir", required=True)
