@@ -447,6 +447,16 @@ class Run {
     summary["dtype"] = o_.dtype;
     summary["parameters"] = trained_->parameter_count();
     summary["peak_bytes_per_rank_max"] = max_over_ranks(model.memory().total_peak);
+    // Communication that compute waited for: the scopes' waits for their unit's gather, over
+    // training and evaluation, on the rank that waited longest (docs/train.md).
+    double waited_s = runtime.stats().wait_s;
+    group_.all_reduce(&waited_s, 1, fsdp::ReduceOp::max);
+    summary["gather_wait_seconds_max"] = waited_s;
+    double reduced_s = runtime.stats().reduce_s;
+    group_.all_reduce(&reduced_s, 1, fsdp::ReduceOp::max);
+    summary["reduce_seconds_max"] = reduced_s;
+    summary["scopes"] = runtime.stats().scopes;
+    summary["scopes_ready_on_entry"] = runtime.stats().ready_on_entry;
     const bool dropped =
         trained.epochs > 0 && trained.last_epoch["loss"].get<double>() < trained.first_step_loss;
     summary["loss_dropped"] = dropped;

@@ -342,7 +342,9 @@ void Runtime<T>::end_backward(const std::string& unit) {
     ++done_;
     // The next units' gathers go out before this unit's gradients, so that they overlap.
     prefetch();
+    const auto start = std::chrono::steady_clock::now();
     units_[index]->reduce_scatter_grads();
+    stats_.reduce_s += seconds_since(start);
     progress();
   });
 }

@@ -46,7 +46,8 @@ struct RuntimeStats {
   std::int64_t gathers = 0;         // gathers started
   std::int64_t prefetched = 0;      // of those, started ahead of their scope
   std::int64_t ready_on_entry = 0;  // scopes whose unit was gathered when they opened
-  double wait_s = 0.0;  // time scopes spent waiting for their unit: communication not hidden
+  double wait_s = 0.0;    // time scopes spent waiting for their unit: communication not hidden
+  double reduce_s = 0.0;  // time end_backward spent reducing gradients (none of it is hidden)
 };
 
 template <class T>
