@@ -31,6 +31,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <type_traits>
@@ -72,6 +73,26 @@ std::string model_tensor(const std::string& parameter) {
 }
 std::string state_tensor(const std::string& state, const std::string& parameter) {
   return std::string(kOptimizerGroup) + "/" + state + "/" + parameter;
+}
+
+// The one rule every reader of a checkpoint's tensors applies: a tensor's data is sound when the
+// file holds its checksum and the sum of the data read (tensor_checksum.hpp) is that checksum.
+bool checksum_matches(const CheckpointTensor& tensor, std::uint64_t sum) {
+  return tensor.has_checksum && tensor.checksum == sum;
+}
+
+// How a damaged tensor is named in messages.
+std::string damaged_text(const CheckpointTensor& tensor) {
+  return tensor.name + (tensor.has_checksum ? "" : " (no checksum)");
+}
+
+// The error of every reader that found damaged tensors; outcome says what the reader did not do
+// ("nothing was loaded"), empty for verify.
+Error damaged_error(const std::string& file, const std::vector<std::string>& damaged,
+                    const std::string& outcome) {
+  return Error(ErrorKind::io, file + " is damaged: the checksum of " + join(damaged, ", ") +
+                                  " does not match its data" +
+                                  (outcome.empty() ? std::string() : "; " + outcome));
 }
 
 // ---- files: create and open, serial or through MPI-IO ----
@@ -699,13 +720,15 @@ std::vector<std::string> differences(const std::vector<CheckpointTensor>& in_fil
 }
 
 // Reads every piece's elements into fresh Views (same order on every rank: the reads are
-// collective), checks the checksums, and only then copies them into the pieces. A read that
-// fails on one rank does not stop it from joining the others' collective reads: failures are
-// agreed on at the end.
+// collective), checks the checksums (checksummed: a checkpoint's tensors, each of which must
+// match its checksum; not: a plain file's, which have none), and only then copies them into the
+// pieces. A read that fails on one rank does not stop it from joining the others' collective
+// reads: failures are agreed on at the end.
 template <class T>
 void read_pieces(ProcessGroup& group, const std::string& path, const std::string& group_prefix,
                  std::vector<Piece<T>>& pieces, const std::vector<CheckpointTensor>& header_tensors,
-                 const std::function<std::string(const std::string&)>& file_name) {
+                 const std::function<std::string(const std::string&)>& file_name,
+                 bool checksummed) {
   const hdf5::Checker file(path, file_text(path));
   std::vector<DeviceView<T>> staged(pieces.size());
   std::exception_ptr failure;
@@ -754,18 +777,17 @@ void read_pieces(ProcessGroup& group, const std::string& path, const std::string
   }
   const std::vector<std::uint64_t> sums = checksums(group, staged_pieces);
   std::vector<std::string> damaged;
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
+  for (std::size_t i = 0; checksummed && i < pieces.size(); ++i) {
     const std::string name = file_name(pieces[i].tensor);
     const auto found = std::find_if(header_tensors.begin(), header_tensors.end(),
                                     [&](const CheckpointTensor& t) { return t.name == name; });
-    if (found != header_tensors.end() && found->has_checksum && found->checksum != sums[i]) {
-      damaged.push_back(name);
+    // (Every piece's tensor is in the header: the names were compared before any read.)
+    if (found != header_tensors.end() && !checksum_matches(*found, sums[i])) {
+      damaged.push_back(damaged_text(*found));
     }
   }
   if (!damaged.empty()) {
-    throw Error(ErrorKind::io, file_text(path) + " is damaged: the checksum of " +
-                                   join(damaged, ", ") +
-                                   " does not match its data; nothing was loaded");
+    throw damaged_error(file_text(path), damaged, "nothing was loaded");
   }
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].count > 0) {
@@ -1045,8 +1067,8 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
     return DeviceView<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::checkpoint_state"),
                          static_cast<std::size_t>(p.shard_size()));
   });
-  read_pieces<T>(group, path, "/", pieces, header.tensors,
-                 [](const std::string& name) { return name; });
+  read_pieces<T>(
+      group, path, "/", pieces, header.tensors, [](const std::string& name) { return name; }, true);
   // Every check passed: the new state goes into the parameters that had none.
   std::size_t i = model.plan().parameters().size();
   for (std::size_t k = 0; k < state_names.size(); ++k) {
@@ -1116,9 +1138,10 @@ void load_parameters(const std::string& path, ShardedModel<T>& model, const std:
       pieces_of(model, {}, [](ShardedParameter<T>&, std::size_t) { return DeviceView<T>(); });
   const std::string prefix =
       checkpoint ? std::string("/") + kModelGroup + "/" : (group == "/" ? "/" : group + "/");
-  read_pieces<T>(process_group, path, prefix, pieces, in_file, [](const std::string& name) {
-    return name.substr(std::string(kModelGroup).size() + 1);
-  });
+  read_pieces<T>(
+      process_group, path, prefix, pieces, in_file,
+      [](const std::string& name) { return name.substr(std::string(kModelGroup).size() + 1); },
+      checkpoint);
 }
 
 // ---- serial tools ----
@@ -1132,11 +1155,66 @@ CheckpointHeader read_checkpoint_header(const std::string& path) {
 
 namespace {
 
+// A checkpoint holds every tensor its own header lists: a model tensor for each parameter of its
+// plan, in the parameter's shape, and once its optimizer has stepped, that optimizer's state of
+// each parameter. Error (kind io) naming what is missing (a checkpoint whose model group was
+// emptied passed verify: every checksum of nothing matched).
+void require_listed_tensors(const hdf5::Checker& file, const CheckpointHeader& header) {
+  std::vector<std::string> states;
+  std::vector<ParameterInfo> parameters;
+  try {
+    parameters = plan_from_json(header.plan_json, file.file() + "'s plan").parameters();
+    if (!header.optimizer.empty() && header.optimizer_steps > 0) {
+      states = Optimizer<double>(header.optimizer, header.optimizer_settings).state_names();
+    }
+  } catch (const Error& error) {
+    throw Error(ErrorKind::io, file.file() +
+                                   " is damaged or not written by fsdp: its header does not say "
+                                   "which tensors it holds (" +
+                                   error.message() + ")");
+  }
+  std::map<std::string, const CheckpointTensor*> held;
+  for (const CheckpointTensor& tensor : header.tensors) {
+    held[tensor.name] = &tensor;
+  }
+  std::vector<std::string> missing;
+  for (std::size_t s = 0; s <= states.size(); ++s) {
+    for (const ParameterInfo& info : parameters) {
+      const std::string name =
+          s == 0 ? model_tensor(info.name) : state_tensor(states[s - 1], info.name);
+      const auto found = held.find(name);
+      if (found == held.end()) {
+        missing.push_back(name + " " + shape_text(info.shape));
+      } else if (found->second->shape != info.shape) {
+        missing.push_back(name + " " + shape_text(info.shape) + " (the file's has shape " +
+                          shape_text(found->second->shape) + ")");
+      }
+    }
+  }
+  if (!missing.empty()) {
+    throw Error(ErrorKind::io, file.file() + " is damaged: it lacks " +
+                                   std::to_string(missing.size()) +
+                                   " of the tensors its header "
+                                   "lists: " +
+                                   join(missing, ", "));
+  }
+}
+
 // Calls fn(file, tensor, host View of all its elements) for every tensor of header (read from the
-// open file) whose name starts with prefix, one at a time.
+// open file) whose name starts with prefix, one at a time, and only for tensors whose data matches
+// its checksum. The damaged ones are named at the end, in one Error (kind io) that says outcome;
+// then the file must hold every tensor its header lists (require_listed_tensors).
 template <class Fn>
 void for_each_tensor(const hdf5::Checker& file, hid_t handle, const CheckpointHeader& header,
-                     const std::string& prefix, Fn&& fn) {
+                     const std::string& prefix, const std::string& outcome, Fn&& fn) {
+  std::vector<std::string> damaged;
+  const auto if_sound = [&](const CheckpointTensor& tensor, const auto& values) {
+    if (checksum_matches(tensor, partial_checksum(values, 0))) {
+      fn(file, tensor, values);
+    } else {
+      damaged.push_back(damaged_text(tensor));
+    }
+  };
   for (const CheckpointTensor& tensor : header.tensors) {
     if (tensor.name.rfind(prefix, 0) != 0) {
       continue;
@@ -1161,45 +1239,40 @@ void for_each_tensor(const hdf5::Checker& file, hid_t handle, const CheckpointHe
       file.check_status(
           H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
           "H5Dread", what);
-      fn(file, tensor, values);
+      if_sound(tensor, values);
     } else if (tensor.dtype == "fp64") {
       Kokkos::View<double*, Kokkos::HostSpace> values("fsdp::checkpoint_tensor",
                                                       static_cast<std::size_t>(numel));
       file.check_status(
           H5Dread(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
           "H5Dread", what);
-      fn(file, tensor, values);
+      if_sound(tensor, values);
     } else {
       throw Error(ErrorKind::io, file.file() + ": " + what + " has dtype " + tensor.dtype +
                                      "; checkpoints hold fp32 and fp64 tensors");
     }
   }
+  if (!damaged.empty()) {
+    throw damaged_error(file.file(), damaged, outcome);
+  }
+  require_listed_tensors(file, header);
 }
 
 // The same for a checkpoint this fsdp reads, opened here.
 template <class Fn>
-void for_each_tensor(const std::string& path, const std::string& prefix, Fn&& fn) {
+void for_each_tensor(const std::string& path, const std::string& prefix, const std::string& outcome,
+                     Fn&& fn) {
   hdf5::QuietErrorStack quiet;
   const hdf5::Checker file(path, file_text(path));
   Handle handle = open_file(file, MPI_COMM_NULL);
   const CheckpointHeader header = read_header(file, handle.get());
-  for_each_tensor(file, handle.get(), header, prefix, std::forward<Fn>(fn));
+  for_each_tensor(file, handle.get(), header, prefix, outcome, std::forward<Fn>(fn));
 }
 
 }  // namespace
 
 void verify_checkpoint(const std::string& path) {
-  std::vector<std::string> damaged;
-  for_each_tensor(
-      path, "", [&](const hdf5::Checker&, const CheckpointTensor& tensor, const auto& values) {
-        if (!tensor.has_checksum || partial_checksum(values, 0) != tensor.checksum) {
-          damaged.push_back(tensor.name + (tensor.has_checksum ? "" : " (no checksum)"));
-        }
-      });
-  if (!damaged.empty()) {
-    throw Error(ErrorKind::io, file_text(path) + " is damaged: the checksum of " +
-                                   join(damaged, ", ") + " does not match its data");
-  }
+  for_each_tensor(path, "", "", [](const hdf5::Checker&, const CheckpointTensor&, const auto&) {});
 }
 
 void export_parameters(const std::string& checkpoint, const std::string& output) {
@@ -1209,7 +1282,7 @@ void export_parameters(const std::string& checkpoint, const std::string& output)
     const hdf5::Checker out(tmp, "file '" + tmp + "'");
     Handle handle = create_file(out);
     const std::string prefix = std::string(kModelGroup) + "/";
-    for_each_tensor(checkpoint, prefix,
+    for_each_tensor(checkpoint, prefix, "nothing was written",
                     [&](const hdf5::Checker&, const CheckpointTensor& tensor, const auto& values) {
                       using Element = typename std::decay_t<decltype(values)>::non_const_value_type;
                       const std::string name = tensor.name.substr(prefix.size());
@@ -1262,16 +1335,11 @@ CheckpointHeader upgrade_checkpoint(const std::string& old_path, const std::stri
     const hdf5::Checker out(tmp, file_text(tmp));
     Handle created = create_file(out);
     write_header(out, created.get(), header);
-    std::vector<std::string> damaged;
+    // Only data that matches its checksum is carried over (for_each_tensor): the new file's
+    // checksums vouch for it.
     for_each_tensor(
-        file, handle.get(), old, "",
+        file, handle.get(), old, "", "nothing was written",
         [&](const hdf5::Checker&, const CheckpointTensor& tensor, const auto& values) {
-          // Only data that matches its checksum is carried over: the new file's checksums would
-          // vouch for it.
-          if (!tensor.has_checksum || partial_checksum(values, 0) != tensor.checksum) {
-            damaged.push_back(tensor.name + (tensor.has_checksum ? "" : " (no checksum)"));
-            return;
-          }
           using Element = typename std::decay_t<decltype(values)>::non_const_value_type;
           const std::string what = "dataset " + tensor.name;
           Handle dataset =
@@ -1281,11 +1349,6 @@ CheckpointHeader upgrade_checkpoint(const std::string& old_path, const std::stri
                            "H5Dwrite", what);
           hdf5::write_attribute<std::uint64_t>(out, dataset.get(), "checksum", tensor.checksum);
         });
-    if (!damaged.empty()) {
-      throw Error(ErrorKind::io, file.file() + " is damaged: the checksum of " +
-                                     join(damaged, ", ") +
-                                     " does not match its data; nothing was written");
-    }
     out.check_status(H5Fflush(created.get(), H5F_SCOPE_GLOBAL), "H5Fflush", "the file");
     out.check_status(created.close(), "H5Fclose", "the file");
     publish_file(tmp, new_path);
