@@ -266,6 +266,16 @@ void refuse_variable_strings(const hdf5::Checker& file, hid_t root) {
   }
 }
 
+// A count of the header (steps taken, epochs begun) is never negative: a file that says so was
+// not written by fsdp (a resume from step -5 went on as if it had been).
+void require_count(const hdf5::Checker& file, const std::string& what, std::int64_t value) {
+  if (value < 0) {
+    throw Error(ErrorKind::io, file.file() + " has " + what + " " + std::to_string(value) +
+                                   ": a count of what training did, never negative; the file is "
+                                   "damaged or not written by fsdp");
+  }
+}
+
 CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle,
                              Strings strings = Strings::fixed) {
   Handle root = open_group(file, handle, "/");
@@ -313,6 +323,8 @@ CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle,
   header.library_version = text(root.get(), "library_version", kMostShortString);
   header.state.step = hdf5::read_attribute<std::int64_t>(file, root.get(), "step", kExpected);
   header.state.epoch = hdf5::read_attribute<std::int64_t>(file, root.get(), "epoch", kExpected);
+  require_count(file, "step", header.state.step);
+  require_count(file, "epoch", header.state.epoch);
   header.world_size = hdf5::read_attribute<std::int32_t>(file, root.get(), "world_size", kExpected);
   header.strategy = text(root.get(), "strategy", kMostStrategyName + 1);
   header.plan_json = text(root.get(), "plan", most_long);
@@ -373,6 +385,7 @@ CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle,
     s.beta2 = hdf5::read_attribute<double>(file, o, "beta2", kExpected);
     s.eps = hdf5::read_attribute<double>(file, o, "eps", kExpected);
     header.optimizer_steps = hdf5::read_attribute<std::int64_t>(file, o, "step", kExpected);
+    require_count(file, "optimizer step", header.optimizer_steps);
   }
   header.tensors = list_tensors(file, handle, kModelGroup, std::string(kModelGroup) + "/");
   if (!header.optimizer.empty()) {

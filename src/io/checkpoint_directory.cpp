@@ -1,6 +1,7 @@
 #include "fsdp/io/checkpoint_directory.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,7 +26,9 @@ bool ends_with(const std::string& text, const std::string& end) {
   return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
 }
 
-// The step of a checkpoint file name, or -1 for any other name.
+// The step of a checkpoint file name, or -1 for any other name: one whose step is not a number
+// of digits that fits a step (an int64) is not one fsdp wrote, and is left alone (a stray
+// "checkpoint-99999999999999999999.h5" made every save with a keep_last fail in std::stoll).
 std::int64_t step_of(const std::string& name) {
   const std::string prefix = kPrefix, suffix = kSuffix;
   if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
@@ -37,7 +40,9 @@ std::int64_t step_of(const std::string& name) {
   if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return -1;
   }
-  return std::stoll(digits);
+  std::int64_t step = -1;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  return error == std::errc() && end == digits.data() + digits.size() ? step : -1;
 }
 
 }  // namespace
