@@ -22,6 +22,7 @@
 #include "fsdp/comm/device_selection.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/io/hdf5_handle.hpp"
 #include "fsdp/shard/sharding_mode.hpp"
 #include "models/blas_runtime.hpp"
 #include "train.hpp"
@@ -90,6 +91,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fsdp-train: MPI_Comm_rank/MPI_Comm_size failed\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  // fsdp reports every HDF5 failure itself; libhdf5's own leak on a damaged file (--data,
+  // --init-from, --resume) must not print at exit after the clean error.
+  fsdp::hdf5::stop_error_printing_for_the_process();
   // One BLAS thread per rank: MPI runs a rank per core (OPENBLAS_NUM_THREADS overrides it).
   fsdp_models::limit_blas_threads(1);
 #if defined(KOKKOS_ENABLE_CUDA)

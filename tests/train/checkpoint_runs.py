@@ -15,9 +15,13 @@
   checkpoint_runs.py tools --mpiexec M --train T --ckpt C --dir D [--format-1 F] [--tensor NAME]
                      -- <train args>
       fsdp-ckpt inspect (text and --json, on a file and on a directory), verify (a sound file,
-      and a copy with one flipped byte, which must fail naming the tensor), h5dump -H on the
-      file, export (compared
-      with the checkpoint through h5py, then the start of a run with fsdp-train --init-from),
+      and a copy with one flipped byte, which must fail naming the tensor; one with its root
+      group's object header damaged, with no "infinite loop closing library" from HDF5 at exit), the same damaged copy refused by export (no file written) and by
+      fsdp-train --init-from, a copy whose model group was emptied refused by verify and export
+      (naming the tensors its header lists), a copy of step -5 refused by inspect and --resume,
+      h5dump -H on the file, export (compared
+      with the checkpoint through h5py, then the start of a run with fsdp-train --init-from,
+      whose --keep-last leaves a stray checkpoint-99999999999999999999.h5 alone),
       upgrade (a copy rewritten with variable-length strings as format version 1 stored them,
       which every reader refuses, fsdp-train --resume included, and which upgrades to a file of
       the same attributes and tensors, bit for bit, from which a resumed run ends where one
@@ -249,6 +253,73 @@ def upgrade(args, file, directory):
         tool(args, ["verify", written], 0)
 
 
+def hdf5_left_open(result):
+    """HDF5 prints this at exit when an object of a file was left open on an error path."""
+    if "infinite loop closing library" in result.stderr:
+        fail("HDF5 found objects left open at exit:\n" + result.stderr[-2000:])
+
+
+def damaged_readers(args, file, damaged):
+    """Nothing damaged is passed on: every reader of a checkpoint refuses a tensor that does not
+    match its checksum, naming it and the file, and a checkpoint that lacks tensors its header
+    lists, or says it took a negative number of steps."""
+    hdf5_left_open(tool(args, ["verify", damaged], 1))
+    # The root group's object header damaged: HDF5 cannot open "/", and libhdf5 1.10 leaks what it
+    # read; at exit it printed "infinite loop closing library" after the clean error.
+    header = os.path.join(args.dir, "damaged-header.h5")
+    shutil.copyfile(file, header)
+    with h5py.File(header, "r") as f:
+        root = h5py.h5o.get_info(f["/"].id).addr
+    with open(header, "r+b") as f:
+        f.seek(root + 8)
+        byte = f.read(1)
+        f.seek(root + 8)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    for arguments in (["verify", header], ["inspect", header]):
+        result = tool(args, arguments, 1)
+        if "H5Gopen2 failed for group /" not in result.stderr:
+            fail("fsdp-ckpt %s of a damaged root group does not say so" % arguments[0])
+        hdf5_left_open(result)
+    exported = os.path.join(args.dir, "exported-damaged.h5")
+    result = tool(args, ["export", damaged, exported], 1)
+    if "model/layer1.weight" not in result.stderr or damaged not in result.stderr:
+        fail("export of a damaged checkpoint does not name the damaged tensor and the file")
+    hdf5_left_open(result)
+    if os.path.exists(exported) or [n for n in os.listdir(args.dir) if n.endswith(".tmp")]:
+        fail("export of a damaged checkpoint left a file")
+    result = run(args, 2, ["--init-from", damaged, "--stop-after", "1"], expect_ok=False)
+    if result.returncode == 0 or "layer1.weight" not in result.stdout or \
+            "does not match its data" not in result.stdout:
+        fail("fsdp-train --init-from a damaged checkpoint did not refuse it naming the tensor")
+
+    # A checkpoint whose model group was emptied holds none of the tensors its plan lists.
+    emptied = os.path.join(args.dir, "emptied.h5")
+    shutil.copyfile(file, emptied)
+    with h5py.File(emptied, "r+") as f:
+        for name in list(f["model"]):
+            del f["model"][name]
+    for arguments in (["verify", emptied], ["export", emptied, exported]):
+        result = tool(args, arguments, 1)
+        if "lacks" not in result.stderr or "model/layer0.weight" not in result.stderr:
+            fail("fsdp-ckpt %s of a checkpoint without its model tensors does not name them" %
+                 arguments[0])
+
+    # Step -5: not a checkpoint fsdp wrote; --resume and inspect refuse it.
+    negative = os.path.join(args.dir, "negative-step")
+    shutil.rmtree(negative, ignore_errors=True)
+    os.makedirs(negative)
+    shutil.copyfile(file, os.path.join(negative, "checkpoint-00000004.h5"))
+    with open(os.path.join(negative, "latest"), "w") as f:
+        f.write("checkpoint-00000004.h5\n")
+    with h5py.File(os.path.join(negative, "checkpoint-00000004.h5"), "r+") as f:
+        f.attrs["step"] = np.int64(-5)
+    if "has step -5" not in tool(args, ["inspect", negative], 1).stderr:
+        fail("inspect of a checkpoint of step -5 does not refuse it")
+    result = run(args, 1, ["--checkpoint-dir", negative, "--resume"], expect_ok=False)
+    if result.returncode == 0 or "has step -5" not in result.stdout:
+        fail("fsdp-train --resume from a checkpoint of step -5 did not refuse it")
+
+
 def tools(args):
     import json
     shutil.rmtree(args.dir, ignore_errors=True)
@@ -287,6 +358,7 @@ def tools(args):
     result = tool(args, ["verify", damaged], 1)
     if args.tensor not in result.stderr or "damaged" not in result.stderr:
         fail("verify of a damaged file does not name the damaged tensor")
+    damaged_readers(args, file, damaged)
 
     plain = os.path.join(args.dir, "plain.h5")
     tool(args, ["export", directory, plain], 0)
@@ -299,8 +371,17 @@ def tools(args):
 
     # A new run starts from the exported parameters (--init-from): with lr 0 its first
     # checkpoint holds exactly them, on another number of ranks.
+    # A stray file named as no checkpoint fsdp writes (its step overflows an int64) is left alone
+    # by --keep-last (every save failed with "stoll").
     init = os.path.join(args.dir, "init")
-    run(args, 3, ["--init-from", plain, "--lr", "0", "--stop-after", "1", "--checkpoint-dir", init])
+    os.makedirs(init)
+    stray = os.path.join(init, "checkpoint-99999999999999999999.h5")
+    with open(stray, "w") as f:
+        f.write("not a checkpoint\n")
+    run(args, 3, ["--init-from", plain, "--lr", "0", "--stop-after", "1", "--checkpoint-dir", init,
+                  "--keep-last", "2"])
+    if not os.path.exists(stray):
+        fail("--keep-last removed %s, which is not a checkpoint" % stray)
     started = tensors(latest(init))
     if any(not np.array_equal(started["model/" + n], exported[n]) for n in exported):
         fail("a run with --init-from did not start from the exported parameters")
