@@ -297,6 +297,14 @@ class Run {
           resume(*checkpoints, model, optimizer, sampler, step_count, first_epoch, scaler);
         });
       }
+      if (first_epoch < o_.epochs) {
+        // A directory that takes no checkpoint (read-only, full) fails the run now, not at its
+        // first save after hours of training.
+        fsdp::CheckpointState state;
+        state.step = step_count;
+        on_every_rank(group_, "check --checkpoint-dir",
+                      [&] { checkpoints->require_room(model, &optimizer, state); });
+      }
     }
     seed_ = sampler.seed();
     std::vector<fsdp::DistributedSampler> mine{sampler};

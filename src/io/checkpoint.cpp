@@ -623,6 +623,38 @@ long long element_count(const std::vector<std::int64_t>& shape) {
   return numel;
 }
 
+// What a checkpoint's file takes: the header (header_bytes) and the elements of every parameter
+// and of each of its `states` optimizer states.
+template <class T>
+long long file_bytes_of(const CheckpointHeader& header, const ShardingPlan& plan,
+                        std::size_t states) {
+  const auto tensors_per_parameter = static_cast<long long>(1 + states);
+  long long bytes = header_bytes(header, plan.parameters().size() * (1 + states));
+  for (const ParameterInfo& info : plan.parameters()) {
+    bytes += element_count(info.shape) * static_cast<long long>(sizeof(T)) * tensors_per_parameter;
+  }
+  return bytes;
+}
+
+// The header save_checkpoint writes for the model, the optimizer (none when null) and state.
+template <class T>
+CheckpointHeader header_for(ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                            const CheckpointState& state) {
+  CheckpointHeader header;
+  header.format_version = kCheckpointFormatVersion;
+  header.library_version = FSDP_VERSION_STRING;
+  header.world_size = model.group().size();
+  header.strategy = model.plan().strategy();
+  header.plan_json = plan_to_json(model.plan());
+  header.state = state;
+  if (optimizer != nullptr) {
+    header.optimizer = optimizer->name();
+    header.optimizer_settings = optimizer->settings();
+    header.optimizer_steps = optimizer->step_count();
+  }
+  return header;
+}
+
 // Rank's crash point for the fault-injection test, or -1.
 int crash_rank() {
   const char* value = std::getenv("FSDP_CHECKPOINT_CRASH_RANK");
@@ -950,12 +982,7 @@ template <class T>
 void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
                          const Optimizer<T>* optimizer, const CheckpointState& state) {
   ProcessGroup& group = model.group();
-  CheckpointHeader header;
-  header.format_version = kCheckpointFormatVersion;
-  header.library_version = FSDP_VERSION_STRING;
-  header.world_size = group.size();
-  header.strategy = model.plan().strategy();
-  header.plan_json = plan_to_json(model.plan());
+  CheckpointHeader header = header_for(model, optimizer, CheckpointState());
   {
     // Rank 0's state is the one saved: every rank must write the same attributes.
     CheckpointHeader with_state;
@@ -965,13 +992,8 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
     header.state = header_from_json(Json::parse(text)).state;
   }
   std::vector<std::string> state_names;
-  if (optimizer != nullptr) {
-    header.optimizer = optimizer->name();
-    header.optimizer_settings = optimizer->settings();
-    header.optimizer_steps = optimizer->step_count();
-    if (header.optimizer_steps > 0) {
-      state_names = optimizer->state_names();
-    }
+  if (optimizer != nullptr && header.optimizer_steps > 0) {
+    state_names = optimizer->state_names();
   }
   check_strings(header, "save_checkpoint");
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
@@ -987,10 +1009,7 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
   });
   const std::vector<std::uint64_t> sums = checksums(group, pieces);
 
-  long long file_bytes = header_bytes(header, pieces.size());
-  for (const Piece<T>& piece : pieces) {
-    file_bytes += element_count(piece.shape) * static_cast<long long>(sizeof(T));
-  }
+  const long long file_bytes = file_bytes_of<T>(header, model.plan(), state_names.size());
   // Rank 0 alone creates the temporary (a name of its own beside path), checks that the file fits
   // and lays it out with serial HDF5: the header, every dataset with its checksum, and its place
   // in the file. Then every rank writes its own elements there with pwrite. No rank is ever
@@ -1030,6 +1049,13 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
     }
     throw;
   }
+}
+
+template <class T>
+long long checkpoint_file_bytes(ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                                const CheckpointState& state) {
+  return file_bytes_of<T>(header_for(model, optimizer, state), model.plan(),
+                          optimizer != nullptr ? optimizer->state_names().size() : 0);
 }
 
 // ---- load ----
@@ -1376,6 +1402,10 @@ template void save_checkpoint<float>(const std::string&, ShardedModel<float>&,
                                      const Optimizer<float>*, const CheckpointState&);
 template void save_checkpoint<double>(const std::string&, ShardedModel<double>&,
                                       const Optimizer<double>*, const CheckpointState&);
+template long long checkpoint_file_bytes<float>(ShardedModel<float>&, const Optimizer<float>*,
+                                                const CheckpointState&);
+template long long checkpoint_file_bytes<double>(ShardedModel<double>&, const Optimizer<double>*,
+                                                 const CheckpointState&);
 template CheckpointHeader load_checkpoint<float>(const std::string&, ShardedModel<float>&,
                                                  Optimizer<float>*);
 template CheckpointHeader load_checkpoint<double>(const std::string&, ShardedModel<double>&,

@@ -136,6 +136,29 @@ std::string CheckpointDirectory::latest() {
 }
 
 template <class T>
+void CheckpointDirectory::require_room(ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                                       const CheckpointState& state) {
+  require(model.group().size() == group_.size() && model.group().rank() == group_.rank(),
+          "CheckpointDirectory::require_room: the model is sharded over another group than the "
+          "directory's");
+  const long long bytes = checkpoint_file_bytes(model, optimizer, state);
+  on_root(group_, "check that checkpoint directory '" + path_ + "' takes a checkpoint", [&] {
+    // A name of the leftover temporaries the constructor removes, should this process die here.
+    const std::string probe = temporary_beside(file_for_step(state.step));
+    try {
+      require_space(probe, bytes);
+    } catch (...) {
+      std::remove(probe.c_str());
+      throw;
+    }
+    if (std::remove(probe.c_str()) != 0) {
+      throw Error(ErrorKind::io, "cannot remove '" + probe + "' after checking the room there");
+    }
+    return std::string();
+  });
+}
+
+template <class T>
 std::string CheckpointDirectory::save(ShardedModel<T>& model, const Optimizer<T>* optimizer,
                                       const CheckpointState& state) {
   require(model.group().size() == group_.size() && model.group().rank() == group_.rank(),
@@ -179,6 +202,12 @@ std::string CheckpointDirectory::save(ShardedModel<T>& model, const Optimizer<T>
   return file;
 }
 
+template void CheckpointDirectory::require_room<float>(ShardedModel<float>&,
+                                                       const Optimizer<float>*,
+                                                       const CheckpointState&);
+template void CheckpointDirectory::require_room<double>(ShardedModel<double>&,
+                                                        const Optimizer<double>*,
+                                                        const CheckpointState&);
 template std::string CheckpointDirectory::save<float>(ShardedModel<float>&, const Optimizer<float>*,
                                                       const CheckpointState&);
 template std::string CheckpointDirectory::save<double>(ShardedModel<double>&,

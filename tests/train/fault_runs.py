@@ -14,8 +14,10 @@
       Outputs written to a file system that fills up (a 150 KiB tmpfs mounted on D; needs root,
       skipped with exit code 77 where mount is refused): a checkpoint that no longer fits is an
       error on every rank (exit 1, "not enough space") and "latest" still names the previous,
-      complete checkpoint; --write-data and fsdp-solve --write-graph fail and leave the old file
-      as it was. No temporary file is left behind, and nothing hangs.
+      complete checkpoint; a resumed run that would need room for another checkpoint, or whose
+      file system is remounted read-only, fails before its first step; --write-data and
+      fsdp-solve --write-graph fail and leave the old file as it was. No temporary file is left
+      behind, and nothing hangs.
 
   fault_runs.py write-fails --mpiexec M --train T --dir D
       A write of a checkpoint fails on one rank only, after the space check passed, as when
@@ -168,6 +170,29 @@ def full_disk(args):
         no_temporaries(checkpoints)
         run([args.mpiexec, "-n", "2", args.train, "--samples", "2048", "--epochs", "1",
              "--checkpoint-dir", checkpoints, "--resume"])
+
+        # A run that would train and then find no room for its checkpoint, or a directory it
+        # cannot write (the file system remounted read-only: as root, permission bits would not
+        # stop a write), fails before its first step, naming the check (it trained every epoch
+        # and failed at the final save before).
+        more = [args.mpiexec, "-n", "2", args.train, "--samples", "2048", "--epochs", "3",
+                "--checkpoint-dir", checkpoints, "--resume"]
+        result = run(more, expect_ok=False)
+        if result.returncode != 1 or "takes a checkpoint: not enough space" not in result.stdout:
+            fail("a resumed run with no room for a checkpoint did not fail before training")
+        if subprocess.run(["mount", "-o", "remount,ro", args.dir]).returncode:
+            fail("cannot remount %s read-only" % args.dir)
+        try:
+            result = run(more, expect_ok=False)
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", args.dir], check=True)
+        if result.returncode != 1 or "takes a checkpoint" not in result.stdout or \
+                "Read-only file system" not in result.stdout:
+            fail("a resumed run in a read-only directory did not fail before training")
+        with open(os.path.join(checkpoints, "latest")) as f:
+            if f.read().strip() != latest:
+                fail("latest changed")
+        no_temporaries(checkpoints)
 
         # Outputs of one rank: the old file stays as it was.
         os.remove(os.path.join(checkpoints, latest))

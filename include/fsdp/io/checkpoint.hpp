@@ -68,6 +68,13 @@ template <class T>
 void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Optimizer<T>* optimizer,
                      const CheckpointState& state);
 
+// Serial: the bytes save_checkpoint makes sure there is room for before it writes a checkpoint of
+// this model, the optimizer (none when null) with the state it keeps once it has stepped (even
+// before its first step), and state.
+template <class T>
+long long checkpoint_file_bytes(ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                                const CheckpointState& state);
+
 // Collective over model.group(). Loads a checkpoint written at any world size with any strategy:
 // each rank reads only the elements of its pieces. With an optimizer, its state and step count
 // are loaded too (the file must hold the same rule; a file saved before the first step leaves the
@@ -123,6 +130,12 @@ extern template void save_checkpoint<float>(const std::string&, ShardedModel<flo
                                             const Optimizer<float>*, const CheckpointState&);
 extern template void save_checkpoint<double>(const std::string&, ShardedModel<double>&,
                                              const Optimizer<double>*, const CheckpointState&);
+extern template long long checkpoint_file_bytes<float>(ShardedModel<float>&,
+                                                       const Optimizer<float>*,
+                                                       const CheckpointState&);
+extern template long long checkpoint_file_bytes<double>(ShardedModel<double>&,
+                                                        const Optimizer<double>*,
+                                                        const CheckpointState&);
 extern template CheckpointHeader load_checkpoint<float>(const std::string&, ShardedModel<float>&,
                                                         Optimizer<float>*);
 extern template CheckpointHeader load_checkpoint<double>(const std::string&, ShardedModel<double>&,

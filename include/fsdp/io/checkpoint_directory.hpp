@@ -43,6 +43,16 @@ class CheckpointDirectory {
   // Serial: every checkpoint file in the directory, oldest step first.
   std::vector<std::string> checkpoints() const;
 
+  // Collective over model.group() (the directory's group): checks now that a save of the model,
+  // the optimizer (with its state) and state could be written here, as save checks then (a
+  // temporary file created in the directory, room for checkpoint_file_bytes allocated in it, then
+  // removed), so that a run fails before its first step rather than at its first save. Error
+  // (kind io) on every rank naming the directory: it cannot be written (read-only, no
+  // permission), or the checkpoint does not fit (bytes needed and free).
+  template <class T>
+  void require_room(ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                    const CheckpointState& state);
+
   // Collective over model.group() (the directory's group): saves to file_for_step(state.step),
   // then points "latest" at it, then removes the oldest beyond keep_last. Returns the file.
   template <class T>
@@ -55,6 +65,12 @@ class CheckpointDirectory {
   int keep_last_;
 };
 
+extern template void CheckpointDirectory::require_room<float>(ShardedModel<float>&,
+                                                              const Optimizer<float>*,
+                                                              const CheckpointState&);
+extern template void CheckpointDirectory::require_room<double>(ShardedModel<double>&,
+                                                               const Optimizer<double>*,
+                                                               const CheckpointState&);
 extern template std::string CheckpointDirectory::save<float>(ShardedModel<float>&,
                                                              const Optimizer<float>*,
                                                              const CheckpointState&);
