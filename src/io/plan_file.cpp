@@ -47,7 +47,7 @@ using hdf5::QuietErrorStack;
 //   [12, 16) user block size (512)
 //   [16, 24) length of the whole file in bytes
 //   [24, 32) checksum of the whole file with these 8 bytes zero (file_checksum)
-constexpr std::size_t kUserBlock = 512;
+constexpr std::size_t kUserBlock = kPlanHdf5UserBlockBytes;
 constexpr char kMagic[8] = {'f', 's', 'd', 'p', 'p', 'l', 'a', 'n'};
 constexpr std::size_t kVersionAt = 8, kUserBlockAt = 12, kLengthAt = 16, kChecksumAt = 24;
 // The signature every HDF5 file starts with when it has no user block (a format 1 plan did).

@@ -1,6 +1,7 @@
 // Sharding plans in files: HDF5 (for programs, h5py and h5dump) and JSON (for people).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ inline constexpr int kPlanFormatVersion = 1;
 // Format of HDF5 plans: 2 (docs/plans.md), with fixed-length strings and a checksummed header in
 // the user block. Version 1 (variable-length strings, no checksum) is refused with what to do.
 inline constexpr int kPlanHdf5FormatVersion = 2;
+// The HDF5 user block of an HDF5 plan file, whose start holds fsdp's header: every HDF5 plan file
+// has at least these bytes.
+inline constexpr std::size_t kPlanHdf5UserBlockBytes = 512;
 
 // Serial: call on one process (rank 0). Writes a temporary of its own beside path and renames it
 // (temporary_beside, publish_file), so a failed write (a full disk) leaves path as it was and no
@@ -24,7 +28,8 @@ void save_plan_hdf5(const std::string& path, const ShardingPlan& plan);
 // checksum before HDF5 parses anything, then every size and type; a damaged file is an Error
 // (kind io) saying so, never a crash.
 ShardingPlan load_plan_hdf5(const std::string& path);
-// Sets the header of an HDF5 plan file's bytes (its first 512 bytes, the HDF5 user block) to
+// Sets the header of an HDF5 plan file's bytes (its first kPlanHdf5UserBlockBytes, the HDF5 user
+// block; Error for fewer bytes) to
 // match them: magic, format version, length and checksum. save_plan_hdf5 uses it; tests and fuzz
 // targets use it to reach the checks behind the checksum with bytes of their own.
 void seal_plan_hdf5_bytes(std::string& bytes);
