@@ -15,6 +15,7 @@
 #include <string>
 
 #include "../common/kokkos_session.hpp"
+#include "../common/not_input.hpp"
 #include "../common/output_written.hpp"
 #include "../common/plural.hpp"
 #include "../common/usage_exit.hpp"
@@ -214,9 +215,12 @@ int main(int argc, char** argv) {
       const std::size_t count = fsdp::read_checkpoint_header(file).tensors.size();
       std::printf("%s: %zu tensors, every checksum matches its data\n", file.c_str(), count);
     } else {
+      fsdp_apps::require_not_input(output, "OUTPUT", file, "CHECKPOINT");
       fsdp::export_parameters(file, output);
       std::printf("fsdp-ckpt: wrote the parameters of %s to %s\n", file.c_str(), output.c_str());
     }
+  } catch (const CLI::ParseError& error) {
+    return fsdp_apps::usage_exit(app, error, "fsdp-ckpt");
   } catch (const std::exception& error) {
     std::fflush(stdout);
     std::fprintf(stderr, "fsdp-ckpt: %s\n", fsdp::message_of(error).c_str());

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/not_input.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "fsdp/core/error.hpp"
@@ -455,6 +456,9 @@ int main(int argc, char** argv) {
                     "(or --plan FILE to estimate a saved plan)");
       fsdp::require(o.world_size >= 1, "give the number of ranks: --world-size N");
     }
+    fsdp_apps::require_not_input(o.output, "--output", o.model_path, "--model");
+    fsdp_apps::require_not_input(o.output, "--output", o.preset_config, "--preset-config");
+    fsdp_apps::require_not_input(o.output, "--output", o.plan_path, "--plan");
     return fsdp_apps::output_written("fsdp-plan", run(o));
   } catch (const CLI::ParseError& error) {
     return fsdp_apps::usage_exit(app, error, "fsdp-plan");

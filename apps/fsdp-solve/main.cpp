@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../common/mesh_options.hpp"
+#include "../common/not_input.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "fsdp/comm/on_root.hpp"
@@ -265,6 +266,8 @@ int main(int argc, char** argv) {
     } catch (const fsdp::Error& error) {
       throw CLI::ValidationError(fsdp::message_of(error));
     }
+    fsdp_apps::require_not_input(o.write_graph, "--write-graph", o.graph_path, "--graph");
+    fsdp_apps::require_not_input(o.emit_plan, "--emit-plan", o.graph_path, "--graph");
     fsdp::ProcessGroup group(MPI_COMM_WORLD);
     code = run(o, group);
   } catch (const CLI::ParseError& error) {

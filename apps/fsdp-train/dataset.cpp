@@ -7,9 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/regular_file.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
 #include "fsdp/io/hdf5_storage.hpp"
@@ -156,11 +156,7 @@ Dataset make_synthetic(const SyntheticOptions& o) {
 }
 
 Dataset read_hdf5(const std::string& path, const std::string& features, const std::string& labels) {
-  {
-    std::ifstream probe(path, std::ios::binary);
-    fsdp::require(static_cast<bool>(probe),
-                  "cannot open data file '" + path + "': no such file or not readable");
-  }
+  fsdp::require_regular_file(path, "data file");
   QuietErrorStack quiet;
   const fsdp::hdf5::Checker h5(path, "data file '" + path + "'");
   const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());

@@ -12,6 +12,7 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/half_conversion.hpp"
 #include "fsdp/core/memory_space.hpp"
+#include "fsdp/core/regular_file.hpp"
 #include "fsdp/core/text.hpp"
 
 // comm: process groups and their collectives, transports, device selection

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/regular_file.hpp"
 
 namespace fsdp {
 
@@ -60,11 +61,7 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   struct stat status {};
   require(::fstat(fd, &status) == 0,
           "cannot read " + what + " '" + path + "': " + std::strerror(errno), ErrorKind::io);
-  require(S_ISREG(status.st_mode),
-          what + " '" + path +
-              "' is not a regular file (a device, a FIFO or a directory); give "
-              "the path of a file",
-          ErrorKind::io);
+  require_regular_mode(status.st_mode, path, what);
   require(status.st_size <= kMostTextBytes,
           what + " '" + path + "' has " + std::to_string(status.st_size) +
               " bytes; text inputs are at most " + std::to_string(kMostTextBytes) + " bytes",

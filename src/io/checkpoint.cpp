@@ -44,6 +44,7 @@
 #include "fsdp/comm/raise_on_every_rank.hpp"
 #include "fsdp/config.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/regular_file.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
 #include "fsdp/io/hdf5_storage.hpp"
@@ -121,7 +122,10 @@ Handle create_file(const hdf5::Checker& file) {
                 H5Fclose);
 }
 
-Handle open_file(const hdf5::Checker& file, MPI_Comm comm) {
+// what: how a message names the file ("checkpoint", "HDF5 file").
+Handle open_file(const hdf5::Checker& file, MPI_Comm comm, const char* what = "checkpoint") {
+  // Looked at before HDF5 opens it: opening a FIFO blocks until a writer comes.
+  require_regular_file(file.path(), what);
   const htri_t is_hdf5 = H5Fis_hdf5(file.path().c_str());
   if (is_hdf5 <= 0) {
     throw Error(ErrorKind::io,
@@ -1140,7 +1144,7 @@ void load_parameters(const std::string& path, ShardedModel<T>& model, const std:
   const Json answer = Json::parse(on_root(process_group, "read '" + path + "'", [&] {
     hdf5::QuietErrorStack quiet;
     const hdf5::Checker file(path, "file '" + path + "'");
-    Handle handle = open_file(file, MPI_COMM_NULL);
+    Handle handle = open_file(file, MPI_COMM_NULL, "HDF5 file");
     Handle root = open_group(file, handle.get(), "/");
     CheckpointHeader header;
     const bool is_checkpoint = hdf5::has_attribute(file, root.get(), "format");
@@ -1315,6 +1319,7 @@ void verify_checkpoint(const std::string& path) {
 }
 
 void export_parameters(const std::string& checkpoint, const std::string& output) {
+  require_not_input(output, "export_parameters: the output", checkpoint, "the checkpoint");
   const std::string tmp = temporary_beside(output);
   try {
     hdf5::QuietErrorStack quiet;

@@ -10,6 +10,7 @@
 
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/regular_file.hpp"
 #include "fsdp/io/publish_file.hpp"
 
 namespace fsdp {
@@ -108,6 +109,11 @@ std::vector<std::string> CheckpointDirectory::checkpoints() const {
 
 std::string CheckpointDirectory::find_latest(const std::string& directory) {
   const fs::path pointer = fs::path(directory) / kLatest;
+  std::error_code error;
+  if (fs::exists(pointer, error)) {
+    // A FIFO would block the read below.
+    require_regular_file(pointer.string(), "checkpoint pointer");
+  }
   std::ifstream in(pointer);
   if (!in) {
     if (!fs::is_directory(directory)) {

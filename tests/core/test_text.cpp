@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "error_message.hpp"
 #include "fsdp/core/error.hpp"
@@ -28,11 +29,13 @@ BOOST_AUTO_TEST_CASE(text_inputs_are_regular_files_read_whole) {
 
   const std::string fifo = dir + "/fifo.json";
   BOOST_REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
-  for (const std::string& path : {std::string("/dev/zero"), fifo, dir}) {
+  const std::pair<std::string, std::string> refused[] = {
+      {"/dev/zero", "a character device"}, {fifo, "a FIFO"}, {dir, "a directory"}};
+  for (const auto& [path, kind] : refused) {
     BOOST_CHECK_EXCEPTION(read_text_file(path, "graph file"), Error,
-                          error_of(ErrorKind::io, "graph file '" + path +
-                                                      "' is not a regular file (a device, a FIFO "
-                                                      "or a directory); give the path of a file"));
+                          error_of(ErrorKind::io, "graph file '" + path + "' is " + kind +
+                                                      ", not a regular file; give the path of "
+                                                      "a regular file"));
   }
   BOOST_CHECK_EXCEPTION(read_text_file(dir + "/missing.json", "plan file"), Error,
                         error_of(ErrorKind::io, "cannot open plan file '" + dir +

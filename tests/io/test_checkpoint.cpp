@@ -558,8 +558,10 @@ BOOST_AUTO_TEST_CASE(files_that_are_not_checkpoints_say_so) {
     save_plan_hdf5(dir.file("plan.h5"), model.plan());
   }
   world().barrier();
-  BOOST_CHECK_EXCEPTION(load_checkpoint<double>(dir.file("missing.h5"), model, nullptr), Error,
-                        error_of(ErrorKind::io, "missing.h5' cannot be opened"));
+  BOOST_CHECK_EXCEPTION(
+      load_checkpoint<double>(dir.file("missing.h5"), model, nullptr), Error,
+      error_of(ErrorKind::io, "cannot open checkpoint '" + dir.file("missing.h5") +
+                                  "': No such file or directory"));
   BOOST_CHECK_EXCEPTION(load_checkpoint<double>(dir.file("text.h5"), model, nullptr), Error,
                         error_of(ErrorKind::io, "text.h5' is not an HDF5 file"));
   BOOST_CHECK_EXCEPTION(
@@ -856,6 +858,12 @@ BOOST_AUTO_TEST_CASE(no_temporary_is_left_and_exported_parameters_start_another_
     std::getline(std::ifstream(path + ".tmp"), text);
     BOOST_TEST(text == "the user's");
     export_parameters(path, dir.file("plain.h5"));
+    // Never over the checkpoint it reads, by any name.
+    BOOST_CHECK_EXCEPTION(export_parameters(path, dir.path + "/./c.h5"), Error,
+                          error_of(ErrorKind::usage, "export_parameters: the output '" + dir.path +
+                                                         "/./c.h5' is the same file as the "
+                                                         "checkpoint '" +
+                                                         path + "'"));
   }
   world().barrier();
   for (const std::string& name : kStrategies) {

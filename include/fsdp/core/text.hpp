@@ -24,9 +24,9 @@ std::string bytes_text(double bytes, int decimals = 2);
 // The largest text input fsdp reads (graph, model and plan JSON): 256 MiB.
 constexpr std::int64_t kMostTextBytes = std::int64_t{256} << 20;
 // The whole file as bytes: a regular file of at most kMostTextBytes (a device, a FIFO or a
-// directory is refused without reading or blocking). Throws fsdp::Error (kind io) "cannot open
-// <what> '<path>'", "... is not a regular file", "... has N bytes" or "cannot read ..." (what:
-// "plan file", "model description", "graph file", ...).
+// directory is refused without reading or blocking: require_regular_mode). Throws fsdp::Error
+// (kind io) "cannot open <what> '<path>'", "... is a FIFO, not a regular file", "... has N bytes"
+// or "cannot read ..." (what: "plan file", "model description", "graph file", ...).
 std::string read_text_file(const std::string& path, const std::string& what);
 
 }  // namespace fsdp

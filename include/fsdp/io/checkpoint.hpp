@@ -58,8 +58,9 @@ struct CheckpointHeader {
 // Collective over model.group(). Writes path as one HDF5 file through MPI-IO: each rank writes
 // only the elements it holds (the owner a whole parameter, rank 0 a replicated one), plus the
 // optimizer's state and settings when optimizer is not null, and state. The file is written
-// under path + ".tmp", flushed, closed, synced and only then renamed to path, so path is either
-// the previous file or the complete new one, never a half-written one. Rank 0's state is saved.
+// under a temporary beside path (temporary_beside: a link is followed, only a regular file is
+// replaced), synced and only then renamed to path (publish_file), so path is either the previous
+// file or the complete new one, never a half-written one. Rank 0's state is saved.
 // Every rank throws the same Error (kind io) when the file cannot be written.
 //
 // Fault injection for tests: when FSDP_CHECKPOINT_CRASH_RANK=r is set, rank r aborts (as a
@@ -122,8 +123,9 @@ CheckpointHeader upgrade_checkpoint(const std::string& old_path, const std::stri
                                     const std::function<void()>& reading_trusted = {});
 
 // Serial: the parameters of a checkpoint as a plain HDF5 file (one dataset per parameter, named
-// as the parameter, at the root), for other programs and for load_parameters. Written under
-// output + ".tmp" and renamed.
+// as the parameter, at the root), for other programs and for load_parameters. Written whole or not
+// at all (temporary_beside, publish_file). Error (kind usage) when output is the checkpoint's own
+// file (require_not_input).
 void export_parameters(const std::string& checkpoint, const std::string& output);
 
 extern template void save_checkpoint<float>(const std::string&, ShardedModel<float>&,
