@@ -70,6 +70,11 @@ std::vector<ParameterInfo> parameters_from_json(const std::string& text,
       std::string(source) +
           " must be a JSON object with a \"parameters\" array of "
           "{\"name\", \"shape\", \"dtype\", \"layer\"} objects");
+  for (const auto& item : document.items()) {
+    require(item.key() == "parameters", std::string(source) + ": unknown top-level field \"" +
+                                            item.key() +
+                                            "\"; a model description has only \"parameters\"");
+  }
   std::vector<ParameterInfo> parameters;
   std::size_t index = 0;
   for (const nlohmann::json& entry : document["parameters"]) {

@@ -166,6 +166,29 @@ ShardingPlan HybridSharding::make_plan(const std::vector<ParameterInfo>& paramet
     return std::any_of(patterns.begin(), patterns.end(),
                        [&](const std::string& pattern) { return glob_match(pattern, layer); });
   };
+  // A pattern that matches no layer is a typo or the wrong model: refused, with the layers.
+  std::vector<std::string> layers;
+  for (const ParameterInfo& parameter : parameters) {
+    if (std::find(layers.begin(), layers.end(), parameter.unit()) == layers.end()) {
+      layers.push_back(parameter.unit());
+    }
+  }
+  for (const auto& [list, option] :
+       {std::pair{&full_, "full-shard"}, {&layer_wise_, "layer-wise"}}) {
+    for (const std::string& pattern : *list) {
+      if (std::none_of(layers.begin(), layers.end(),
+                       [&](const std::string& layer) { return glob_match(pattern, layer); })) {
+        constexpr std::size_t kShown = 8;
+        std::vector<std::string> shown(layers.begin(),
+                                       layers.begin() + std::min(layers.size(), kShown));
+        throw Error(ErrorKind::usage,
+                    "hybrid: the " + std::string(option) + " pattern '" + pattern +
+                        "' matches no layer of the model; its " + std::to_string(layers.size()) +
+                        " layers are " + join(shown) + (layers.size() > kShown ? ", ..." : "") +
+                        " (a pattern matches a whole layer name: '*' any characters, '?' one)");
+      }
+    }
+  }
   std::vector<std::size_t> sharded, whole;
   for (std::size_t i = 0; i < parameters.size(); ++i) {
     if (parameters[i].always_gather) {

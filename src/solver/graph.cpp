@@ -195,7 +195,7 @@ Graph::Graph(const std::vector<NodeDecl>& decls) {
     }
     // Its work too: a node whose FLOPs overflow 64 bits is refused here (node_error).
     (void)op.flops(node, in);
-    if (!declared_shape.empty() && declared_shape != node.shape) {
+    if ((decl.shape_given || !declared_shape.empty()) && declared_shape != node.shape) {
       throw node_error(node.id, node.op,
                        "declared shape " + shape_text(declared_shape) +
                            " does not match the shape its inputs give, " + shape_text(node.shape));
@@ -225,6 +225,10 @@ Graph Graph::from_json(const std::string& text) {
     require(document.contains("nodes"),
             "graph JSON: expected {\"nodes\": [...]} or a list of nodes");
     list = &document["nodes"];
+    for (const auto& item : document.items()) {
+      require(item.key() == "nodes", "graph JSON: unknown top-level field \"" + item.key() +
+                                         "\"; a graph has only \"nodes\" (or is a list of nodes)");
+    }
   }
   require(list->is_array(), "graph JSON: \"nodes\" must be a list of node objects");
   static const std::set<std::string> known = {"id",    "op",        "inputs",   "shape",
@@ -253,6 +257,7 @@ Graph Graph::from_json(const std::string& text) {
       }
       if (item.contains("shape")) {
         decl.shape = json_integers<std::int64_t>(item["shape"], "\"shape\"");
+        decl.shape_given = true;
       }
       if (item.contains("dtype")) {
         decl.dtype = parse_dtype(item["dtype"].get<std::string>());

@@ -238,6 +238,12 @@ BOOST_AUTO_TEST_CASE(hybrid_places_by_pattern) {
   // 16*16*2 + 16 elements leave rank 2 lightest, so the largest whole layer (emb) goes there.
   const ShardingPlan three = hybrid.make_plan(model, 3);
   BOOST_TEST(three.placement("emb").owner_rank == 2);
+  // A pattern that matches no layer is refused, naming it and the layers (not full sharding).
+  BOOST_CHECK_EXCEPTION(HybridSharding({}, {"layers.*"}).make_plan(model, 2), Error,
+                        (MessageHas{{"layer-wise pattern 'layers.*'", "matches no layer",
+                                     "embeddings", "h.0", "lm_head"}}));
+  BOOST_CHECK_EXCEPTION(HybridSharding({"h.*", "blocks*"}, {"lm_head"}).make_plan(model, 2), Error,
+                        (MessageHas{{"full-shard pattern 'blocks*'", "matches no layer"}}));
 }
 
 BOOST_AUTO_TEST_CASE(factory_builds_strategies_by_name) {
@@ -413,6 +419,10 @@ BOOST_AUTO_TEST_CASE(model_description_json) {
   BOOST_CHECK_EXCEPTION(
       parameters_from_json(R"({"parameters": [{"name": "w", "shape": [4, 0]}]})", "m.json"), Error,
       (MessageHas{{"m.json", "'w'", "dimension 1 is 0"}}));
+  BOOST_CHECK_EXCEPTION(
+      parameters_from_json(R"({"parameters": [{"name": "w", "shape": [4]}], "layers": 2})",
+                           "m.json"),
+      Error, (MessageHas{{"m.json", "unknown top-level field \"layers\"", "\"parameters\""}}));
   BOOST_CHECK_EXCEPTION(parameters_from_json(R"({"parameters": []})", "m.json"), Error,
                         (MessageHas{{"m.json", "empty"}}));
   BOOST_CHECK_EXCEPTION(parameters_from_json(R"([1, 2])", "m.json"), Error,

@@ -438,6 +438,13 @@ BOOST_AUTO_TEST_CASE(malformed_graphs_name_the_node) {
   expect_error(parse(x + "," + w +
                      R"(, {"id": "y", "op": "matmul", "inputs": ["x", "w"], "shape": [4, 8]})"),
                {"'y'", "declared shape (4, 8)", "(4, 16)"});
+  // An empty declared shape is declared too (a scalar), and checked like any other.
+  expect_error(
+      parse(x + "," + w + R"(, {"id": "y", "op": "matmul", "inputs": ["x", "w"], "shape": []})"),
+      {"'y'", "declared shape ()", "(4, 16)"});
+  // Top-level fields other than "nodes" are refused, not ignored.
+  expect_error([&] { Graph::from_json("{\"nodes\": [" + x + "], \"node\": []}"); },
+               {"unknown top-level field \"node\"", "only \"nodes\""});
   expect_error(parse(x + R"(, {"id": "y", "op": "add", "inputs": ["x", "w"]},)" + w +
                      R"(, {"id": "z", "op": "add", "inputs": ["x", "y"]})"),
                {"'y'", "do not broadcast"});

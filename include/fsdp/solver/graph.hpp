@@ -37,6 +37,7 @@ struct NodeDecl {
   std::string op;  // "matmul", "gelu", "add", "reduce_sum", ... (see docs/solver.md)
   std::vector<std::string> inputs;
   std::vector<std::int64_t> shape;  // may be left empty for computed nodes: inferred
+  bool shape_given = false;         // shape was written, even as [] (a scalar): it is checked
   std::optional<DType> dtype;       // default: the first input's, or fp32
   std::vector<int> axes;            // reduce, softmax, layer_norm
   std::vector<int> permutation;     // transpose
