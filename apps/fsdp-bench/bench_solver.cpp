@@ -303,6 +303,7 @@ void add_solver(CLI::App& app, const CommonOptions& common) {
   CLI::App* sub = app.add_subcommand(
       "solver", "auto-sharding solve time on transformer stacks, and its optimality report");
   sub->add_option("--nodes", options->sizes, "approximate graph sizes (nodes)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{solver::kMostStackLayers} * 33))
       ->capture_default_str();
   sub->add_option("--repeats", options->repeats, "solves per size (median)")
       ->check(CLI::Range(1, 1 << 20))

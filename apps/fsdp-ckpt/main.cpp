@@ -19,6 +19,7 @@
 #include "../common/output_written.hpp"
 #include "../common/plural.hpp"
 #include "../common/usage_exit.hpp"
+#include "fsdp/core/checked_size.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/checkpoint.hpp"
@@ -28,7 +29,6 @@
 namespace {
 
 constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
 
 // A directory stands for the checkpoint its "latest" names.
 std::string resolve(const std::string& path) {
@@ -44,12 +44,9 @@ std::string resolve(const std::string& path) {
   return path;
 }
 
-std::int64_t elements(const std::vector<std::int64_t>& shape) {
-  std::int64_t n = 1;
-  for (std::int64_t extent : shape) {
-    n *= extent;
-  }
-  return n;
+// Reading the header checked every tensor's size (fsdp::checked_element_count).
+std::int64_t elements(const fsdp::CheckpointTensor& t) {
+  return fsdp::checked_element_count(t.shape, t.name, fsdp::ErrorKind::io);
 }
 
 nlohmann::json header_json(const std::string& file, const fsdp::CheckpointHeader& h) {
@@ -58,7 +55,7 @@ nlohmann::json header_json(const std::string& file, const fsdp::CheckpointHeader
     tensors.push_back({{"name", t.name},
                        {"shape", t.shape},
                        {"dtype", t.dtype},
-                       {"elements", elements(t.shape)},
+                       {"elements", elements(t)},
                        {"checksum", t.has_checksum ? nlohmann::json(t.checksum) : nullptr}});
   }
   nlohmann::json json = {{"file", file},
@@ -124,7 +121,9 @@ void print_header(const std::string& file, const fsdp::CheckpointHeader& h) {
     const std::string checksum = t.has_checksum ? std::to_string(t.checksum) : "none";
     std::printf("  %-44s %-16s %-5s %20s\n", t.name.c_str(), fsdp::shape_text(t.shape).c_str(),
                 t.dtype.c_str(), checksum.c_str());
-    total += elements(t.shape);
+    fsdp::require(!__builtin_add_overflow(total, elements(t), &total),
+                  "the checkpoint's tensors hold more than 2^63 - 1 elements in all",
+                  fsdp::ErrorKind::io);
   }
   std::printf("\n  %zu tensors, %lld elements\n", h.tensors.size(), static_cast<long long>(total));
 }
@@ -224,7 +223,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& error) {
     std::fflush(stdout);
     std::fprintf(stderr, "fsdp-ckpt: %s\n", fsdp::message_of(error).c_str());
-    return kExitError;
+    return fsdp_apps::kExitError;
   }
   return fsdp_apps::output_written("fsdp-ckpt", kExitOk);
 }

@@ -43,6 +43,7 @@
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/raise_on_every_rank.hpp"
 #include "fsdp/config.hpp"
+#include "fsdp/core/checked_size.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/regular_file.hpp"
 #include "fsdp/core/text.hpp"
@@ -189,7 +190,9 @@ std::vector<std::int64_t> dataset_shape(const hdf5::Checker& file, hid_t dataset
                                      ", more than any tensor's (2^63 - 1 at most)");
     }
   }
-  return std::vector<std::int64_t>(dims.begin(), dims.end());
+  std::vector<std::int64_t> shape(dims.begin(), dims.end());
+  checked_element_count(shape, file.file() + ": " + what, ErrorKind::io);
+  return shape;
 }
 
 // Every dataset below `group` of the open file, as tensors named prefix + its relative path.

@@ -109,7 +109,10 @@ Graph transformer_layer(const ModelShape& s) {
 
 Graph transformer_stack(const ModelShape& s, int layers) {
   check(s);
-  require(layers >= 1, "graph generator: layers must be at least 1");
+  require(layers >= 1 && layers <= kMostStackLayers,
+          "graph generator: layers must be from 1 to " + std::to_string(kMostStackLayers) +
+              " (the solver's memory grows with the graph's nodes, 33 per layer), got " +
+              std::to_string(layers));
   std::vector<NodeDecl> nodes;
   nodes.reserve(static_cast<std::size_t>(layers) * 33 + 2);
   Builder b(nodes, "", s);

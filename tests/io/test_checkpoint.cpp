@@ -814,6 +814,13 @@ BOOST_AUTO_TEST_CASE(declared_tensors_must_be_stored) {
   BOOST_CHECK_EXCEPTION(verify_checkpoint(path), Error,
                         error_of(ErrorKind::io, "dataset model/l1.w in checkpoint '" + path +
                                                     "' was not completely written"));
+  // A declared size whose element count overflows 64 bits is refused while the header is read
+  // (fsdp-ckpt inspect printed -9.2e18 elements, and UBSan saw the overflow).
+  declare({hsize_t{1} << 62, 4}, {1024, 4});
+  BOOST_CHECK_EXCEPTION(read_checkpoint_header(path), Error,
+                        error_of(ErrorKind::io,
+                                 "dataset model/l1.w has shape [4611686018427387904, "
+                                 "4]: more than 1152921504606846976 elements"));
 }
 
 BOOST_AUTO_TEST_CASE(saving_where_nothing_can_be_written_fails_on_every_rank) {

@@ -30,7 +30,13 @@ Graph mlp_block(const ModelShape& shape);
 // scores, scale, softmax, context, output projection, residual, layer norm, MLP, residual.
 Graph transformer_layer(const ModelShape& shape);
 
-// `layers` transformer layers one after the other (35 nodes for one, 33 more per layer).
+// The most layers transformer_stack builds (33,794 nodes), far beyond any real model's: the
+// graph and its solve grow with the nodes (fsdp-solve's simple solve of 4096 layers took 2.3 GiB
+// and 104 s; 100,000 layers ran past 6 GiB, and 2^31 - 1 would have asked for 14.7 TB).
+constexpr int kMostStackLayers = 1024;
+
+// `layers` transformer layers one after the other (35 nodes for one, 33 more per layer), from 1
+// to kMostStackLayers (else Error, kind usage).
 Graph transformer_stack(const ModelShape& shape, int layers);
 
 // The number of layers whose stack has about `nodes` nodes (at least 1).
