@@ -238,6 +238,10 @@ class Run {
     parameters_ = trained_->parameters(fsdp::dtype_of<T>());
     positions_ = trained_->positions_per_sample();
     local_batch_ = o.batch_size / ranks_;
+    // The most samples one step of one rank loads: a batch larger than the training split takes
+    // the whole split, and the buffers are sized for that (--batch-size 2^40 on 205 samples
+    // asked for 64 TiB).
+    step_rows_ = std::min(local_batch_, fsdp::ceil_div(data.train.samples, std::int64_t{ranks_}));
     eval_first_ = data.eval.samples * rank_ / ranks_;
     eval_rows_ = data.eval.samples * (rank_ + 1) / ranks_ - eval_first_;
     // The held-out slice is evaluated in passes of at most this many samples (about 4096
@@ -310,7 +314,7 @@ class Run {
     std::vector<fsdp::DistributedSampler> mine{sampler};
     Schedule schedule(std::move(mine), local_batch_);
     const std::unique_ptr<Batch<T>> batch =
-        trained_->make_batch(std::max(local_batch_, std::min(eval_chunk_, eval_rows_)));
+        trained_->make_batch(std::max(step_rows_, std::min(eval_chunk_, eval_rows_)));
 
     fsdp::EstimateOptions estimate_options;
     estimate_options.optimizer = optimizer.kind();
@@ -375,10 +379,24 @@ class Run {
                                               scaler ? &*scaler : nullptr);
         ++step_count;
         progress.step(step + 1);
+        // The step's loss over every rank: a non-finite one ends the run on every rank alike.
+        // (fp16 loss scaling skips steps whose 16-bit gradients overflow; the loss itself is
+        // computed in fp32, so a non-finite loss is divergence that no skipped step repairs.)
+        double global[2] = {step_sums.loss, static_cast<double>(rows * positions_)};
+        group_.all_reduce(global, 2);
+        if (!std::isfinite(global[0])) {
+          progress.clear();
+          char lr[32];
+          std::snprintf(lr, sizeof lr, "%g", o_.lr);
+          throw AgreedError("the loss of step " + std::to_string(step_count) + " (epoch " +
+                            std::to_string(epoch + 1) + ", step " + std::to_string(step + 1) +
+                            " of " + std::to_string(schedule.steps()) + ") is " +
+                            (std::isnan(global[0]) ? "NaN" : "infinite") +
+                            ": training diverged; lower --lr (" + lr +
+                            ") or clip the gradients (--clip)");
+        }
         if (first_step) {
-          double first[2] = {step_sums.loss, static_cast<double>(rows * positions_)};
-          group_.all_reduce(first, 2);
-          trained.first_step_loss = first[0] / first[1];
+          trained.first_step_loss = global[0] / global[1];
           first_step = false;
         }
         sums.loss += step_sums.loss;
@@ -652,7 +670,7 @@ class Run {
         every_rank.emplace_back(data_.train.samples, ranks_, r, sampler_options);
       }
       Schedule schedule(std::move(every_rank), local_batch_);
-      const std::unique_ptr<Batch<T>> batch = trained_->make_batch(o_.batch_size);
+      const std::unique_ptr<Batch<T>> batch = trained_->make_batch(step_rows_ * ranks_);
       std::vector<std::int64_t> indices;
       LossSums last_epoch;
       double last_epoch_samples = 0;
@@ -869,6 +887,7 @@ class Run {
   double peak_flops_ = 0;       // the GEMM rate of every rank together, measured at the start
   std::vector<fsdp::ParameterInfo> parameters_;
   std::int64_t local_batch_ = 1;
+  std::int64_t step_rows_ = 1;  // min(local batch, a rank's share of the training split)
   std::int64_t eval_first_ = 0;
   std::int64_t eval_rows_ = 0;
   std::int64_t eval_chunk_ = 1;   // samples per evaluation pass
