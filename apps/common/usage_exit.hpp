@@ -1,5 +1,9 @@
-// How every fsdp command-line tool ends on a command line it cannot parse: the usual conventions
-// (help on stdout and exit 0; a usage error on stderr, after the program's name, and exit 2).
+// How every fsdp command-line tool ends: the usual conventions. --help and --version print on
+// stdout and exit 0. A usage error (an unknown option, a missing argument, a bad option value)
+// goes to stderr after the program's name and exits 2: option values are checked while the
+// command line is parsed (CLI11 checks; parsed_by for the library's own parsers), so a value the
+// tool refuses is never reported as a runtime error. Anything that fails afterwards (a file, the
+// data, the machine) is a runtime error: exit 1. docs/user-guide.md states it for every tool.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,9 +12,29 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/core/error.hpp"
+
 namespace fsdp_apps {
 
-constexpr int kExitUsage = 2;
+constexpr int kExitError = 1;  // a runtime error
+constexpr int kExitUsage = 2;  // a usage error, bad option values included
+
+// A CLI11 check from one of the library's parsers of names (fsdp::parse_dtype,
+// fsdp::parse_sharding_mode, ...): a value the parser refuses (fsdp::Error) is a usage error, with
+// the parser's message saying what is accepted. `type` is the value's name in --help.
+template <class Parse>
+CLI::Validator parsed_by(Parse parse, const std::string& type) {
+  return CLI::Validator(
+      [parse](std::string& text) {
+        try {
+          (void)parse(text);
+          return std::string();
+        } catch (const fsdp::Error& error) {
+          return std::string(error.message());
+        }
+      },
+      type);
+}
 
 // A usage error on stderr: the program's name, what was wrong, where the options are listed.
 inline void print_usage_error(const char* program, const std::string& message) {

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       code = fsdp_apps::usage_exit(app, error, "fsdp-bench", rank == 0);
     } catch (const std::exception& error) {
       std::fprintf(stderr, "fsdp-bench: rank %d: %s\n", rank, error.what());
-      code = 1;
+      code = fsdp_apps::kExitError;
       failed_while_running = true;
     }
   }

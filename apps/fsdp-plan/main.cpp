@@ -340,8 +340,17 @@ int run(const Options& o) {
   } else {
     const auto parameters = model_parameters(o, model);
     fsdp::StrategyOptions strategy_options{o.full_shard_patterns, o.layer_wise_patterns};
-    const auto strategy = fsdp::make_strategy(o.strategy, strategy_options);
-    plan = std::make_unique<fsdp::ShardingPlan>(strategy->make_plan(parameters, o.world_size));
+    try {
+      const auto strategy = fsdp::make_strategy(o.strategy, strategy_options);
+      plan = std::make_unique<fsdp::ShardingPlan>(strategy->make_plan(parameters, o.world_size));
+    } catch (const fsdp::Error& error) {
+      // The model was read and checked above: what the strategy refuses is its options (hybrid
+      // without patterns, a pattern matching no layer, patterns for another strategy).
+      if (error.kind() != fsdp::ErrorKind::usage) {
+        throw;
+      }
+      throw CLI::ValidationError(error.message());
+    }
   }
   const fsdp::EstimateOptions estimate_options{
       fsdp::parse_optimizer(o.optimizer), fsdp::parse_precision(o.precision),
@@ -406,9 +415,17 @@ int main(int argc, char** argv) {
       app.add_option("--max-positions", o.max_positions, "preset (gpt2): position embeddings")
           ->check(CLI::Range(1, 1 << 30)));
   preset_overrides.push_back(
-      app.add_option("--dtype", o.dtype, "preset: parameter dtype (fp32, bf16, fp16, fp64)"));
+      app.add_option("--dtype", o.dtype, "preset: parameter dtype (fp32, bf16, fp16, fp64)")
+          ->check(fsdp_apps::parsed_by(fsdp::parse_dtype, "DTYPE")));
   auto* strategy =
-      app.add_option("--strategy", o.strategy, "full, layerwise or hybrid")->capture_default_str();
+      app.add_option("--strategy", o.strategy, "full, layerwise or hybrid")
+          ->check(fsdp_apps::parsed_by(
+              [](const std::string& name) {
+                // hybrid's patterns are checked with the plan; the name alone here
+                return fsdp::to_lower(name) == "hybrid" ? nullptr : fsdp::make_strategy(name);
+              },
+              "STRATEGY"))
+          ->capture_default_str();
   auto* world = app.add_option("--world-size,-n", o.world_size, "ranks to plan for")
                     ->check(CLI::Range(1, 1 << 30));
   app.add_option("--full-shard", o.full_shard_patterns,
@@ -416,10 +433,12 @@ int main(int argc, char** argv) {
   app.add_option("--layer-wise", o.layer_wise_patterns,
                  "hybrid: layer-name globs to place whole on one rank ('*' and '?')");
   app.add_option("--optimizer", o.optimizer, "sgd, sgd_momentum, adam or adamw")
+      ->check(fsdp_apps::parsed_by(fsdp::parse_optimizer, "OPTIMIZER"))
       ->capture_default_str();
   app.add_option("--precision", o.precision,
                  "fp32 (every tensor in the parameter's dtype) or mixed (16-bit params and "
                  "grads, fp32 master weights and states)")
+      ->check(fsdp_apps::parsed_by(fsdp::parse_precision, "PRECISION"))
       ->capture_default_str();
   app.add_option("--mode", o.mode,
                  "what stays in pieces: full_shard (ZeRO-3: parameters, gradients, optimizer "
@@ -427,16 +446,7 @@ int main(int argc, char** argv) {
                  "(ZeRO-1: optimizer state) or no_shard (nothing; DDP); also zero3..zero1, ddp. "
                  "Every mode is compared below the table (and under \"modes\" in --json)")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& name) {
-            try {
-              fsdp::parse_sharding_mode(name);
-              return std::string();
-            } catch (const fsdp::Error& error) {
-              return std::string(error.message());
-            }
-          },
-          "MODE"));
+      ->check(fsdp_apps::parsed_by(fsdp::parse_sharding_mode, "MODE"));
   app.add_option("--shard-group-size", o.shard_group_size,
                  "HSDP: shard within groups of this many ranks, the world size / G "
                  "groups holding copies (must divide the world size; default: the world size)")
@@ -451,10 +461,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     if (o.plan_path.empty()) {
-      fsdp::require(!o.model_path.empty() || !o.preset.empty() || !o.preset_config.empty(),
-                    "give the model: --model FILE, --preset gpt2|llama or --preset-config FILE "
-                    "(or --plan FILE to estimate a saved plan)");
-      fsdp::require(o.world_size >= 1, "give the number of ranks: --world-size N");
+      if (o.model_path.empty() && o.preset.empty() && o.preset_config.empty()) {
+        throw CLI::ValidationError(
+            "give the model: --model FILE, --preset gpt2|llama or --preset-config FILE (or "
+            "--plan FILE to estimate a saved plan)");
+      }
+      if (o.world_size < 1) {
+        throw CLI::ValidationError("give the number of ranks: --world-size N");
+      }
     }
     fsdp_apps::require_not_input(o.output, "--output", o.model_path, "--model");
     fsdp_apps::require_not_input(o.output, "--output", o.preset_config, "--preset-config");
@@ -464,6 +478,6 @@ int main(int argc, char** argv) {
     return fsdp_apps::usage_exit(app, error, "fsdp-plan");
   } catch (const std::exception& error) {
     std::fprintf(stderr, "fsdp-plan: %s\n", fsdp::message_of(error).c_str());
-    return 1;
+    return fsdp_apps::kExitError;
   }
 }

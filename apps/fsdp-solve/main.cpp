@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "../common/finite_number.hpp"
 #include "../common/mesh_options.hpp"
 #include "../common/not_input.hpp"
 #include "../common/output_written.hpp"
@@ -196,7 +197,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mlp", "transformer", "stack"}))
       ->excludes(graph_option);
   app.add_option("--layers", o.layers, "layers of --generate stack")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, fsdp::solver::kMostStackLayers))
       ->capture_default_str();
   app.add_option("--batch", o.shape.batch, "generator: batch size")->capture_default_str();
   app.add_option("--seq", o.shape.sequence, "generator: sequence length")->capture_default_str();
@@ -207,15 +208,18 @@ int main(int argc, char** argv) {
                "generator: pin parameters sharded on dim 0 as FSDP stores them (a weight used "
                "whole costs its all-gather)");
   app.add_option("--dtype", o.dtype, "generator: element type (fp32, bf16, fp16, fp64)")
+      ->check(fsdp_apps::parsed_by(fsdp::parse_dtype, "DTYPE"))
       ->capture_default_str();
   auto* devices_option =
       app.add_option("--devices,-n", o.machine.devices, "devices in the 1-D mesh")
+          ->check(CLI::Range(1, 1 << 30))
           ->capture_default_str();
   app.add_option("--mesh", o.mesh,
                  "the device mesh instead: 8 (1-D) or 2x4 (2 x 4 devices, device (i, j) being "
                  "rank 4i + j)")
       ->excludes(devices_option);
   app.add_option("--flops", o.machine.flops_per_s, "FLOP/s of one device (H100 dense bf16)")
+      ->check(fsdp_apps::positive_number())
       ->capture_default_str();
   app.add_option("--bandwidth", o.bandwidth,
                  "bytes/s a device sends in a ring step along a mesh axis (NVLink 4, one "
@@ -227,6 +231,7 @@ int main(int argc, char** argv) {
   app.add_option("--memory-bandwidth", o.machine.memory_bytes_per_s,
                  "bytes/s of a device's memory, which the optimizer step is bound by (H100 "
                  "HBM3)")
+      ->check(fsdp_apps::positive_number())
       ->capture_default_str();
   app.add_option("--step", o.step,
                  "what is planned: training (forward, backward, gradient synchronisation, "
@@ -235,10 +240,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer,
                  "training: sgd, sgd_momentum, adam or adamw (its state per parameter element)")
+      ->check(fsdp_apps::parsed_by(fsdp::parse_optimizer, "OPTIMIZER"))
       ->capture_default_str();
   app.add_option("--precision", o.precision,
                  "training: fp32 (every tensor in its dtype) or mixed (16-bit parameters and "
                  "gradients, fp32 master weights and optimizer state)")
+      ->check(fsdp_apps::parsed_by(fsdp::parse_precision, "PRECISION"))
       ->capture_default_str();
   app.add_option("--memory-per-device", o.memory_per_device,
                  "the most bytes a device may hold at its peak: 80e9, 80GB, 80GiB (default: no "
@@ -276,7 +283,7 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::fprintf(stderr, "fsdp-solve: %s\n", fsdp::message_of(error).c_str());
     }
-    code = 1;
+    code = fsdp_apps::kExitError;
   }
   code = fsdp_apps::output_written("fsdp-solve", code);
   MPI_Finalize();

@@ -319,7 +319,17 @@ Split split(const Dataset& data, double eval_fraction) {
   fsdp::require(eval_fraction > 0 && eval_fraction < 1,
                 "--eval-fraction must be in (0, 1), got " + std::to_string(eval_fraction));
   auto eval = static_cast<std::int64_t>(std::llround(eval_fraction * double(data.samples)));
-  eval = std::min(std::max<std::int64_t>(eval, 1), data.samples - 1);
+  if (eval < 1) {
+    // An evaluation of no sample would report an accuracy of nothing: the smallest fraction that
+    // holds out one (1/samples, which rounds to one sample).
+    char given[32], smallest[32];
+    std::snprintf(given, sizeof given, "%g", eval_fraction);
+    std::snprintf(smallest, sizeof smallest, "%.3g", 1.0 / double(data.samples));
+    throw fsdp::Error("--eval-fraction " + std::string(given) + " holds out none of the " +
+                      std::to_string(data.samples) + " samples: give at least " + smallest +
+                      ", which holds out one");
+  }
+  eval = std::min(eval, data.samples - 1);  // at least one sample to train on
   const std::int64_t train = data.samples - eval;
   Split out;
   for (Dataset* part : {&out.train, &out.eval}) {

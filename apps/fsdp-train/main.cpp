@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../common/finite_number.hpp"
 #include "../common/kokkos_session.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
@@ -41,12 +43,12 @@ struct DataOptions {
 
 int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
         const DataOptions& data_options) {
-  fsdp_train::Split data;
+  fsdp_train::Dataset whole;
   fsdp_train::on_every_rank(
       group, data_options.write_path.empty() ? "read the data" : "write the data", [&] {
         // Every rank reads (or generates) the whole set: it is small, and the --check reference on
         // rank 0 needs all of it.
-        const fsdp_train::Dataset all =
+        fsdp_train::Dataset all =
             options.model == "gpt"
                 ? fsdp_train::read_text(
                       data_options.text.empty() ? fsdp_train::kDefaultCorpus : data_options.text,
@@ -56,7 +58,7 @@ int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
                 : fsdp_train::read_hdf5(data_options.path, data_options.features,
                                         data_options.labels);
         if (data_options.write_path.empty()) {
-          data = fsdp_train::split(all, options.eval_fraction);
+          whole = std::move(all);
         } else if (group.rank() == 0) {
           fsdp_train::write_hdf5(all, data_options.write_path, data_options.features,
                                  data_options.labels);
@@ -72,8 +74,17 @@ int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
   if (!data_options.write_path.empty()) {
     return fsdp_train::kExitOk;
   }
-  fsdp_train::on_every_rank(group, "use these options",
-                            [&] { fsdp_train::validate(options, group.size(), data); });
+  fsdp_train::Split data;
+  try {
+    fsdp_train::on_every_rank(group, "use these options", [&] {
+      data = fsdp_train::split(whole, options.eval_fraction);
+      whole = fsdp_train::Dataset();
+      fsdp_train::validate(options, group.size(), data);
+    });
+  } catch (const fsdp_train::AgreedError& error) {
+    // Options that do not fit the job (the ranks, the data, the model): a usage error, agreed.
+    throw CLI::ValidationError(error.what());
+  }
   return fsdp_train::train(options, group, data);
 }
 
@@ -164,13 +175,13 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"adam", "adamw", "sgd"}))
         ->capture_default_str();
     app.add_option("--lr", o.lr, "learning rate")
-        ->check(CLI::NonNegativeNumber)
+        ->check(fsdp_apps::finite_number(0))
         ->capture_default_str();
     app.add_option("--weight-decay", o.weight_decay, "weight decay (L2 for adam and sgd)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(fsdp_apps::finite_number(0))
         ->capture_default_str();
     app.add_option("--momentum", o.momentum, "sgd momentum")
-        ->check(CLI::NonNegativeNumber)
+        ->check(fsdp_apps::finite_number(0))
         ->capture_default_str();
     app.add_option("--strategy", o.strategy,
                    "sharding strategy: full (every parameter split across all ranks), "
@@ -180,14 +191,7 @@ int main(int argc, char** argv) {
     app.add_option("--mode", o.mode,
                    "what stays sharded: full_shard (ZeRO-3), shard_grad_op (ZeRO-2), "
                    "shard_optimizer (ZeRO-1) or no_shard (replicated data parallel)")
-        ->check([](const std::string& value) {
-          try {
-            fsdp::parse_sharding_mode(value);
-            return std::string();
-          } catch (const fsdp::Error& error) {
-            return std::string(error.message());
-          }
-        })
+        ->check(fsdp_apps::parsed_by(fsdp::parse_sharding_mode, "MODE"))
         ->capture_default_str();
     app.add_option("--mixed-precision", o.mixed_precision,
                    "bf16 or fp16: parameters gathered and gradients reduced in 16 bits over "
@@ -221,7 +225,7 @@ int main(int argc, char** argv) {
         ->check(fsdp_apps::whole_number_64())
         ->capture_default_str();
     app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: no clipping)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(fsdp_apps::finite_number(0))
         ->capture_default_str();
     app.add_option("--prefetch-limit", o.prefetch_limit,
                    "units gathered at once, the computing one included (prefetch depth + 1)")
@@ -230,7 +234,7 @@ int main(int argc, char** argv) {
                  "gather each unit only when its scope opens (no overlap)");
     app.add_option("--eval-fraction", o.eval_fraction,
                    "share of the samples held out for evaluation (the last ones)")
-        ->check(CLI::Range(0.0, 1.0))
+        ->check(fsdp_apps::finite_number(0, 1))
         ->capture_default_str();
     app.add_flag("--json", o.json, "print one JSON object per line instead of a table");
     CLI::Option* check =
@@ -241,7 +245,7 @@ int main(int argc, char** argv) {
                    "--check's tolerance: the largest relative parameter difference (default 1e-4 "
                    "in fp32, 1e-9 in fp64), or with --mixed-precision the difference of the last "
                    "epoch's mean loss in nats (default 5e-3)")
-        ->check(CLI::Range(0.0, 1e300))
+        ->check(fsdp_apps::finite_number(0, 1e300))
         ->needs(check);
     app.add_flag("--expect-loss-drop", o.expect_loss_drop,
                  "exit with code 3 unless the last epoch's mean loss is below the first step's");
@@ -271,7 +275,7 @@ int main(int argc, char** argv) {
     app.add_option("--time-budget", o.time_budget,
                    "seconds this run may take: stop early enough to save a checkpoint, and exit "
                    "with code 4 when training is not finished")
-        ->check(CLI::PositiveNumber);
+        ->check(fsdp_apps::positive_number());
     auto* data = app.add_option("--data", d.path,
                                 "HDF5 file with a 2-D float features dataset and a 1-D integer "
                                 "labels dataset (default: built-in synthetic data)");

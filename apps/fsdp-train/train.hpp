@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/usage_exit.hpp"
 #include "dataset.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/comm/raise_on_every_rank.hpp"
@@ -87,8 +88,8 @@ void on_every_rank(fsdp::ProcessGroup& group, const std::string& task, Work&& wo
 
 // Exit codes of fsdp-train.
 constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-// 2 is a usage error (fsdp_apps::kExitUsage).
+constexpr int kExitError = fsdp_apps::kExitError;
+constexpr int kExitUsage = fsdp_apps::kExitUsage;
 constexpr int kExitLossDidNotDrop = 3;
 // --time-budget ran out before the last epoch: a checkpoint was saved, resume with --resume.
 constexpr int kExitOutOfTime = 4;
