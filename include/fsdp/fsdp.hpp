@@ -7,6 +7,7 @@
 #include "fsdp/config.hpp"
 
 // core: errors, element types, where buffers live
+#include "fsdp/core/checked_size.hpp"
 #include "fsdp/core/device_math.hpp"
 #include "fsdp/core/dtype.hpp"
 #include "fsdp/core/error.hpp"
@@ -18,9 +19,9 @@
 // comm: process groups and their collectives, transports, device selection
 #include "fsdp/comm/backend.hpp"
 #include "fsdp/comm/broadcast_string.hpp"
-#include "fsdp/comm/control_words.hpp"
 #include "fsdp/comm/collective_options.hpp"
 #include "fsdp/comm/configuration_agreement.hpp"
+#include "fsdp/comm/control_words.hpp"
 #include "fsdp/comm/device_selection.hpp"
 #include "fsdp/comm/first_disagreement.hpp"
 #include "fsdp/comm/host_staging.hpp"

@@ -24,7 +24,8 @@ std::vector<std::unique_ptr<ShardingStrategy>> all_strategies() {
   std::vector<std::unique_ptr<ShardingStrategy>> strategies;
   strategies.push_back(make_strategy("full"));
   strategies.push_back(make_strategy("layerwise"));
-  strategies.push_back(make_strategy("hybrid", {{"l0"}, {"l1", "head"}}));
+  // Patterns that match layers of both models tested (GPT-2's h.0, h.10, ... and l0, l1).
+  strategies.push_back(make_strategy("hybrid", {{"*0"}, {"*1"}}));
   return strategies;
 }
 
