@@ -475,12 +475,10 @@ class Run {
     summary["peak_bytes_per_rank_max"] = max_over_ranks(model.memory().total_peak);
     // Communication that compute waited for: the scopes' waits for their unit's gather, over
     // training and evaluation, on the rank that waited longest (docs/train.md).
-    double waited_s = runtime.stats().wait_s;
-    group_.all_reduce(&waited_s, 1, fsdp::ReduceOp::max);
-    summary["gather_wait_seconds_max"] = waited_s;
-    double reduced_s = runtime.stats().reduce_s;
-    group_.all_reduce(&reduced_s, 1, fsdp::ReduceOp::max);
-    summary["reduce_seconds_max"] = reduced_s;
+    double waited_s[2] = {runtime.stats().wait_s, runtime.stats().reduce_s};
+    group_.all_reduce(waited_s, 2, fsdp::ReduceOp::max);
+    summary["gather_wait_seconds_max"] = waited_s[0];
+    summary["reduce_seconds_max"] = waited_s[1];
     summary["scopes"] = runtime.stats().scopes;
     summary["scopes_ready_on_entry"] = runtime.stats().ready_on_entry;
     const bool dropped =
