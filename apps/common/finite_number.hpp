@@ -12,6 +12,13 @@
 
 namespace fsdp_apps {
 
+// The whole of `text` as a double (strtod: infinity and NaN included), or false.
+inline bool read_whole_number(const std::string& text, double& value) {
+  char* end = nullptr;
+  value = std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size();
+}
+
 // A finite number from min to max (both included); with min > 0, also a normal one (not a
 // denormal such as 1e-320, whose reciprocal is infinite).
 inline CLI::Validator finite_number(double min, double max = std::numeric_limits<double>::max()) {
@@ -20,9 +27,8 @@ inline CLI::Validator finite_number(double min, double max = std::numeric_limits
   const std::string description = range;
   return CLI::Validator(
       [description, min, max](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double value = std::strtod(text.c_str(), &end);
-        if (text.empty() || end != text.c_str() + text.size()) {
+        double value = 0;
+        if (!read_whole_number(text, value)) {
           return "'" + text + "' is not a number: give " + description;
         }
         if (!std::isfinite(value) || value < min || value > max ||

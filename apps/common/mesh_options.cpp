@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "finite_number.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 
@@ -11,12 +12,7 @@ namespace {
 
 // The whole of `text` as a finite double, or false.
 bool read_number(const std::string& text, double& value) {
-  if (text.empty()) {
-    return false;
-  }
-  char* end = nullptr;
-  value = std::strtod(text.c_str(), &end);
-  return end == text.c_str() + text.size() && std::isfinite(value);
+  return read_whole_number(text, value) && std::isfinite(value);
 }
 
 std::vector<std::string> split(const std::string& text, char separator) {
