@@ -1,12 +1,15 @@
 #include "mpi_backend.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "collective_guard.hpp"
+#include "fsdp/comm/transport.hpp"
 #include "fsdp/core/error.hpp"
 #include "mpi_types.hpp"
 
@@ -17,6 +20,16 @@ class MpiOperation;
 struct MpiGroupState {
   detail::Communicator comm;  // declared first: the guard goes before the communicator
   CollectiveGuard guard;
+  // The reductions sent piece by piece (see piecewise_reduce_scatter) issue their pieces on a
+  // communicator of their own, one piece of one operation in flight at a time, in the order the
+  // operations started: each piece starts when the one before it completes, which may be after
+  // later collectives started on comm, and every rank must start comm's collectives in the
+  // same order.
+  detail::Communicator lane_comm;
+  std::deque<MpiOperation*> lane;  // started piecewise operations not completed, in start order
+  // Whether buffers can be packed by host code: MPI that is not CUDA-aware is given host
+  // memory only (Transport); a CUDA-aware one may be given device pointers.
+  bool packs_on_host = !mpi_is_cuda_aware();
   // Operations whose signature check has not finished, in the order this rank issued them: each
   // starts its collective once its check and every earlier one have, so that every rank starts
   // the collectives in the same order.
@@ -29,11 +42,16 @@ struct MpiGroupState {
   std::deque<Expected> expected;
 
   MpiGroupState(detail::Communicator owned, const CollectiveOptions& options)
-      : comm(std::move(owned)), guard(comm.get(), options) {}
+      : comm(std::move(owned)),
+        guard(comm.get(), options),
+        lane_comm(detail::Communicator::duplicate(comm.get(), "ProcessGroup")) {}
   ~MpiGroupState();
 
-  // Starts, in order, the operations whose checks have finished.
+  // Starts, in order, the operations whose checks have finished, and moves the lane on.
   void start_checked();
+  // Completes the lane's front operation's piece in flight if MPI says it is done, and issues
+  // the next piece: of the same operation, or the first of the next one.
+  void advance_lane();
   // Before a new check: finishes the oldest one while kChecksInFlight - 1 are unfinished.
   void make_room_for_a_check();
   // The check of a collective being issued: the one expect() started for it, or a new one.
@@ -42,13 +60,14 @@ struct MpiGroupState {
 
 namespace {
 
-using Issue = std::function<int(MPI_Request*)>;
+// Issues piece `piece` of an operation (0 for the operations of one piece) as one MPI request.
+using Issue = std::function<int(MPI_Request*, std::size_t piece)>;
 
 }  // namespace
 
-// One collective: its signature check, then one MPI request in flight, plus what must happen
-// when it completes (the division of avg) and what must live until then (all_gather_v's int
-// count arrays).
+// One collective: its signature check, then its MPI requests, one piece at a time (most
+// operations have one), plus what must happen when it completes (the division of avg) and what
+// must live until then (all_gather_v's int count arrays, the pieces' packing buffer).
 //
 // The caller does not wait for the check: the collective is started by whichever poll of this
 // group (test or wait of any of its operations) finds the check finished. A rank that runs
@@ -58,19 +77,21 @@ using Issue = std::function<int(MPI_Request*)>;
 class MpiOperation final : public PendingOperation {
  public:
   MpiOperation(std::shared_ptr<MpiGroupState> state, std::unique_ptr<SignatureCheck> check,
-               const char* mpi_name, Issue issue, std::function<void()> on_complete,
-               std::shared_ptr<void> scratch)
+               const char* mpi_name, Issue issue, std::size_t pieces,
+               std::function<void()> on_complete, std::shared_ptr<void> scratch)
       : state_(std::move(state)),
         check_(std::move(check)),
         mpi_name_(mpi_name),
         issue_(std::move(issue)),
+        pieces_(pieces),
         on_complete_(std::move(on_complete)),
         scratch_(std::move(scratch)) {}
 
   ~MpiOperation() override {
-    // Only after a failed wait (a timeout) can an operation go before it started.
-    auto& unstarted = state_->unstarted;
-    unstarted.erase(std::remove(unstarted.begin(), unstarted.end(), this), unstarted.end());
+    // Only after a failed wait (a timeout) can an operation go before it started or completed.
+    for (auto* queue : {&state_->unstarted, &state_->lane}) {
+      queue->erase(std::remove(queue->begin(), queue->end(), this), queue->end());
+    }
     state_->guard.abandon(std::move(check_));
   }
 
@@ -82,14 +103,35 @@ class MpiOperation final : public PendingOperation {
   void start() {
     started_ = true;
     failure_ = check_->failure;
-    if (!failure_) {
-      try {
-        mpi::check(issue_(&request_), mpi_name_, state_->comm.rank());
-      } catch (...) {
-        failure_ = std::current_exception();
-      }
+    if (failure_) {
+      issue_ = nullptr;
+    } else if (pieces_ == 1) {
+      issue_next_piece();
+    } else {
+      state_->lane.push_back(this);
+      state_->advance_lane();
     }
-    issue_ = nullptr;  // what it captured is no longer needed
+  }
+
+  // For the lane, on its front operation: issues the first piece, or tests the piece in flight
+  // and on its completion issues the next one or, after the last, completes the operation. True
+  // once the operation is done with the lane (completed, or failed: the failure is kept for test
+  // and wait).
+  bool advance() {
+    try {
+      if (issued_ > 0 && !test_request()) {
+        return false;
+      }
+    } catch (...) {
+      failure_ = std::current_exception();
+      return true;
+    }
+    if (issued_ < pieces_) {
+      issue_next_piece();
+      return static_cast<bool>(failure_);
+    }
+    complete();
+    return true;
   }
 
   bool test() override {
@@ -103,15 +145,10 @@ class MpiOperation final : public PendingOperation {
     if (!started_) {
       return false;
     }
-    if (!done_) {
-      int flag = 0;
-      mpi::check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), name_of(check_->id.collective),
-                 state_->comm.rank());
-      if (flag) {
-        complete();
-      }
+    if (!done_ && pieces_ == 1 && test_request()) {
+      complete();
     }
-    return done_;
+    return done_;  // the lane completes the piecewise operations
   }
 
   void wait() override {
@@ -129,10 +166,34 @@ class MpiOperation final : public PendingOperation {
     scratch_.reset();
   }
 
+  // Issues the next piece; a failure is kept for test and wait.
+  void issue_next_piece() {
+    try {
+      mpi::check(issue_(&request_, issued_), mpi_name_, state_->comm.rank());
+      ++issued_;
+    } catch (...) {
+      failure_ = std::current_exception();
+      issued_ = pieces_;
+    }
+    if (issued_ == pieces_) {
+      issue_ = nullptr;  // what it captured is no longer needed
+    }
+  }
+
+  // Whether the piece in flight has completed.
+  bool test_request() {
+    int flag = 0;
+    mpi::check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), name_of(check_->id.collective),
+               state_->comm.rank());
+    return flag != 0;
+  }
+
   std::shared_ptr<MpiGroupState> state_;
   std::unique_ptr<SignatureCheck> check_;  // its id names the operation in messages
   const char* mpi_name_;
   Issue issue_;
+  std::size_t pieces_;
+  std::size_t issued_ = 0;
   std::function<void()> on_complete_;
   std::shared_ptr<void> scratch_;
   MPI_Request request_ = MPI_REQUEST_NULL;
@@ -187,12 +248,19 @@ std::unique_ptr<SignatureCheck> MpiGroupState::check_for(const CollectiveCall& c
                                     "be the next one issued on its group, as announced");
 }
 
+void MpiGroupState::advance_lane() {
+  while (!lane.empty() && lane.front()->advance()) {
+    lane.pop_front();
+  }
+}
+
 void MpiGroupState::start_checked() {
   while (!unstarted.empty() && guard.poll(unstarted.front()->check())) {
     MpiOperation* operation = unstarted.front();
     unstarted.pop_front();
     operation->start();
   }
+  advance_lane();
   // Announced checks of more than one exchange (over more than 2 ranks) need polls to go on.
   for (Expected& e : expected) {
     guard.poll(*e.check);
@@ -207,11 +275,12 @@ std::unique_ptr<PendingOperation> start(const std::shared_ptr<MpiGroupState>& st
                                         const CollectiveCall& call, const std::string& problem,
                                         const char* mpi_name, Issue issue,
                                         std::function<void()> on_complete = {},
-                                        std::shared_ptr<void> scratch = {}) {
+                                        std::shared_ptr<void> scratch = {},
+                                        std::size_t pieces = 1) {
   state->guard.ensure_usable(call.collective);
-  auto operation =
-      std::make_unique<MpiOperation>(state, state->check_for(call, problem), mpi_name,
-                                     std::move(issue), std::move(on_complete), std::move(scratch));
+  auto operation = std::make_unique<MpiOperation>(state, state->check_for(call, problem), mpi_name,
+                                                  std::move(issue), pieces, std::move(on_complete),
+                                                  std::move(scratch));
   state->unstarted.push_back(operation.get());
   // Issuing is a poll too: earlier collectives whose checks have finished start now, and with
   // checks off this one starts straight away.
@@ -265,7 +334,7 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather(const void* send, void*
                                                          std::size_t count, DType dtype,
                                                          const std::string& problem) {
   return start(state_, all_gather_call(count, dtype), problem, "MPI_Iallgather",
-               [=, comm = state_->comm.get()](MPI_Request* request) {
+               [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
                  const int n = static_cast<int>(count);
                  return MPI_Iallgather(send, n, mpi::datatype_of(dtype), recv, n,
                                        mpi::datatype_of(dtype), comm, request);
@@ -281,7 +350,7 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather_v(const void* send, std
   return start(
       state_, uneven_call(Collective::all_gather_v, counts, send_count, dtype), problem,
       "MPI_Iallgatherv",
-      [=, comm = state_->comm.get()](MPI_Request* request) {
+      [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
         layout->fill(counts);
         return MPI_Iallgatherv(send, static_cast<int>(send_count), mpi::datatype_of(dtype), recv,
                                layout->counts.data(), layout->displacements.data(),
@@ -299,7 +368,7 @@ std::unique_ptr<PendingOperation> MpiBackend::scatter_v(const void* send,
   return start(
       state_, uneven_call(Collective::scatter_v, counts, recv_count, dtype, root), problem,
       "MPI_Iscatterv",
-      [=, comm = state_->comm.get()](MPI_Request* request) {
+      [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
         layout->fill(counts);
         return MPI_Iscatterv(send, layout->counts.data(), layout->displacements.data(),
                              mpi::datatype_of(dtype), recv, static_cast<int>(recv_count),
@@ -316,7 +385,7 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce(const void* send, void* rec
   const bool at_root = state_->comm.rank() == root;
   return start(
       state_, call, problem, "MPI_Ireduce",
-      [=, comm = state_->comm.get()](MPI_Request* request) {
+      [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
         return MPI_Ireduce(at_root && send == recv ? MPI_IN_PLACE : send, recv,
                            static_cast<int>(count), mpi::datatype_of(dtype), mpi::op_of(op, dtype),
                            root, comm, request);
@@ -330,14 +399,38 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, v
                                                              const std::string& problem) {
   const CollectiveCall call{Collective::reduce_scatter, dtype, static_cast<std::int64_t>(count), -1,
                             static_cast<std::int64_t>(op)};
+  const std::size_t ranks = static_cast<std::size_t>(state_->comm.size());
+  const std::size_t element = size_of(dtype);
+  const std::size_t piece = std::max<std::size_t>(1, kReduceScatterPieceBytes / (ranks * element));
+  if (!state_->packs_on_host || count <= piece) {
+    return start(
+        state_, call, problem, "MPI_Ireduce_scatter_block",
+        [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
+          return MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count),
+                                           mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm,
+                                           request);
+        },
+        average_after(*state_, recv, count, dtype, op));
+  }
+  // Piece k reduces elements [k * piece, (k + 1) * piece) of every rank's chunk, packed one
+  // chunk after the other into a buffer of kReduceScatterPieceBytes at most.
+  auto packed = std::make_shared<std::vector<unsigned char>>();
   return start(
       state_, call, problem, "MPI_Ireduce_scatter_block",
-      [=, comm = state_->comm.get()](MPI_Request* request) {
-        return MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count),
-                                         mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm,
-                                         request);
+      [=, comm = state_->lane_comm.get()](MPI_Request* request, std::size_t k) {
+        const std::size_t offset = k * piece;
+        const std::size_t n = std::min(piece, count - offset);
+        packed->resize(ranks * piece * element);
+        const auto* from = static_cast<const unsigned char*>(send);
+        for (std::size_t r = 0; r < ranks; ++r) {
+          std::memcpy(packed->data() + r * n * element, from + (r * count + offset) * element,
+                      n * element);
+        }
+        return MPI_Ireduce_scatter_block(
+            packed->data(), static_cast<unsigned char*>(recv) + offset * element,
+            static_cast<int>(n), mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm, request);
       },
-      average_after(*state_, recv, count, dtype, op));
+      average_after(*state_, recv, count, dtype, op), packed, (count + piece - 1) / piece);
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void* recv,
@@ -347,7 +440,7 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
                             static_cast<std::int64_t>(op)};
   return start(
       state_, call, problem, "MPI_Iallreduce",
-      [=, comm = state_->comm.get()](MPI_Request* request) {
+      [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
         return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
                               mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm, request);
       },
@@ -357,16 +450,17 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
 std::unique_ptr<PendingOperation> MpiBackend::broadcast(void* data, std::size_t count, DType dtype,
                                                         int root, const std::string& problem) {
   return start(state_, broadcast_call(count, dtype, root), problem, "MPI_Ibcast",
-               [=, comm = state_->comm.get()](MPI_Request* request) {
+               [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
                  return MPI_Ibcast(data, static_cast<int>(count), mpi::datatype_of(dtype), root,
                                    comm, request);
                });
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::barrier() {
-  return start(
-      state_, CollectiveCall{}, "", "MPI_Ibarrier",
-      [=, comm = state_->comm.get()](MPI_Request* request) { return MPI_Ibarrier(comm, request); });
+  return start(state_, CollectiveCall{}, "", "MPI_Ibarrier",
+               [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
+                 return MPI_Ibarrier(comm, request);
+               });
 }
 
 void MpiBackend::expect(std::size_t count, DType dtype, int root) {
