@@ -20,7 +20,7 @@ class MpiOperation;
 struct MpiGroupState {
   detail::Communicator comm;  // declared first: the guard goes before the communicator
   CollectiveGuard guard;
-  // The reductions sent piece by piece (see piecewise_reduce_scatter) issue their pieces on a
+  // The reductions sent piece by piece (MpiBackend::kReductionPieceBytes) issue their pieces on a
   // communicator of their own, one piece of one operation in flight at a time, in the order the
   // operations started: each piece starts when the one before it completes, which may be after
   // later collectives started on comm, and every rank must start comm's collectives in the
@@ -401,7 +401,7 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, v
                             static_cast<std::int64_t>(op)};
   const std::size_t ranks = static_cast<std::size_t>(state_->comm.size());
   const std::size_t element = size_of(dtype);
-  const std::size_t piece = std::max<std::size_t>(1, kReduceScatterPieceBytes / (ranks * element));
+  const std::size_t piece = std::max<std::size_t>(1, kReductionPieceBytes / (ranks * element));
   if (!state_->packs_on_host || count <= piece) {
     return start(
         state_, call, problem, "MPI_Ireduce_scatter_block",
@@ -413,7 +413,7 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, v
         average_after(*state_, recv, count, dtype, op));
   }
   // Piece k reduces elements [k * piece, (k + 1) * piece) of every rank's chunk, packed one
-  // chunk after the other into a buffer of kReduceScatterPieceBytes at most.
+  // chunk after the other into a buffer of kReductionPieceBytes at most.
   auto packed = std::make_shared<std::vector<unsigned char>>();
   return start(
       state_, call, problem, "MPI_Ireduce_scatter_block",
@@ -438,13 +438,23 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
                                                          ReduceOp op, const std::string& problem) {
   const CollectiveCall call{Collective::all_reduce, dtype, static_cast<std::int64_t>(count), -1,
                             static_cast<std::int64_t>(op)};
+  const std::size_t element = size_of(dtype);
+  const std::size_t piece = std::max<std::size_t>(1, kReductionPieceBytes / element);
+  // Piece k is elements [k * piece, (k + 1) * piece) of the buffers: slices, nothing to pack.
+  const std::size_t pieces = (count + piece - 1) / piece;
   return start(
       state_, call, problem, "MPI_Iallreduce",
-      [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
-        return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
-                              mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm, request);
+      [=, comm = pieces > 1 ? state_->lane_comm.get() : state_->comm.get()](MPI_Request* request,
+                                                                            std::size_t k) {
+        const std::size_t offset = k * piece;
+        const std::size_t n = std::min(piece, count - offset);
+        auto* to = static_cast<unsigned char*>(recv) + offset * element;
+        return MPI_Iallreduce(
+            send == recv ? MPI_IN_PLACE
+                         : static_cast<const unsigned char*>(send) + offset * element,
+            to, static_cast<int>(n), mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm, request);
       },
-      average_after(*state_, recv, count, dtype, op));
+      average_after(*state_, recv, count, dtype, op), {}, std::max<std::size_t>(pieces, 1));
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::broadcast(void* data, std::size_t count, DType dtype,

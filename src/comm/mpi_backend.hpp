@@ -18,12 +18,13 @@ struct MpiGroupState;  // shared by the backend and its operations in flight
 
 class MpiBackend final : public Backend {
  public:
-  // A reduce_scatter of more bytes than this over the whole group is reduced piece by piece, one
-  // piece of at most this many bytes in flight at a time, when its buffers are in host memory:
-  // Open MPI 4.1's reductions slow down 10-40x once a call's buffers pass about 8 MiB (on 2 and
-  // 4 ranks here; docs/performance.md), and pieces of 1-4 MiB one after the other stay at the
-  // memory's speed.
-  static constexpr std::size_t kReduceScatterPieceBytes = std::size_t{2} << 20;
+  // Reductions of more bytes than this are reduced piece by piece, one piece of at most this
+  // many bytes in flight at a time: an all_reduce's buffer cut in slices, a reduce_scatter's
+  // send buffer (over the whole group) packed slice by slice when it is in host memory. Open MPI
+  // 4.1's reductions slow down 10-40x once a call's buffers pass about 8 MiB (on 2 and 4 ranks
+  // here; docs/performance.md), and pieces of 1-4 MiB one after the other stay at the memory's
+  // speed.
+  static constexpr std::size_t kReductionPieceBytes = std::size_t{2} << 20;
 
   // Works on comm (a duplicate or split private to this backend). Collective over comm.
   MpiBackend(detail::Communicator comm, const CollectiveOptions& options);

@@ -128,12 +128,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_avg, T, FloatTypes) {
   }
 }
 
-// Reductions of more than 2 MiB over the group go piece by piece (MpiBackend), one piece in
-// flight at a time on a communicator of their own: two of them, with an all_gather started
-// between them and waited for in the opposite order, give every element's reduction, at sizes
-// that leave a short last piece.
+// Reductions of more than 2 MiB go piece by piece (MpiBackend), one piece in flight at a time on
+// a communicator of their own: two reduce_scatters and an in-place all_reduce, with an
+// all_gather started among them and all waited for in the opposite order, give every element's
+// reduction, at sizes that leave a short last piece.
 using PieceTypes = boost::mpl::list<float, double, std::int32_t>;
-BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_in_pieces_between_other_collectives, T, PieceTypes) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(reductions_in_pieces_between_other_collectives, T, PieceTypes) {
   ProcessGroup group = world();
   const int n = group.size();
   // Distinct values over a long period, so that a piece packed at the wrong offset shows; sums of
@@ -155,6 +155,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_in_pieces_between_other_collectives
   works.push_back(group.reduce_scatter_async(sends[0].data(), recvs[0].data(), counts[0],
                                              dtype_of<T>(), ReduceOp::sum));
   works.push_back(group.all_gather_async(&mine, ranks.data(), 1, DType::i32));
+  std::vector<T> reduced((std::size_t{5} << 20) / sizeof(T) + 7);
+  for (std::size_t i = 0; i < reduced.size(); ++i) {
+    reduced[i] = static_cast<T>(value(group.rank(), i));
+  }
+  works.push_back(group.all_reduce_async(reduced.data(), reduced.data(), reduced.size(),
+                                         dtype_of<T>(), ReduceOp::sum));
   // avg divides on completion (floats); max for the integers.
   const bool floating = std::is_floating_point_v<T>;
   works.push_back(group.reduce_scatter_async(sends[1].data(), recvs[1].data(), counts[1],
@@ -166,6 +172,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_in_pieces_between_other_collectives
   for (int r = 0; r < n; ++r) {
     BOOST_TEST(ranks[r] == r);
   }
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < reduced.size(); ++i) {
+    double sum = 0;
+    for (int r = 0; r < n; ++r) {
+      sum += value(r, i);
+    }
+    wrong += static_cast<double>(reduced[i]) != sum;
+  }
+  BOOST_TEST(wrong == 0u, "all_reduce: " << wrong << " of " << reduced.size() << " wrong");
   for (std::size_t k = 0; k < 2; ++k) {
     std::size_t wrong = 0;
     for (std::size_t i = 0; i < counts[k]; ++i) {
