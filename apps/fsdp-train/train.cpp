@@ -321,15 +321,17 @@ class Run {
     unsharded_bytes_ = fsdp::estimate(plan, estimate_options).unsharded_persistent_bytes;
     // The peak that MFU is measured against. One rank: its best GEMM rate. Several: the rate of
     // every rank's GEMMs at once, their flops over the wall time from a barrier before to one
-    // after (ranks that share a core share its rate).
-    fsdp_models::measure_gemm_rate<T>(1024, 0);  // warm-up: the BLAS's buffers, the caches
+    // after (ranks that share a core share its rate; GemmTimer says why not their own times).
+    fsdp_models::GemmTimer<T> gemm_timer(1024);
+    gemm_timer.time(0);  // warm-up: the BLAS's buffers, the caches
     fsdp_apps::barrier_without_spinning(group_);
     const double gemm_start = MPI_Wtime();
-    const fsdp_models::GemmRate rate = fsdp_models::measure_gemm_rate<T>(1024, 3, false);
+    const fsdp_models::GemmRate rate = gemm_timer.time(3, false);
     fsdp_apps::barrier_without_spinning(group_);
+    const double gemm_seconds = MPI_Wtime() - gemm_start;
     double flops = rate.flops;
     group_.all_reduce(&flops, 1);
-    peak_flops_ = ranks_ == 1 ? rate.flops_per_s : flops / (MPI_Wtime() - gemm_start);
+    peak_flops_ = ranks_ == 1 ? rate.flops_per_s : flops / gemm_seconds;
     print_header(plan, schedule.steps(), batch->activation_bytes());
 
     Trained trained;

@@ -4,35 +4,36 @@
 #include <algorithm>
 #include <chrono>
 
-#include "models/gemm.hpp"
-
 namespace fsdp_models {
 
 template <class T>
-GemmRate measure_gemm_rate(std::int64_t n, int repeats, bool warm_up) {
-  Matrix<T> a("gemm_rate_a", n, n), b("gemm_rate_b", n, n), c("gemm_rate_c", n, n);
-  Kokkos::deep_copy(a, T(0.5));
-  Kokkos::deep_copy(b, T(0.25));
+GemmTimer<T>::GemmTimer(std::int64_t n)
+    : n_(n), a_("gemm_rate_a", n, n), b_("gemm_rate_b", n, n), c_("gemm_rate_c", n, n) {
+  Kokkos::deep_copy(a_, T(0.5));
+  Kokkos::deep_copy(b_, T(0.25));
+  fsdp::ExecutionSpace().fence();
+}
+
+template <class T>
+GemmRate GemmTimer<T>::time(int repeats, bool warm_up) {
   const fsdp::ExecutionSpace space;
+  const double n = static_cast<double>(n_);
   double best = 0, total = 0;
   for (int i = warm_up ? 0 : 1; i <= repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    gemm(Op::none, Op::none, T(1), a, b, T(0), c);
+    gemm(Op::none, Op::none, T(1), a_, b_, T(0), c_);
     space.fence();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (i > 0 && seconds > 0) {  // the first product warms the caches and the BLAS's buffers
-      best = std::max(best, 2.0 * static_cast<double>(n) * static_cast<double>(n) *
-                                static_cast<double>(n) / seconds);
+      best = std::max(best, 2.0 * n * n * n / seconds);
       total += seconds;
     }
   }
-  const double flops =
-      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) * repeats;
-  return GemmRate{n, repeats, best, flops, total};
+  return GemmRate{n_, repeats, best, 2.0 * n * n * n * repeats, total};
 }
 
-template GemmRate measure_gemm_rate<float>(std::int64_t, int, bool);
-template GemmRate measure_gemm_rate<double>(std::int64_t, int, bool);
+template class GemmTimer<float>;
+template class GemmTimer<double>;
 
 }  // namespace fsdp_models
