@@ -44,7 +44,7 @@ struct DataOptions {
 int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
         const DataOptions& data_options) {
   fsdp_train::Dataset whole;
-  fsdp_train::on_every_rank(
+  fsdp_train::agreed_on_every_rank(
       group, data_options.write_path.empty() ? "read the data" : "write the data", [&] {
         // Every rank reads (or generates) the whole set: it is small, and the --check reference on
         // rank 0 needs all of it.
@@ -76,7 +76,7 @@ int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
   }
   fsdp_train::Split data;
   try {
-    fsdp_train::on_every_rank(group, "use these options", [&] {
+    fsdp_train::agreed_on_every_rank(group, "use these options", [&] {
       data = fsdp_train::split(whole, options.eval_fraction);
       whole = fsdp_train::Dataset();
       fsdp_train::validate(options, group.size(), data);

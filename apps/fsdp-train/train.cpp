@@ -282,8 +282,8 @@ class Run {
     fsdp::Runtime<T> runtime = make_runtime(model, *trained_, o_);
     trained_->initialize(model, o_.seed);
     if (!o_.init_from.empty()) {
-      on_every_rank(group_, "read --init-from",
-                    [&] { fsdp::load_parameters(o_.init_from, model); });
+      agreed_on_every_rank(group_, "read --init-from",
+                           [&] { fsdp::load_parameters(o_.init_from, model); });
     }
     fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
     fsdp::SamplerOptions sampler_options;
@@ -297,7 +297,7 @@ class Run {
       checkpoints.emplace(group_, o_.checkpoint_dir, o_.keep_last);
       if (o_.resume) {
         // Every rank loads the same file and reaches the same verdict: a refusal is reported once.
-        on_every_rank(group_, "resume", [&] {
+        agreed_on_every_rank(group_, "resume", [&] {
           resume(*checkpoints, model, optimizer, sampler, step_count, first_epoch, scaler);
         });
       }
@@ -306,8 +306,8 @@ class Run {
         // first save after hours of training.
         fsdp::CheckpointState state;
         state.step = step_count;
-        on_every_rank(group_, "check --checkpoint-dir",
-                      [&] { checkpoints->require_room(model, &optimizer, state); });
+        agreed_on_every_rank(group_, "check --checkpoint-dir",
+                             [&] { checkpoints->require_room(model, &optimizer, state); });
       }
     }
     seed_ = sampler.seed();
@@ -359,8 +359,8 @@ class Run {
       const double save_start = MPI_Wtime();
       // save raises its failures on every rank (a full disk, a directory gone): reported once.
       std::string file;
-      on_every_rank(group_, "save a checkpoint",
-                    [&] { file = checkpoints->save(model, &optimizer, state); });
+      agreed_on_every_rank(group_, "save a checkpoint",
+                           [&] { file = checkpoints->save(model, &optimizer, state); });
       clock.saved(MPI_Wtime() - save_start);
       progress.clear();
       print_checkpoint(file, state);

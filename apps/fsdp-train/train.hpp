@@ -5,6 +5,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/usage_exit.hpp"
@@ -68,19 +69,11 @@ class AgreedError : public std::runtime_error {
   explicit AgreedError(const std::string& message) : std::runtime_error(message) {}
 };
 
-// Runs work on every rank; when it throws on any rank, every rank throws AgreedError with the
-// message of the lowest failing rank (fsdp::raise_on_every_rank), so a file only one rank cannot
-// read never leaves the others waiting in a collective.
+// fsdp::on_every_rank, whose failure every rank has: as AgreedError, which rank 0 prints.
 template <class Work>
-void on_every_rank(fsdp::ProcessGroup& group, const std::string& task, Work&& work) {
-  std::exception_ptr failure;
+void agreed_on_every_rank(fsdp::ProcessGroup& group, const std::string& task, Work&& work) {
   try {
-    work();
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  try {
-    fsdp::raise_on_every_rank(group, task, failure);
+    fsdp::on_every_rank(group, task, std::forward<Work>(work));
   } catch (const fsdp::Error& error) {
     throw AgreedError(fsdp::message_of(error));
   }

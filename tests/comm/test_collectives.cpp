@@ -482,7 +482,9 @@ BOOST_AUTO_TEST_CASE(on_root_failures_reach_every_rank_with_the_same_text) {
     }
     BOOST_TEST(threw);
   };
-  const std::string prefix = "fsdp: rank " + std::to_string(root) + " could not decide: ";
+  const std::string prefix =
+      "fsdp: " + (group.size() > 1 ? "rank " + std::to_string(root) + " " : std::string()) +
+      "could not decide: ";
   // fsdp::Error: its "fsdp: " is not repeated.
   fails_with([]() -> std::string { throw Error("the disk is full"); }, prefix + "the disk is full");
   // Any std::exception, not only fsdp::Error.

@@ -106,14 +106,16 @@ BOOST_AUTO_TEST_CASE(a_failure_on_rank_0_fails_every_rank) {
   auto model = small_model();
   model[2].shape = {0};
   BOOST_CHECK_EXCEPTION(agree_on_plan(FullSharding(), model, group), Error,
-                        (MessageHas{{"rank 0 could not make", "'l0.b'", "dimension 0 is 0"}}));
+                        (MessageHas{{"could not make", "'l0.b'", "dimension 0 is 0"}}));
   // Invalid only on rank 0: the same.
   model = small_model();
   if (group.rank() == 0) {
     model.push_back(model[0]);
   }
-  BOOST_CHECK_EXCEPTION(agree_on_plan(LayerWiseSharding(), model, group), Error,
-                        (MessageHas{{"rank 0", "'emb'", "twice"}}));
+  // (Named "rank 0" where there are others; in a group of one, "could not make".)
+  BOOST_CHECK_EXCEPTION(
+      agree_on_plan(LayerWiseSharding(), model, group), Error,
+      (MessageHas{{group.size() > 1 ? "rank 0 could not" : "could not", "'emb'", "twice"}}));
   // Invalid only on another rank: rank 0's plan is fine, the comparison names that rank.
   if (group.size() > 1) {
     model = small_model();
@@ -162,9 +164,9 @@ BOOST_AUTO_TEST_CASE(plan_files_collectively) {
                                        std::to_string(group.size()) + " ranks"}}));
   }
   BOOST_CHECK_EXCEPTION(load_plan(directory + "/missing.h5", small_model(), group), Error,
-                        (MessageHas{{"rank 0", "missing.h5"}}));
+                        (MessageHas{{"could not make the sharding plan", "missing.h5"}}));
   BOOST_CHECK_EXCEPTION(save_plan(directory + "/nodir/plan.h5", plan, group), Error,
-                        (MessageHas{{"rank 0 could not save", "cannot create a temporary"}}));
+                        (MessageHas{{"could not save", "cannot create a temporary"}}));
   group.barrier();
   if (group.rank() == 0) {
     std::filesystem::remove_all(directory);

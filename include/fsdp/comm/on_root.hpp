@@ -10,8 +10,9 @@ namespace fsdp {
 
 // Collective over group. Runs decide() on rank `root` only and returns its text on every rank
 // (a result the root serialized: a plan, a solution; or empty for an action such as writing a
-// file). When decide() throws anything, every rank, root included, throws fsdp::Error
-//   "fsdp: rank <root> could not <task>: <the exception's message>"
+// file). When decide() throws anything, every rank, root included, throws what
+// raise_on_every_rank makes of it:
+//   "fsdp: rank <root> could not <task>: <the exception's message>"   ("fsdp: could not ..." alone)
 // with the kind of the root's fsdp::Error (usage for any other exception), so no rank is left
 // waiting for a result that will not come.
 std::string on_root(ProcessGroup& group, const std::string& task,
