@@ -117,7 +117,8 @@ void DistributedSampler::validate_options() const {
 
 void DistributedSampler::set_epoch(std::int64_t epoch) {
   if (group_) {
-    group_->broadcast(&epoch, 1, 0);
+    // Agree first, as the constructor does: a rank on another epoch would visit other samples.
+    require_same_configuration(Configuration("sampler epoch").integer("epoch", epoch), *group_);
   }
   if (epoch < 0) {
     throw Error(kWho + "epoch must be >= 0, got " + std::to_string(epoch));
@@ -182,14 +183,17 @@ SamplerState DistributedSampler::state_after(std::int64_t samples_taken) const {
 }
 
 void DistributedSampler::restore(const SamplerState& requested) {
-  SamplerState state = requested;
   if (group_) {
-    std::array<std::int64_t, SamplerState::kWords> words = requested.to_words();
-    group_->broadcast(words.data(), words.size(), 0);
-    state = SamplerState::from_words(words);
-  } else {
-    state = SamplerState::from_words(requested.to_words());  // the same range checks
+    // Agree first, then every rank checks the same state and throws together.
+    require_same_configuration(Configuration("sampler state")
+                                   .text("seed", std::to_string(requested.seed))
+                                   .integer("epoch", requested.epoch)
+                                   .integer("samples_consumed", requested.samples_consumed)
+                                   .integer("dataset_size", requested.dataset_size)
+                                   .integer("replicas", requested.replicas),
+                               *group_);
   }
+  const SamplerState state = SamplerState::from_words(requested.to_words());  // range checks
   require(static_cast<std::uint64_t>(state.dataset_size) == size_,
           kWho + "cannot restore " + state.to_string() + ": it was written for a dataset of " +
               std::to_string(state.dataset_size) + " samples, this sampler has " +

@@ -510,7 +510,7 @@ BOOST_AUTO_TEST_CASE(ranks_agree_through_the_group) {
     BOOST_TEST(sampler.seed() == 1000u);
     BOOST_TEST(sampler.replicas() == n_ranks);
     BOOST_TEST(sampler.rank() == group.rank());
-    sampler.set_epoch(group.rank() == 0 ? 3 : 100 + group.rank());  // rank 0's epoch is used
+    sampler.set_epoch(3);
     BOOST_TEST(sampler.epoch() == 3);
 
     // Equal lengths (lock step), and together the ranks cover the dataset.
@@ -535,11 +535,37 @@ BOOST_AUTO_TEST_CASE(ranks_agree_through_the_group) {
     local.set_epoch(3);
     BOOST_TEST(indices_of(local) == mine, boost::test_tools::per_element());
 
-    // restore takes rank 0's state.
-    SamplerState state = sampler.state_after(group.rank() == 0 ? 1 : 0);
+    SamplerState state = sampler.state_after(1);
     sampler.restore(state);
     BOOST_TEST(sampler.length() == length - 1);
   }
+}
+
+// set_epoch and restore agree like the constructor: ranks that pass different values all throw,
+// naming the first that differs, instead of quietly taking one rank's.
+BOOST_AUTO_TEST_CASE(ranks_that_disagree_on_the_epoch_or_state_all_throw) {
+  ProcessGroup group(MPI_COMM_WORLD);
+  if (group.size() < 2) {
+    return;
+  }
+  const std::string last = std::to_string(group.size() - 1);
+  const bool odd_one = group.rank() == group.size() - 1;
+  DistributedSampler sampler(group, 1000);
+  const std::int64_t length = sampler.length();
+  BOOST_CHECK_EXCEPTION(sampler.set_epoch(odd_one ? 4 : 3), Error, [&](const Error& error) {
+    return error.kind() == ErrorKind::mismatch &&
+           message_has({"ranks disagree on the sampler epoch: epoch is 3 on rank 0 but 4 on rank " +
+                        last})(error);
+  });
+  BOOST_TEST(sampler.epoch() == 0);  // unchanged on every rank
+  SamplerState state = sampler.state_after(odd_one ? 2 : 1);
+  BOOST_CHECK_EXCEPTION(sampler.restore(state), Error, [&](const Error& error) {
+    return error.kind() == ErrorKind::mismatch &&
+           message_has({"ranks disagree on the sampler state: samples_consumed is " +
+                        std::to_string(group.size()) + " on rank 0 but " +
+                        std::to_string(2 * group.size()) + " on rank " + last})(error);
+  });
+  BOOST_TEST(sampler.length() == length);  // not restored on any rank
 }
 
 BOOST_AUTO_TEST_CASE(ranks_that_disagree_on_the_dataset_all_throw) {

@@ -75,13 +75,14 @@ class DistributedSampler {
   // replicas and rank from group; collective over group. dataset_size and the options (the seed
   // too) must be the same on every rank, else every rank throws fsdp::Error (ErrorKind::mismatch)
   // naming the first that differs ("seed is 1 on rank 0 but 2 on rank 1"). set_epoch and restore
-  // broadcast rank 0's values (and are collective).
+  // are collective and check their arguments the same way.
   DistributedSampler(const ProcessGroup& group, std::int64_t dataset_size,
                      const SamplerOptions& options = {});
 
   // Starts epoch `epoch` (>= 0) from its beginning, or keeps the position when epoch is already
   // the current one (so that the loop above does not lose a restored position). With a group the
-  // value is rank 0's and the call is collective.
+  // call is collective, and every rank throws fsdp::Error (ErrorKind::mismatch) when the ranks
+  // pass different epochs.
   void set_epoch(std::int64_t epoch);
   std::int64_t epoch() const { return epoch_; }
 
@@ -107,7 +108,8 @@ class DistributedSampler {
   // Continue from a state: its seed, its epoch, and the rest of that epoch's global order (on any
   // number of replicas with the strided partition; on the same number with the contiguous one
   // unless the state is at the start of an epoch). Throws fsdp::Error when the state belongs to
-  // another dataset size or cannot be continued here. With a group, rank 0's state is used.
+  // another dataset size or cannot be continued here. With a group the call is collective, and
+  // every rank throws fsdp::Error (ErrorKind::mismatch) when the ranks pass different states.
   void restore(const SamplerState& state);
 
   class Iterator {
