@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/comm/version.hpp"
 #include "fsdp/core/error.hpp"
 
 namespace fsdp_apps {
@@ -110,6 +111,20 @@ inline std::string suggestions(const CLI::App& app) {
     }
   }
   return text;
+}
+
+// --version: "<program> <fsdp's version>" and fsdp::build_description's lines, on stdout; exit 0
+// (usage_exit).
+inline void add_version_flag(CLI::App& app, const char* program) {
+  app.set_version_flag(
+      "--version",
+      [program] {
+        std::string text =
+            std::string(program) + " " + fsdp::version() + "\n" + fsdp::build_description();
+        text.pop_back();  // CLI11 ends the line
+        return text;
+      },
+      "print the version of fsdp, what it was built with, and exit");
 }
 
 // Prints what CLI11 reported (when print is true: with MPI, one rank speaks) and returns the

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
     }
     CLI::App app{"fsdp-bench: fsdp's figures against their baselines, measured in the same run"};
     app.footer(fsdp_apps::kKokkosOptions);
+    fsdp_apps::add_version_flag(app, "fsdp-bench");
     app.require_subcommand(1);
     app.fallthrough();  // common options are accepted after the subcommand too
     fsdp::bench::CommonOptions common;

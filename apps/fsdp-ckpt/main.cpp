@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
       "CHECKPOINT is a checkpoint file or a checkpoint directory, which stands for the "
       "checkpoint its 'latest' names. docs/checkpoints.md describes the files."};
   app.footer(fsdp_apps::kKokkosOptions);
+  fsdp_apps::add_version_flag(app, "fsdp-ckpt");
   app.require_subcommand(1);
   std::string checkpoint, output, old_checkpoint;
   bool json = false;

@@ -377,6 +377,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "fsdp-plan: a sharding plan for a model at any world size, with each rank's memory and "
       "traffic per step. Runs on one process; no mpiexec needed."};
+  fsdp_apps::add_version_flag(app, "fsdp-plan");
   Options o;
   auto* model = app.add_option("--model", o.model_path,
                                "model description JSON: {\"parameters\": [{\"name\", \"shape\", "

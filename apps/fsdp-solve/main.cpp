@@ -190,6 +190,7 @@ int main(int argc, char** argv) {
       "mesh of devices, for a training step (or the forward pass) under a memory budget per "
       "device (cost model: FLOPs over the devices, ring collectives along each mesh axis, "
       "per-collective latency; memory: parameters, gradients, optimizer state, activations)"};
+  fsdp_apps::add_version_flag(app, "fsdp-solve");
   auto* graph_option =
       app.add_option("--graph", o.graph_path, "graph JSON file")->check(CLI::ExistingFile);
   app.add_option("--generate", o.generate,

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
         "sharded data parallelism on every MPI rank (parameters, gradients and optimizer state "
         "split across the ranks). Run it under mpiexec; docs/train.md describes it."};
     app.footer(fsdp_apps::kKokkosOptions);
+    fsdp_apps::add_version_flag(app, "fsdp-train");
     app.add_option("--model", o.model,
                    "mlp: a classifier on --data or synthetic data; gpt: a GPT-2 transformer "
                    "predicting the next byte of --text (--layers blocks of width --hidden)")

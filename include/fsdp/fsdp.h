@@ -79,6 +79,10 @@ const char* fsdp_last_error(void);
 /* "FSDP_ERROR_ORDER" and so on; "unknown fsdp error code" for anything else. */
 const char* fsdp_error_name(int code);
 
+/* The version of the fsdp library loaded at run time, "0.1.0" (FSDP_VERSION_STRING in
+ * fsdp/config.hpp is the one the program was compiled against). Callable at any time. */
+const char* fsdp_version(void);
+
 /* For language bindings (the Fortran module): records message as fsdp_last_error() of this
  * thread and returns code. */
 int fsdp_set_error(int code, const char* message);

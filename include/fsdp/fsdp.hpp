@@ -31,6 +31,7 @@
 #include "fsdp/comm/raise_on_every_rank.hpp"
 #include "fsdp/comm/reduce_op.hpp"
 #include "fsdp/comm/transport.hpp"
+#include "fsdp/comm/version.hpp"
 #include "fsdp/comm/work.hpp"
 
 // shard: parameters, strategies and sharding plans

@@ -20,6 +20,7 @@
 
 #include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/comm/version.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/checkpoint.hpp"
@@ -234,6 +235,10 @@ struct fsdp_loss_scaler_s {
 
 const char* fsdp_last_error(void) {
   return last_error.c_str();
+}
+
+const char* fsdp_version(void) {
+  return fsdp::version();
 }
 
 const char* fsdp_error_name(int code) {

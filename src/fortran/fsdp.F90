@@ -82,7 +82,7 @@ module fsdp
   end interface
   public :: fsdp_fill_function
 
-  public :: fsdp_last_error, fsdp_initialize, fsdp_finalize
+  public :: fsdp_last_error, fsdp_version, fsdp_initialize, fsdp_finalize
   public :: fsdp_model_create, fsdp_model_add_parameter, fsdp_model_add_strategy_pattern
   public :: fsdp_model_set_mode, fsdp_model_set_shard_group_size, fsdp_model_set_mixed_precision
   public :: fsdp_model_shard, fsdp_model_parameter_numel, fsdp_model_parameter_piece
@@ -126,6 +126,9 @@ module fsdp
     type(c_ptr) function c_last_error() bind(c, name='fsdp_last_error')
       import :: c_ptr
     end function c_last_error
+    type(c_ptr) function c_version() bind(c, name='fsdp_version')
+      import :: c_ptr
+    end function c_version
     integer(c_int) function c_set_error(code, message) bind(c, name='fsdp_set_error')
       import :: c_int, c_char
       integer(c_int), value :: code
@@ -549,6 +552,12 @@ contains
     character(len=:), allocatable :: message
     message = f_string(c_last_error())
   end function fsdp_last_error
+
+  ! The version of the fsdp library loaded at run time, "0.1.0".
+  function fsdp_version() result(version)
+    character(len=:), allocatable :: version
+    version = f_string(c_version())
+  end function fsdp_version
 
   ! After MPI_Init: initializes Kokkos unless the application already did.
   subroutine fsdp_initialize(ierr)

@@ -568,6 +568,9 @@ static void test_init_with_and_sgd_rule(void) {
              FSDP_ERROR_LIBRARY);
   CHECK(refused == NULL && strstr(fsdp_last_error(), "lr must be >= 0") != NULL, "message: %s",
         fsdp_last_error());
+  /* The library's version, as the project declares it (tests/CMakeLists.txt passes it). */
+  CHECK(strcmp(fsdp_version(), FSDP_EXPECTED_VERSION) == 0, "fsdp_version() is '%s', expected '%s'",
+        fsdp_version(), FSDP_EXPECTED_VERSION);
   CHECK(strcmp(fsdp_error_name(FSDP_ERROR_MISMATCH), "FSDP_ERROR_MISMATCH") == 0 &&
             strcmp(fsdp_error_name(FSDP_ERROR_TIMEOUT), "FSDP_ERROR_TIMEOUT") == 0 &&
             strcmp(fsdp_error_name(FSDP_ERROR_COMMUNICATION), "FSDP_ERROR_COMMUNICATION") == 0 &&

@@ -188,6 +188,8 @@ program test_fortran
   call MPI_Comm_size(MPI_COMM_WORLD, world_size)
   call fsdp_initialize(ierr)
   call check_ok(ierr, 'fsdp_initialize')
+  ! The library's version, as the project declares it (tests/CMakeLists.txt passes it).
+  call check(fsdp_version() == FSDP_EXPECTED_VERSION, 'fsdp_version() is ' // fsdp_version())
 
   call train_and_compare()
   ! ZeRO-1 with hybrid sharding: shard groups of 2 on an even world, of 1 otherwise.
