@@ -45,6 +45,7 @@
 #include "fsdp/config.hpp"
 #include "fsdp/core/checked_size.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/profiling_region.hpp"
 #include "fsdp/core/regular_file.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
@@ -969,6 +970,7 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
 template <class T>
 void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Optimizer<T>* optimizer,
                      const CheckpointState& state) {
+  const ProfilingRegion region("fsdp::save_checkpoint");
   ProcessGroup* replicas = model.replicas();
   if (replicas == nullptr || replicas->size() == 1) {
     save_in_shard_group(path, model, optimizer, state);
@@ -1070,6 +1072,7 @@ long long checkpoint_file_bytes(ShardedModel<T>& model, const Optimizer<T>* opti
 template <class T>
 CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model,
                                  Optimizer<T>* optimizer) {
+  const ProfilingRegion region("fsdp::load_checkpoint");
   ProcessGroup& group = model.group();
   CheckpointHeader header = agreed_header(group, path);
 

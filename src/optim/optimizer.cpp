@@ -1,5 +1,6 @@
 #include "fsdp/optim/optimizer.hpp"
 
+#include "fsdp/core/profiling_region.hpp"
 #include "fsdp/core/text.hpp"
 
 namespace fsdp {
@@ -62,6 +63,7 @@ std::vector<std::string> Optimizer<T>::state_names() const {
 
 template <class T>
 void Optimizer<T>::step(ShardedModel<T>& model) {
+  const ProfilingRegion region("fsdp::optimizer_step");
   std::visit([&](auto& rule) { rule.step(model); }, rule_);
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "fsdp/comm/configuration_agreement.hpp"
+#include "fsdp/core/profiling_region.hpp"
 #include "fsdp/core/text.hpp"
 
 namespace fsdp {
@@ -89,7 +90,14 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
 }
 
 template <class T>
+void Runtime<T>::close_scope_region() {
+  pop_profiling_region(scope_region_);
+  scope_region_ = false;
+}
+
+template <class T>
 Runtime<T>::~Runtime() {
+  close_scope_region();  // a scope the caller never closed (it threw inside)
   if (gathers_) {
     for (ShardedUnit<T>* unit : units_) {
       unit->gather_over(unit->group());
@@ -249,6 +257,7 @@ void Runtime<T>::enter(std::size_t index) {
   if (unit.state() == UnitState::gathered) {
     ++stats_.ready_on_entry;
   } else {
+    const ProfilingRegion region("fsdp::wait_for_gather", order_[index]);
     const auto start = std::chrono::steady_clock::now();
     if (unit.state() == UnitState::sharded) {
       start_gather(index);
@@ -257,6 +266,9 @@ void Runtime<T>::enter(std::size_t index) {
     stats_.wait_s += seconds_since(start);
   }
   open_ = static_cast<int>(index);
+  close_scope_region();
+  scope_region_ = push_profiling_region(
+      phase_ == Phase::forward ? "fsdp::forward" : "fsdp::backward", order_[index]);
   prefetch();
   // A prefetched gather whose signature check the other ranks have already answered starts now,
   // not after this scope's computation (see MpiOperation).
@@ -291,6 +303,7 @@ template <class T>
 void Runtime<T>::end_forward(const std::string& unit) {
   const std::size_t index = index_of_open(unit, Phase::forward, "end_forward");
   losing_the_step_on_failure("end_forward", unit, [&] {
+    close_scope_region();
     const bool last = index + 1 == order_.size();
     // Resident parameters stay gathered until the backward: one gather per step.
     if (!last && options_.keep_gathered_until_backward.count(unit) == 0 && !held_for_step(index)) {
@@ -337,11 +350,13 @@ template <class T>
 void Runtime<T>::end_backward(const std::string& unit) {
   const std::size_t index = index_of_open(unit, Phase::backward, "end_backward");
   losing_the_step_on_failure("end_backward", unit, [&] {
+    close_scope_region();
     units_[index]->release();
     open_ = -1;
     ++done_;
     // The next units' gathers go out before this unit's gradients, so that they overlap.
     prefetch();
+    const ProfilingRegion region("fsdp::reduce_gradients", unit);
     const auto start = std::chrono::steady_clock::now();
     units_[index]->reduce_scatter_grads();
     stats_.reduce_s += seconds_since(start);
@@ -366,6 +381,7 @@ void Runtime<T>::finish_step() {
                     " scopes; a step runs every forward scope, then every backward scope or none");
   }
   losing_the_step_on_failure("finish_step", "", [&] {
+    const ProfilingRegion region("fsdp::finish_step");
     for (ShardedUnit<T>* unit : units_) {
       if (unit->state() == UnitState::gathering) {
         unit->wait_gather();

@@ -159,8 +159,11 @@ class Runtime {
   std::set<std::size_t> tied_owners_;  // units that own a tied parameter
   RuntimeStats stats_;
   Phase phase_ = Phase::forward;
-  std::size_t done_ = 0;   // scopes of the current phase closed so far
-  int open_ = -1;          // index of the open scope, -1 when none
+  std::size_t done_ = 0;  // scopes of the current phase closed so far
+  int open_ = -1;         // index of the open scope, -1 when none
+  // Whether the open scope's Kokkos Tools region ("fsdp::forward <unit>") was pushed.
+  bool scope_region_ = false;
+  void close_scope_region();
   std::string lost_step_;  // why the step cannot go on; empty while it can
   // Checking ahead (ProcessGroup::checks_ahead(), with prefetch): the units gather over a split of
   // their group that carries nothing else, on which prefetch() announces the next gather a scope
