@@ -73,8 +73,13 @@ function(_fsdp_pc_collect target)
         if(item MATCHES "^cxx_std_([0-9]+)$" AND CMAKE_MATCH_1 GREATER 17)
           set_property(GLOBAL APPEND PROPERTY FSDP_PC_CFLAGS "-std=c++${CMAKE_MATCH_1}")
         endif()
+      elseif(property MATCHES "^INTERFACE_LINK_" AND item MATCHES "^-D")
+        # Debian's Kokkos links with -DKOKKOS_DEPENDENCE: no linker flag, left out of Libs.
       elseif(property STREQUAL "INTERFACE_LINK_OPTIONS")
         set_property(GLOBAL APPEND PROPERTY FSDP_PC_LIBS "${item}")
+      elseif(item MATCHES "/lib(dl|m|pthread|rt)\\.a$")
+        # glibc's archive stubs (Debian's Kokkos names libdl.a): the shared library by name
+        set_property(GLOBAL APPEND PROPERTY FSDP_PC_LIBS "-l${CMAKE_MATCH_1}")
       elseif(TARGET ${item})
         _fsdp_pc_collect(${item})
       elseif(IS_ABSOLUTE "${item}" OR item MATCHES "^-")
@@ -127,6 +132,12 @@ function(fsdp_install_pkg_config)
   fsdp_pc_flags(FSDP_PC_KOKKOS_CFLAGS FSDP_PC_KOKKOS_LIBS Kokkos::kokkos)
   set(FSDP_PC_LIBS "-L\${libdir} -lfsdp ${FSDP_PC_KOKKOS_LIBS}")
   set(FSDP_PC_FORTRAN_LIBS "-L\${libdir} -lfsdp_fortran -lfsdp")
+  if(BUILD_SHARED_LIBS)
+    # The run-time search path of the installed libfsdp, so that the program the README's line
+    # builds (mpicxx app.cpp $(pkg-config --cflags --libs fsdp)) starts without LD_LIBRARY_PATH.
+    string(APPEND FSDP_PC_LIBS " -Wl,-rpath,\${libdir}")
+    string(APPEND FSDP_PC_FORTRAN_LIBS " -Wl,-rpath,\${libdir}")
+  endif()
   if(FSDP_SANITIZE)
     # a sanitized libfsdp needs the sanitizer runtimes first in every program
     string(APPEND FSDP_PC_LIBS " -fsanitize=address,undefined")
