@@ -158,10 +158,20 @@ else()
     # A shared libfsdp keeps NCCL and CUDA to itself: a consumer configures without CUDA.
     list(APPEND extra "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON")
   endif()
-  run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/${STEP}" -B "${build}"
-      "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_BUILD_TYPE=Release" ${extra}
-      # the Kokkos fsdp was built with, not whichever the consumer would find first
-      "-DKokkos_DIR=${Kokkos_DIR}")
+  execute_process(
+    COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/${STEP}" -B "${build}"
+            "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_BUILD_TYPE=Release" ${extra}
+            # the Kokkos fsdp was built with, not whichever the consumer would find first
+            "-DKokkos_DIR=${Kokkos_DIR}"
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message("${out}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install test: configuring the ${STEP} consumer failed (${rc})")
+  endif()
+  # A consumer that asked nothing of C++ gets no warning from Kokkos's configuration.
+  if(out MATCHES "does not support CXX extensions")
+    message(FATAL_ERROR "install test: find_package(fsdp) made Kokkos warn about CXX extensions")
+  endif()
   run(${CMAKE_COMMAND} --build "${build}")
   set(ran FALSE)
   if(EXISTS "${build}/consumer_fortran")
