@@ -70,6 +70,7 @@
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/grad_norm.hpp"
 #include "fsdp/optim/loss_scaler.hpp"
+#include "fsdp/optim/lr_schedule.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/optim/sgd.hpp"
 

@@ -1,6 +1,5 @@
 #include "fsdp/comm/configuration_agreement.hpp"
 
-#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -8,6 +7,7 @@
 #include "fsdp/comm/control_words.hpp"
 #include "fsdp/comm/first_disagreement.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/text.hpp"
 #include "hash.hpp"
 
 namespace fsdp {
@@ -94,15 +94,7 @@ Configuration& Configuration::integer(const std::string& name, std::int64_t valu
 }
 
 Configuration& Configuration::number(const std::string& name, double value) {
-  // The shortest %g text that reads back as exactly this double (17 digits always do).
-  char buffer[32];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
-    if (std::strtod(buffer, nullptr) == value) {
-      break;
-    }
-  }
-  return text(name, buffer);
+  return text(name, number_text(value));
 }
 
 Configuration& Configuration::flag(const std::string& name, bool value) {

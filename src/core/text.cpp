@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -31,6 +32,17 @@ std::string join_alternatives(const std::vector<std::string>& items) {
     text += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
   }
   return text;
+}
+
+std::string number_text(double value) {
+  char buffer[32];
+  for (int digits = 1; digits <= 17; ++digits) {  // 17 digits always read back
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+    if (std::strtod(buffer, nullptr) == value) {
+      break;
+    }
+  }
+  return buffer;
 }
 
 std::string to_lower(std::string text) {

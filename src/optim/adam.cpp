@@ -81,6 +81,16 @@ void Adam<T>::set_step_count(std::int64_t steps) {
   steps_ = steps;
 }
 
+template <class T>
+void Adam<T>::set_lr(double lr) {
+  replace_setting<Adam<T>>(options_, &AdamOptions::lr, lr, agreed_);
+}
+
+template <class T>
+void Adam<T>::set_weight_decay(double weight_decay) {
+  replace_setting<Adam<T>>(options_, &AdamOptions::weight_decay, weight_decay, agreed_);
+}
+
 template class Adam<float>;
 template class Adam<double>;
 

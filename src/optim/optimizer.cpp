@@ -53,6 +53,18 @@ void Optimizer<T>::set_step_count(std::int64_t steps) {
 }
 
 template <class T>
+void Optimizer<T>::set_lr(double lr) {
+  std::visit([&](auto& rule) { rule.set_lr(lr); }, rule_);
+  settings_.lr = lr;
+}
+
+template <class T>
+void Optimizer<T>::set_weight_decay(double weight_decay) {
+  std::visit([&](auto& rule) { rule.set_weight_decay(weight_decay); }, rule_);
+  settings_.weight_decay = weight_decay;
+}
+
+template <class T>
 std::vector<std::string> Optimizer<T>::state_names() const {
   if (const auto* sgd = std::get_if<Sgd<T>>(&rule_)) {
     return sgd->options().momentum > 0 ? std::vector<std::string>{kSgdMomentumBuffer}

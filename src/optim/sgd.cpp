@@ -95,6 +95,16 @@ void Sgd<T>::set_step_count(std::int64_t steps) {
   steps_ = steps;
 }
 
+template <class T>
+void Sgd<T>::set_lr(double lr) {
+  replace_setting<Sgd<T>>(options_, &SgdOptions::lr, lr, agreed_);
+}
+
+template <class T>
+void Sgd<T>::set_weight_decay(double weight_decay) {
+  replace_setting<Sgd<T>>(options_, &SgdOptions::weight_decay, weight_decay, agreed_);
+}
+
 template class Sgd<float>;
 template class Sgd<double>;
 

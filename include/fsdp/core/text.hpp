@@ -12,6 +12,9 @@ namespace fsdp {
 std::string join(const std::vector<std::string>& items, const std::string& separator = ", ");
 // "a, b or c": the choices a message offers.
 std::string join_alternatives(const std::vector<std::string>& items);
+// The shortest %g text that reads back as exactly this double ("0.003", "1e-05"): two numbers
+// have the same text exactly when they are equal.
+std::string number_text(double value);
 // ASCII lower case (names given on command lines and in files compare without case).
 std::string to_lower(std::string text);
 // A shape's extents between brackets[0] and brackets[1]: "[1024, 512]", or "(1024,512)" with

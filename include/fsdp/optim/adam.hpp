@@ -49,6 +49,11 @@ class Adam {
   // continues from (bias correction, the first momentum step).
   void set_step_count(std::int64_t steps);
   const AdamOptions& options() const { return options_; }
+  // The learning rate and weight decay of the steps that follow (learning-rate schedules,
+  // lr_schedule.hpp), checked as the constructor checks them. The next step checks again,
+  // collectively, that every rank has the same settings (so every rank must call these alike).
+  void set_lr(double lr);
+  void set_weight_decay(double weight_decay);
 
  private:
   AdamOptions options_;

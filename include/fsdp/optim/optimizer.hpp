@@ -40,7 +40,13 @@ class Optimizer {
   // the same name and settings, else every rank throws fsdp::Error naming the first that differs.
   void agree_with_ranks(ShardedModel<T>& model);
   const std::string& name() const { return name_; }
+  // The settings of the next step: those given, with the learning rate and weight decay last set.
   const OptimizerSettings& settings() const { return settings_; }
+  // The learning rate and weight decay of the steps that follow (a schedule's apply sets the
+  // rate before each step: lr_schedule.hpp). Errors as the constructor's. Every rank must call
+  // these alike, with the same values: the next step checks so (one all-reduce of two words).
+  void set_lr(double lr);
+  void set_weight_decay(double weight_decay);
   // Steps taken; set_step_count resumes from a checkpoint (>= 0).
   std::int64_t step_count() const;
   void set_step_count(std::int64_t steps);

@@ -39,6 +39,11 @@ class Sgd {
   // continues from (bias correction, the first momentum step).
   void set_step_count(std::int64_t steps);
   const SgdOptions& options() const { return options_; }
+  // The learning rate and weight decay of the steps that follow (learning-rate schedules,
+  // lr_schedule.hpp), checked as the constructor checks them. The next step checks again,
+  // collectively, that every rank has the same settings (so every rank must call these alike).
+  void set_lr(double lr);
+  void set_weight_decay(double weight_decay);
 
  private:
   SgdOptions options_;
@@ -58,5 +63,18 @@ void require_grads(ShardedModel<T>& model, const char* optimizer);
 // optimizer's agree_with_ranks().
 template <class T>
 void require_same_settings(ShardedModel<T>& model, const Configuration& settings, bool& agreed);
+
+// Sgd's and Adam's set_lr and set_weight_decay: options' member becomes value if a Rule made with
+// it accepts it (else its constructor's error, and nothing changes), and the next step agrees
+// again. Agreeing even when the value is unchanged keeps every rank's part in the check
+// independent of values that may differ between ranks.
+template <class Rule, class Options>
+void replace_setting(Options& options, double Options::*member, double value, bool& agreed) {
+  Options next = options;
+  next.*member = value;
+  const Rule checked(next);
+  options = next;
+  agreed = false;
+}
 
 }  // namespace fsdp
