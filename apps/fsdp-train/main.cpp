@@ -25,6 +25,7 @@
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
+#include "fsdp/optim/lr_schedule.hpp"
 #include "fsdp/shard/sharding_mode.hpp"
 #include "models/blas_runtime.hpp"
 #include "train.hpp"
@@ -176,6 +177,26 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"adam", "adamw", "sgd"}))
         ->capture_default_str();
     app.add_option("--lr", o.lr, "learning rate")
+        ->check(fsdp_apps::finite_number(0))
+        ->capture_default_str();
+    app.add_option("--lr-schedule", o.lr_schedule,
+                   "learning rate after the warm-up: constant, linear or cosine (decay to "
+                   "--min-lr at the run's end), or step (times --lr-gamma every "
+                   "--lr-step-size steps)")
+        ->check(fsdp_apps::parsed_by(fsdp::parse_lr_decay, "DECAY"))
+        ->capture_default_str();
+    app.add_option("--warmup-steps", o.warmup_steps,
+                   "steps of linear warm-up: step t (from 0) takes lr (t + 1) / warmup")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--min-lr", o.min_lr,
+                   "linear, cosine: the rate the decay reaches at the run's end")
+        ->check(fsdp_apps::finite_number(0))
+        ->capture_default_str();
+    app.add_option("--lr-step-size", o.lr_step_size, "step: steps between decays")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app.add_option("--lr-gamma", o.lr_gamma, "step: the factor of each decay")
         ->check(fsdp_apps::finite_number(0))
         ->capture_default_str();
     app.add_option("--weight-decay", o.weight_decay, "weight decay (L2 for adam and sgd)")

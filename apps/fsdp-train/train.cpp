@@ -23,6 +23,7 @@
 #include "fsdp/io/checkpoint_directory.hpp"
 #include "fsdp/optim/grad_norm.hpp"
 #include "fsdp/optim/loss_scaler.hpp"
+#include "fsdp/optim/lr_schedule.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
@@ -76,6 +77,18 @@ fsdp::OptimizerSettings optimizer_settings(const TrainOptions& o) {
   return settings;
 }
 
+// The learning-rate schedule the options ask for, over the whole run (scheduled_steps).
+fsdp::LrSchedule lr_schedule(const TrainOptions& o, const Split& data) {
+  fsdp::LrScheduleOptions options;
+  options.decay = fsdp::parse_lr_decay(o.lr_schedule);
+  options.warmup_steps = o.warmup_steps;
+  options.total_steps = scheduled_steps(o, data);
+  options.min_lr = o.min_lr;
+  options.step_size = o.lr_step_size;
+  options.gamma = o.lr_gamma;
+  return fsdp::LrSchedule(o.lr, options);
+}
+
 // ---- one training step: the scopes are where units are gathered, released and reduce-scattered
 
 // Forward, loss, backward, (clip), optimizer step on the batch loaded into `batch` (`samples`
@@ -85,8 +98,8 @@ fsdp::OptimizerSettings optimizer_settings(const TrainOptions& o) {
 // whose gradients overflowed on any rank is skipped on every rank.
 template <class T>
 LossSums train_step(fsdp::ShardedModel<T>& model, fsdp::Runtime<T>& runtime, Batch<T>& batch,
-                    std::int64_t samples, fsdp::Optimizer<T>& optimizer, double clip,
-                    fsdp::LossScaler* scaler) {
+                    std::int64_t samples, fsdp::Optimizer<T>& optimizer,
+                    const fsdp::LrSchedule& schedule, double clip, fsdp::LossScaler* scaler) {
   const LossSums sums = batch.train(runtime, samples, scaler != nullptr ? scaler->scale() : 1.0);
   runtime.finish_step();
   if (scaler != nullptr) {
@@ -100,6 +113,7 @@ LossSums train_step(fsdp::ShardedModel<T>& model, fsdp::Runtime<T>& runtime, Bat
   if (clip > 0) {
     fsdp::clip_grad_norm(model, clip);
   }
+  schedule.apply(optimizer);
   optimizer.step(model);
   model.zero_grad();
   return sums;
@@ -234,6 +248,7 @@ class Run {
   Run(const TrainOptions& o, fsdp::ProcessGroup& group, const Split& data)
       : o_(o), group_(group), data_(data), ranks_(group.size()), rank_(group.rank()) {
     validate(o, ranks_, data);
+    lr_schedule_ = lr_schedule(o, data);
     trained_ = make_trained_model<T>(o, data);
     parameters_ = trained_->parameters(fsdp::dtype_of<T>());
     positions_ = trained_->positions_per_sample();
@@ -346,7 +361,8 @@ class Run {
       state.epoch = position.epoch;
       state.sampler = position;
       state.metadata = {{"fsdp-train.batch_size", std::to_string(o_.batch_size)},
-                        {"fsdp-train.dtype", o_.dtype}};
+                        {"fsdp-train.dtype", o_.dtype},
+                        {"fsdp-train.lr_schedule", lr_schedule_.describe()}};
       if (scaler) {
         char scale[32];
         std::snprintf(scale, sizeof scale, "%.17g", scaler->state().scale);
@@ -377,8 +393,8 @@ class Run {
         schedule.indices(step, indices);
         batch->load(data_.train, indices);
         const auto rows = static_cast<std::int64_t>(indices.size());
-        const LossSums step_sums = train_step(model, runtime, *batch, rows, optimizer, o_.clip,
-                                              scaler ? &*scaler : nullptr);
+        const LossSums step_sums = train_step(model, runtime, *batch, rows, optimizer, lr_schedule_,
+                                              o_.clip, scaler ? &*scaler : nullptr);
         ++step_count;
         progress.step(step + 1);
         // The step's loss over every rank: a non-finite one ends the run on every rank alike.
@@ -437,6 +453,7 @@ class Run {
           {"eval_accuracy", eval.accuracy},
           {"eval_loss", eval.loss},
           {"samples_per_s", totals[2] / seconds},
+          {"lr", optimizer.settings().lr},  // the rate of the epoch's last step
           {trained_->position_name() + "s_per_s", positions_per_s},
           {"mfu", positions_per_s * trained_->flops_per_position() / peak_flops_},
           {"seconds", seconds}};
@@ -579,6 +596,13 @@ class Run {
                       "fsdp-train",
                   fsdp::ErrorKind::mismatch);
     sampler.restore(*loaded.state.sampler);
+    // A schedule is the options' to choose on each run (a longer run, a lower rate after a
+    // divergence); it continues from the optimizer's step count. Say when it changed.
+    const auto schedule = metadata.find("fsdp-train.lr_schedule");
+    if (schedule != metadata.end() && schedule->second != lr_schedule_.describe() && rank_ == 0) {
+      std::printf("fsdp-train: note: '%s' was trained with lr %s; continuing with lr %s\n",
+                  file.c_str(), schedule->second.c_str(), lr_schedule_.describe().c_str());
+    }
     const auto scale = metadata.find("fsdp-train.loss_scale");
     if (scaler && scale != metadata.end()) {
       fsdp::LossScalerState state;
@@ -682,9 +706,9 @@ class Run {
           schedule.indices(step, indices);
           batch->load(data_.train, indices);
           const auto rows = static_cast<std::int64_t>(indices.size());
-          last_epoch.loss +=
-              train_step(reference, reference_runtime, *batch, rows, optimizer, o_.clip, nullptr)
-                  .loss;
+          last_epoch.loss += train_step(reference, reference_runtime, *batch, rows, optimizer,
+                                        lr_schedule_, o_.clip, nullptr)
+                                 .loss;
           last_epoch_samples += static_cast<double>(rows * positions_);
         }
       }
@@ -774,6 +798,7 @@ class Run {
           {"dtype", o_.dtype},
           {"optimizer", o_.optimizer},
           {"lr", o_.lr},
+          {"lr_schedule", lr_schedule_.describe()},
           {"data", data_.train.description},
           {"train_samples", data_.train.samples},
           {"eval_samples", data_.eval.samples},
@@ -791,12 +816,12 @@ class Run {
                                           : " (" + std::to_string(ranks_ / plan.world_size()) +
                                                 " replicas of " +
                                                 std::to_string(plan.world_size()) + ")";
-      std::printf("fsdp-train: %s%s, strategy %s, mode %s, %s (%lld parameters, %s), %s lr %g\n",
+      std::printf("fsdp-train: %s%s, strategy %s, mode %s, %s (%lld parameters, %s), %s lr %s\n",
                   fsdp_apps::count_of(ranks_, "rank").c_str(), arrangement.c_str(),
                   plan.strategy().c_str(), fsdp::name_of(fsdp::parse_sharding_mode(o_.mode)),
                   trained_->description().c_str(),
                   static_cast<long long>(trained_->parameter_count()), o_.dtype.c_str(),
-                  o_.optimizer.c_str(), o_.lr);
+                  o_.optimizer.c_str(), lr_schedule_.describe().c_str());
       std::printf("transport: %s\n", group_.transport_name());
       std::printf("blas: %s; peak %.1f GFLOP/s over %s (measured %s GEMMs at once)\n",
                   fsdp_models::blas_description().c_str(), peak_flops_ / 1e9,
@@ -883,8 +908,9 @@ class Run {
   int ranks_;
   int rank_;
   std::unique_ptr<TrainedModel<T>> trained_;
-  std::int64_t positions_ = 1;  // loss terms per sample
-  double peak_flops_ = 0;       // the GEMM rate of every rank together, measured at the start
+  fsdp::LrSchedule lr_schedule_{0.0, fsdp::LrScheduleOptions{}};  // the options' (constructor)
+  std::int64_t positions_ = 1;                                    // loss terms per sample
+  double peak_flops_ = 0;  // the GEMM rate of every rank together, measured at the start
   std::vector<fsdp::ParameterInfo> parameters_;
   std::int64_t local_batch_ = 1;
   std::int64_t step_rows_ = 1;  // min(local batch, a rank's share of the training split)
@@ -897,6 +923,10 @@ class Run {
 };
 
 }  // namespace
+
+std::int64_t scheduled_steps(const TrainOptions& o, const Split& data) {
+  return o.epochs * fsdp::ceil_div(data.train.samples, o.batch_size);
+}
 
 int hybrid_shard_group_size(const TrainOptions& o, int ranks) {
   if (o.replicate_groups > 0) {
@@ -945,6 +975,22 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
                 "--shard-group-size " + std::to_string(shards) + " does not divide the " +
                     std::to_string(ranks) + " ranks; give a divisor of " + std::to_string(ranks));
   fsdp::Optimizer<double>(o.optimizer, optimizer_settings(o));  // checks lr, weight decay, momentum
+  const fsdp::LrDecay decay = fsdp::parse_lr_decay(o.lr_schedule);
+  if (decay == fsdp::LrDecay::linear || decay == fsdp::LrDecay::cosine) {
+    const std::int64_t steps = scheduled_steps(o, data);
+    fsdp::require(o.warmup_steps < steps, "--warmup-steps " + std::to_string(o.warmup_steps) +
+                                              " leaves no step for the " + o.lr_schedule +
+                                              " decay: the run has " + std::to_string(steps) +
+                                              " steps (--epochs " + std::to_string(o.epochs) +
+                                              " of " + std::to_string(steps / o.epochs) +
+                                              "); give fewer warm-up steps or more --epochs");
+    fsdp::require(o.min_lr <= o.lr, "--min-lr " + fsdp::number_text(o.min_lr) + " is above --lr " +
+                                        fsdp::number_text(o.lr) + ": the " + o.lr_schedule +
+                                        " decay ends at --min-lr; give one <= --lr");
+  }
+  fsdp::require(decay != fsdp::LrDecay::step || o.lr_gamma > 0,
+                "--lr-schedule step multiplies by --lr-gamma: give one > 0");
+  lr_schedule(o, data);  // whatever else the schedule refuses
   fsdp::require(data.train.classes >= 2, "the data needs at least 2 classes");
   fsdp::require(o.model == "mlp" || o.model == "gpt",
                 "--model '" + o.model + "' is not a model fsdp-train has: use mlp or gpt");

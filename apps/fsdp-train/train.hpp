@@ -30,6 +30,14 @@ struct TrainOptions {
   double lr = 3e-3;
   double weight_decay = 0.0;
   double momentum = 0.0;  // sgd only
+  // The learning rate of each step (fsdp::LrSchedule): --lr after --warmup-steps of linear
+  // warm-up, then constant, linear or cosine decay to --min-lr at the last step of the run, or
+  // step decay (times --lr-gamma every --lr-step-size steps).
+  std::string lr_schedule = "constant";
+  std::int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+  std::int64_t lr_step_size = 1;
+  double lr_gamma = 0.1;
   std::string strategy = "full";
   std::string mode = "full_shard";  // what stays in pieces (fsdp::parse_sharding_mode)
   // Hybrid sharding: ranks per shard group (0: the ranks of each node; -1: one group of all
@@ -98,6 +106,10 @@ double check_tolerance(const std::string& dtype);
 // The ranks per shard group the options ask for (--shard-group-size, or the ranks divided by
 // --replicate-groups): -1 for no hybrid sharding, 0 for the ranks of each node.
 int hybrid_shard_group_size(const TrainOptions& options, int ranks);
+
+// The steps of the whole run, epochs x ceil(training samples / global batch): the horizon of the
+// learning-rate schedule, the same at any number of ranks.
+std::int64_t scheduled_steps(const TrainOptions& options, const Split& data);
 
 // Throws fsdp::Error naming the option that is wrong and what would be right. No communication:
 // every rank reaches the same verdict from the same options and data.
