@@ -72,6 +72,7 @@ typedef struct fsdp_model_s* fsdp_model_t;
 typedef struct fsdp_runtime_s* fsdp_runtime_t;
 typedef struct fsdp_optimizer_s* fsdp_optimizer_t;
 typedef struct fsdp_loss_scaler_s* fsdp_loss_scaler_t;
+typedef struct fsdp_lr_schedule_s* fsdp_lr_schedule_t;
 
 /* The message of the last failed call on this thread ("" when none failed). Valid until the
  * next failing call on this thread. */
@@ -221,6 +222,33 @@ int fsdp_optimizer_create_adamw(fsdp_model_t model, double lr, double beta1, dou
 /* Updates every piece of the optimizer's model from its reduce-scattered gradient. */
 int fsdp_optimizer_step(fsdp_optimizer_t optimizer);
 void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer);
+/* The learning rate and weight decay of the steps that follow. Every rank must make the same calls
+ * with the same values: the next fsdp_optimizer_step checks so on every rank (FSDP_ERROR_MISMATCH
+ * naming the setting). A value the rule refuses (< 0) is FSDP_ERROR_LIBRARY and changes nothing. */
+int fsdp_optimizer_set_lr(fsdp_optimizer_t optimizer, double lr);
+int fsdp_optimizer_set_weight_decay(fsdp_optimizer_t optimizer, double weight_decay);
+/* The learning rate of the next step and the steps taken (a loaded checkpoint's count
+ * included). Either pointer may be NULL. */
+int fsdp_optimizer_get_state(fsdp_optimizer_t optimizer, double* lr, int64_t* steps);
+
+/* ---- learning-rate schedules (docs/units.md, "Learning-rate schedules") ------------------- */
+/* The rate of each step t (from 0): lr * (t + 1) / warmup_steps during the warm-up, then by
+ * decay: "constant" (lr), "linear" or "cosine" (from lr to min_lr at step total_steps, then
+ * min_lr), "step" (lr * gamma^floor((t - warmup_steps) / step_size)). Arguments a decay does not
+ * use are ignored. Bad settings (an unknown decay, min_lr outside [0, lr], total_steps <=
+ * warmup_steps for linear and cosine, step_size < 1 or gamma <= 0 for step) are
+ * FSDP_ERROR_LIBRARY naming the setting. A schedule keeps no position: see
+ * fsdp_lr_schedule_apply. */
+int fsdp_lr_schedule_create(const char* decay, double lr, int64_t warmup_steps, int64_t total_steps,
+                            double min_lr, int64_t step_size, double gamma,
+                            fsdp_lr_schedule_t* schedule);
+/* The rate of step `step` (>= 0). */
+int fsdp_lr_schedule_lr_at(fsdp_lr_schedule_t schedule, int64_t step, double* lr);
+/* Sets the optimizer's learning rate for its next step: the rate of the step its step count
+ * names. Call it before every fsdp_optimizer_step; after fsdp_checkpoint_load the count is the
+ * checkpoint's, so the schedule goes on where the saved run stopped. */
+int fsdp_lr_schedule_apply(fsdp_lr_schedule_t schedule, fsdp_optimizer_t optimizer);
+void fsdp_lr_schedule_destroy(fsdp_lr_schedule_t schedule);
 
 /* ---- gradient norm and clipping (docs/units.md) ----------------------------------------- */
 /* Collective: the global L2 norm of the gradients of the model's pieces, every element counted

@@ -26,6 +26,7 @@
 #include "fsdp/io/checkpoint.hpp"
 #include "fsdp/optim/grad_norm.hpp"
 #include "fsdp/optim/loss_scaler.hpp"
+#include "fsdp/optim/lr_schedule.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
@@ -224,6 +225,11 @@ struct fsdp_runtime_s {
 
 struct fsdp_optimizer_s {
   FloatOrDouble<ModelOptimizer> typed;
+};
+
+struct fsdp_lr_schedule_s {
+  explicit fsdp_lr_schedule_s(const fsdp::LrSchedule& made) : schedule(made) {}
+  fsdp::LrSchedule schedule;
 };
 
 struct fsdp_loss_scaler_s {
@@ -913,9 +919,83 @@ int fsdp_optimizer_step(fsdp_optimizer_t optimizer) {
   });
 }
 
+int fsdp_optimizer_set_lr(fsdp_optimizer_t optimizer, double lr) {
+  return guarded("fsdp_optimizer_set_lr", [&] {
+    require_handle(optimizer, "optimizer")->typed.visit([&](auto& typed) {
+      typed.optimizer.set_lr(lr);
+    });
+  });
+}
+
+int fsdp_optimizer_set_weight_decay(fsdp_optimizer_t optimizer, double weight_decay) {
+  return guarded("fsdp_optimizer_set_weight_decay", [&] {
+    require_handle(optimizer, "optimizer")->typed.visit([&](auto& typed) {
+      typed.optimizer.set_weight_decay(weight_decay);
+    });
+  });
+}
+
+int fsdp_optimizer_get_state(fsdp_optimizer_t optimizer, double* lr, int64_t* steps) {
+  return guarded("fsdp_optimizer_get_state", [&] {
+    require_handle(optimizer, "optimizer")->typed.visit([&](auto& typed) {
+      if (lr != nullptr) {
+        *lr = typed.optimizer.settings().lr;
+      }
+      if (steps != nullptr) {
+        *steps = typed.optimizer.step_count();
+      }
+    });
+  });
+}
+
 void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer) {
   if (optimizer != nullptr) {
     delete optimizer;
+    --live_handles;
+  }
+}
+
+// ---- learning-rate schedules ----------------------------------------------------------------
+
+int fsdp_lr_schedule_create(const char* decay, double lr, int64_t warmup_steps, int64_t total_steps,
+                            double min_lr, int64_t step_size, double gamma,
+                            fsdp_lr_schedule_t* schedule) {
+  return guarded("fsdp_lr_schedule_create", [&] {
+    require_argument(schedule != nullptr, "the output pointer is NULL");
+    *schedule = nullptr;
+    require_argument(decay != nullptr, "the decay is NULL; give constant, linear, cosine or step");
+    fsdp::LrScheduleOptions options;
+    options.decay = fsdp::parse_lr_decay(decay);
+    options.warmup_steps = warmup_steps;
+    options.total_steps = total_steps;
+    options.min_lr = min_lr;
+    options.step_size = step_size;
+    options.gamma = gamma;
+    *schedule = new fsdp_lr_schedule_s(fsdp::LrSchedule(lr, options));  // checked there
+    ++live_handles;
+  });
+}
+
+int fsdp_lr_schedule_lr_at(fsdp_lr_schedule_t schedule, int64_t step, double* lr) {
+  return guarded("fsdp_lr_schedule_lr_at", [&] {
+    require_handle(schedule, "schedule");
+    require_argument(lr != nullptr, "the output pointer is NULL");
+    *lr = schedule->schedule.lr_at(step);
+  });
+}
+
+int fsdp_lr_schedule_apply(fsdp_lr_schedule_t schedule, fsdp_optimizer_t optimizer) {
+  return guarded("fsdp_lr_schedule_apply", [&] {
+    require_handle(schedule, "schedule");
+    require_handle(optimizer, "optimizer")->typed.visit([&](auto& typed) {
+      schedule->schedule.apply(typed.optimizer);
+    });
+  });
+}
+
+void fsdp_lr_schedule_destroy(fsdp_lr_schedule_t schedule) {
+  if (schedule != nullptr) {
+    delete schedule;
     --live_handles;
   }
 }

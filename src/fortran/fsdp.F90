@@ -68,6 +68,10 @@ module fsdp
     type(c_ptr) :: handle = c_null_ptr
   end type fsdp_loss_scaler
 
+  type, public :: fsdp_lr_schedule
+    type(c_ptr) :: handle = c_null_ptr
+  end type fsdp_lr_schedule
+
   ! A fill function for fsdp_model_init_with: fills the count elements of this rank's piece,
   ! starting at element `first` (0-based) of the flattened parameter; values points at count
   ! elements of the model's kind (c_f_pointer them). Returns 0, or nonzero to fail the call.
@@ -96,6 +100,9 @@ module fsdp
   public :: fsdp_memory_bytes, fsdp_memory_reset_peaks, fsdp_memory_category_name
   public :: fsdp_optimizer_create_sgd, fsdp_optimizer_create_adam, fsdp_optimizer_create_adamw
   public :: fsdp_optimizer_step, fsdp_optimizer_destroy
+  public :: fsdp_optimizer_set_lr, fsdp_optimizer_set_weight_decay, fsdp_optimizer_get_state
+  public :: fsdp_lr_schedule_create, fsdp_lr_schedule_lr_at, fsdp_lr_schedule_apply
+  public :: fsdp_lr_schedule_destroy
   public :: fsdp_checkpoint_save, fsdp_checkpoint_load, fsdp_load_parameters
   public :: fsdp_loss_scaler_create, fsdp_loss_scaler_scale, fsdp_loss_scaler_unscale_and_check
   public :: fsdp_loss_scaler_update, fsdp_loss_scaler_get_state, fsdp_loss_scaler_set_state
@@ -349,6 +356,49 @@ module fsdp
       import :: c_ptr
       type(c_ptr), value :: optimizer
     end subroutine c_optimizer_destroy
+    integer(c_int) function c_optimizer_set_lr(optimizer, lr) bind(c, name='fsdp_optimizer_set_lr')
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: optimizer
+      real(c_double), value :: lr
+    end function c_optimizer_set_lr
+    integer(c_int) function c_optimizer_set_weight_decay(optimizer, weight_decay) &
+        bind(c, name='fsdp_optimizer_set_weight_decay')
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: optimizer
+      real(c_double), value :: weight_decay
+    end function c_optimizer_set_weight_decay
+    integer(c_int) function c_optimizer_get_state(optimizer, lr, steps) &
+        bind(c, name='fsdp_optimizer_get_state')
+      import :: c_int, c_ptr, c_double, c_int64_t
+      type(c_ptr), value :: optimizer
+      real(c_double), intent(out) :: lr
+      integer(c_int64_t), intent(out) :: steps
+    end function c_optimizer_get_state
+    integer(c_int) function c_lr_schedule_create(decay, lr, warmup_steps, total_steps, min_lr, &
+                                                 step_size, gamma, schedule) &
+        bind(c, name='fsdp_lr_schedule_create')
+      import :: c_int, c_ptr, c_double, c_int64_t, c_char
+      character(kind=c_char), intent(in) :: decay(*)
+      real(c_double), value :: lr, min_lr, gamma
+      integer(c_int64_t), value :: warmup_steps, total_steps, step_size
+      type(c_ptr), intent(out) :: schedule
+    end function c_lr_schedule_create
+    integer(c_int) function c_lr_schedule_lr_at(schedule, step, lr) &
+        bind(c, name='fsdp_lr_schedule_lr_at')
+      import :: c_int, c_ptr, c_double, c_int64_t
+      type(c_ptr), value :: schedule
+      integer(c_int64_t), value :: step
+      real(c_double), intent(out) :: lr
+    end function c_lr_schedule_lr_at
+    integer(c_int) function c_lr_schedule_apply(schedule, optimizer) &
+        bind(c, name='fsdp_lr_schedule_apply')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: schedule, optimizer
+    end function c_lr_schedule_apply
+    subroutine c_lr_schedule_destroy(schedule) bind(c, name='fsdp_lr_schedule_destroy')
+      import :: c_ptr
+      type(c_ptr), value :: schedule
+    end subroutine c_lr_schedule_destroy
     integer(c_int) function c_checkpoint_save(model, optimizer, path, step, epoch) &
         bind(c, name='fsdp_checkpoint_save')
       import :: c_int, c_ptr, c_char, c_int64_t
@@ -1119,6 +1169,86 @@ contains
     integer, intent(out) :: ierr
     ierr = int(c_optimizer_step(optimizer%handle))
   end subroutine fsdp_optimizer_step
+
+  ! The learning rate and weight decay of the steps that follow; every rank makes the same calls
+  ! with the same values (the next step checks: FSDP_ERROR_MISMATCH on every rank otherwise).
+  subroutine fsdp_optimizer_set_lr(optimizer, lr, ierr)
+    type(fsdp_optimizer), intent(in) :: optimizer
+    real(c_double), intent(in) :: lr
+    integer, intent(out) :: ierr
+    ierr = int(c_optimizer_set_lr(optimizer%handle, lr))
+  end subroutine fsdp_optimizer_set_lr
+
+  subroutine fsdp_optimizer_set_weight_decay(optimizer, weight_decay, ierr)
+    type(fsdp_optimizer), intent(in) :: optimizer
+    real(c_double), intent(in) :: weight_decay
+    integer, intent(out) :: ierr
+    ierr = int(c_optimizer_set_weight_decay(optimizer%handle, weight_decay))
+  end subroutine fsdp_optimizer_set_weight_decay
+
+  ! The learning rate of the next step and the steps taken (a loaded checkpoint's included).
+  subroutine fsdp_optimizer_get_state(optimizer, ierr, lr, steps)
+    type(fsdp_optimizer), intent(in) :: optimizer
+    integer, intent(out) :: ierr
+    real(c_double), intent(out), optional :: lr
+    integer(c_int64_t), intent(out), optional :: steps
+    real(c_double) :: rate
+    integer(c_int64_t) :: count
+    ierr = int(c_optimizer_get_state(optimizer%handle, rate, count))
+    if (present(lr)) lr = rate
+    if (present(steps)) steps = count
+  end subroutine fsdp_optimizer_get_state
+
+  ! ---- learning-rate schedules (docs/units.md) ----
+
+  ! decay: 'constant', 'linear', 'cosine' or 'step'. Absent arguments: warmup_steps 0,
+  ! total_steps 0 (give it for linear and cosine), min_lr 0, step_size 1, gamma 0.1.
+  subroutine fsdp_lr_schedule_create(schedule, decay, lr, ierr, warmup_steps, total_steps, &
+                                     min_lr, step_size, gamma)
+    type(fsdp_lr_schedule), intent(out) :: schedule
+    character(len=*), intent(in) :: decay
+    real(c_double), intent(in) :: lr
+    integer, intent(out) :: ierr
+    integer(c_int64_t), intent(in), optional :: warmup_steps, total_steps, step_size
+    real(c_double), intent(in), optional :: min_lr, gamma
+    integer(c_int64_t) :: warmup, total, size
+    real(c_double) :: floor, factor
+    warmup = 0
+    total = 0
+    size = 1
+    floor = 0
+    factor = 0.1d0
+    if (present(warmup_steps)) warmup = warmup_steps
+    if (present(total_steps)) total = total_steps
+    if (present(step_size)) size = step_size
+    if (present(min_lr)) floor = min_lr
+    if (present(gamma)) factor = gamma
+    ierr = int(c_lr_schedule_create(c_string(decay), lr, warmup, total, floor, size, factor, &
+                                    schedule%handle))
+  end subroutine fsdp_lr_schedule_create
+
+  ! The rate of step `step` (from 0).
+  subroutine fsdp_lr_schedule_lr_at(schedule, step, lr, ierr)
+    type(fsdp_lr_schedule), intent(in) :: schedule
+    integer(c_int64_t), intent(in) :: step
+    real(c_double), intent(out) :: lr
+    integer, intent(out) :: ierr
+    ierr = int(c_lr_schedule_lr_at(schedule%handle, step, lr))
+  end subroutine fsdp_lr_schedule_lr_at
+
+  ! Sets the optimizer's rate for its next step from its step count: call before every step.
+  subroutine fsdp_lr_schedule_apply(schedule, optimizer, ierr)
+    type(fsdp_lr_schedule), intent(in) :: schedule
+    type(fsdp_optimizer), intent(in) :: optimizer
+    integer, intent(out) :: ierr
+    ierr = int(c_lr_schedule_apply(schedule%handle, optimizer%handle))
+  end subroutine fsdp_lr_schedule_apply
+
+  subroutine fsdp_lr_schedule_destroy(schedule)
+    type(fsdp_lr_schedule), intent(inout) :: schedule
+    call c_lr_schedule_destroy(schedule%handle)
+    schedule%handle = c_null_ptr
+  end subroutine fsdp_lr_schedule_destroy
 
   ! ---- checkpoints (docs/checkpoints.md) ----
 

@@ -601,6 +601,83 @@ static void test_init_with_and_sgd_rule(void) {
   }
 }
 
+/* A schedule sets each step's rate from the optimizer's step count: step decay of 0.5 by half
+ * every 2 steps after 2 warm-up steps takes 0.25, 0.5, 0.5, 0.5, 0.25, 0.25 (exact in binary), so
+ * six plain SGD steps on the average gradient (N + 1) / 2 move every element by exactly their sum
+ * times it. Ranks that set different rates fail together at the next step. */
+static void test_lr_schedule(void) {
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  double scale = 0.5;
+  for (int i = 0; i < NPARAM; ++i) {
+    CHECK_OK(fsdp_model_init_with(model, parameter_names[i], fill_with_index, &scale));
+  }
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  fsdp_runtime_t runtime = NULL;
+  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
+  fsdp_optimizer_t sgd = NULL;
+  CHECK_OK(fsdp_optimizer_create_sgd(model, 99.0, 0.0, 0.0, 0, 0.0, &sgd));
+  fsdp_lr_schedule_t schedule = NULL;
+  CHECK_OK(fsdp_lr_schedule_create("step", 0.5, 2, 0, 0.0, 2, 0.5, &schedule));
+  const double rates[6] = {0.25, 0.5, 0.5, 0.5, 0.25, 0.25};
+  double moved = 0;
+  for (int step = 0; step < 6; ++step) {
+    double at = -1, lr = -1;
+    int64_t steps = -1;
+    CHECK_OK(fsdp_lr_schedule_lr_at(schedule, step, &at));
+    CHECK_OK(fsdp_lr_schedule_apply(schedule, sgd));
+    CHECK_OK(fsdp_optimizer_get_state(sgd, &lr, &steps));
+    CHECK(at == rates[step] && lr == rates[step] && steps == step,
+          "step %d: lr_at %g, the optimizer's lr %g after apply, step count %lld", step, at, lr,
+          (long long)steps);
+    constant_gradient_step(runtime, FSDP_FLOAT64, world_rank + 1, NAN);
+    CHECK_OK(fsdp_optimizer_step(sgd));
+    CHECK_OK(fsdp_model_zero_grad(model));
+    moved += rates[step] * (world + 1) / 2.0;
+  }
+  double whole[HIDDEN * IN];
+  CHECK_OK(fsdp_model_copy_parameter(model, "l0.w", whole));
+  for (int e = 0; e < HIDDEN * IN; ++e) {
+    CHECK(whole[e] == 0.5 * e - moved, "l0.w[%d] = %.17g after the schedule, expected %.17g", e,
+          whole[e], 0.5 * e - moved);
+  }
+
+  /* What a schedule and the setters refuse, naming the setting; nothing changes. */
+  fsdp_lr_schedule_t refused = NULL;
+  CHECK_CODE(fsdp_lr_schedule_create("cosine", 0.1, 0, 10, 0.5, 1, 0.1, &refused),
+             FSDP_ERROR_LIBRARY);
+  CHECK(refused == NULL && strstr(fsdp_last_error(), "min_lr must lie in [0, lr]") != NULL,
+        "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_lr_schedule_create("exponential", 0.1, 0, 0, 0, 1, 0.1, &refused),
+             FSDP_ERROR_LIBRARY);
+  CHECK(strstr(fsdp_last_error(), "use constant, linear, cosine or step") != NULL, "message: %s",
+        fsdp_last_error());
+  CHECK_CODE(fsdp_lr_schedule_create(NULL, 0.1, 0, 0, 0, 1, 0.1, &refused),
+             FSDP_ERROR_INVALID_ARGUMENT);
+  double at = 0;
+  CHECK_CODE(fsdp_lr_schedule_lr_at(schedule, -1, &at), FSDP_ERROR_LIBRARY);
+  CHECK_CODE(fsdp_optimizer_set_lr(sgd, -1.0), FSDP_ERROR_LIBRARY);
+  CHECK(strstr(fsdp_last_error(), "lr must be >= 0") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_optimizer_set_weight_decay(sgd, -1.0), FSDP_ERROR_LIBRARY);
+  double lr = 0;
+  CHECK_OK(fsdp_optimizer_get_state(sgd, &lr, NULL));
+  CHECK(lr == 0.25, "a refused rate changed the rate to %g", lr);
+
+  if (world > 1) {
+    CHECK_OK(fsdp_optimizer_set_lr(sgd, world_rank == 1 ? 0.5 : 0.25));
+    constant_gradient_step(runtime, FSDP_FLOAT64, 1.0, NAN);
+    CHECK_CODE(fsdp_optimizer_step(sgd), FSDP_ERROR_MISMATCH);
+    CHECK(strstr(fsdp_last_error(), "lr") != NULL, "message: %s", fsdp_last_error());
+  }
+  fsdp_lr_schedule_destroy(schedule);
+  fsdp_optimizer_destroy(sgd);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: learning-rate schedules: ok\n");
+  }
+}
+
 /* ---- mixed precision: 16-bit gathers and reductions of an fp32 model ---- */
 
 /* What each dtype of the policy does, exactly: every parameter element starts at 1 + 2^-12 and
@@ -1434,6 +1511,7 @@ int main(int argc, char** argv) {
   test_mixed_precision();
   test_loss_scaler();
   test_init_with_and_sgd_rule();
+  test_lr_schedule();
   test_errors();
   test_checkpoints();
   test_clipping();

@@ -199,6 +199,7 @@ program test_fortran
   call sgd_rule_single_precision()
   call error_paths()
   call checkpoints()
+  call lr_schedule()
   call clipping_memory_keep_gathered()
   call tied_parameters()
 
@@ -653,6 +654,97 @@ contains
     call fsdp_model_destroy(model)  ! a destroyed handle is null: no effect
     if (world_rank == 0) print '(a)', 'test_fortran: error paths: ok'
   end subroutine error_paths
+
+  ! Steps first .. last - 1 as train_steps, each at the rate the schedule gives the optimizer's
+  ! step count (checked against fsdp_lr_schedule_lr_at and fsdp_optimizer_get_state).
+  subroutine scheduled_steps(runtime, optimizer, model, schedule, first, last)
+    type(fsdp_runtime), intent(in) :: runtime
+    type(fsdp_optimizer), intent(in) :: optimizer
+    type(fsdp_model), intent(in) :: model
+    type(fsdp_lr_schedule), intent(in) :: schedule
+    integer, intent(in) :: first, last
+    real(c_double) :: expected, lr
+    integer(c_int64_t) :: steps
+    integer :: step
+    do step = first, last - 1
+      call fsdp_lr_schedule_apply(schedule, optimizer, ierr)
+      call check_ok(ierr, 'fsdp_lr_schedule_apply')
+      call fsdp_lr_schedule_lr_at(schedule, int(step, c_int64_t), expected, ierr)
+      call check_ok(ierr, 'fsdp_lr_schedule_lr_at')
+      call fsdp_optimizer_get_state(optimizer, ierr, lr=lr, steps=steps)
+      call check_ok(ierr, 'fsdp_optimizer_get_state')
+      call check(abs(lr - expected) <= 0 .and. steps == step, &
+                 'the optimizer takes the scheduled rate of its step count')
+      call train_steps(runtime, optimizer, model, step, step + 1)
+    end do
+  end subroutine scheduled_steps
+
+  ! A cosine schedule after a warm-up, saved with the model after 2 steps and loaded into a fresh
+  ! model and optimizer: the next 2 steps take the rates of steps 2 and 3 (the loaded step count),
+  ! so they end bit for bit where the uninterrupted run ends; and what a schedule refuses.
+  subroutine lr_schedule()
+    type(fsdp_model) :: model, other
+    type(fsdp_runtime) :: runtime, other_runtime
+    type(fsdp_optimizer) :: sgd, other_sgd
+    type(fsdp_lr_schedule) :: schedule, refused
+    real(c_double) :: w0(n_in, n_hidden), b0(n_hidden), w1(n_hidden, n_out), b1(n_out)
+    real(c_double) :: expected(n_all), got(n_all)
+    character(len=:), allocatable :: path
+
+    path = scratch_path('schedule')
+    call fsdp_lr_schedule_create(schedule, 'cosine', 0.1d0, ierr, warmup_steps=1_c_int64_t, &
+                                 total_steps=5_c_int64_t, min_lr=0.01d0)
+    call check_ok(ierr, 'fsdp_lr_schedule_create')
+    call initial(w0, b0, w1, b1)
+    call make_model(model, FSDP_FLOAT64, 'full', .false.)
+    call fsdp_model_init_from_full(model, 'l0.w', w0, ierr)
+    call fsdp_model_init_from_full(model, 'l0.b', b0, ierr)
+    call fsdp_model_init_from_full(model, 'l1.w', w1, ierr)
+    call fsdp_model_init_from_full(model, 'l1.b', b1, ierr)
+    call check_ok(ierr, 'init')
+    call fsdp_runtime_create(runtime, model, ['l0', 'l1'], ierr)
+    call check_ok(ierr, 'fsdp_runtime_create')
+    call fsdp_optimizer_create_sgd(sgd, model, 99d0, ierr, momentum=0.9d0)
+    call check_ok(ierr, 'fsdp_optimizer_create_sgd')
+    call scheduled_steps(runtime, sgd, model, schedule, 0, 2)
+    call fsdp_checkpoint_save(model, path, ierr, optimizer=sgd)
+    call check_ok(ierr, 'fsdp_checkpoint_save')
+    call scheduled_steps(runtime, sgd, model, schedule, 2, 4)
+    call copy_all(model, expected)
+
+    call make_model(other, FSDP_FLOAT64, 'layerwise', .true.)
+    call fsdp_runtime_create(other_runtime, other, ['l0', 'l1'], ierr)
+    call check_ok(ierr, 'fsdp_runtime_create (other)')
+    call fsdp_optimizer_create_sgd(other_sgd, other, 99d0, ierr, momentum=0.9d0)
+    call check_ok(ierr, 'fsdp_optimizer_create_sgd (other)')
+    call fsdp_checkpoint_load(other, path, ierr, optimizer=other_sgd)
+    call check_ok(ierr, 'fsdp_checkpoint_load')
+    call scheduled_steps(other_runtime, other_sgd, other, schedule, 2, 4)
+    call copy_all(other, got)
+    call check(maxval(abs(got - expected)) <= 0, &  ! exact
+               'the schedule goes on from the loaded step count, bit for bit')
+
+    call fsdp_lr_schedule_create(refused, 'exponential', 0.1d0, ierr)
+    call check_code(ierr, FSDP_ERROR_LIBRARY, 'a schedule of an unknown decay')
+    call check(index(fsdp_last_error(), 'use constant, linear, cosine or step') > 0, &
+               'the message lists the decays')
+    call fsdp_lr_schedule_create(refused, 'linear', 0.1d0, ierr)
+    call check_code(ierr, FSDP_ERROR_LIBRARY, 'a linear decay without total_steps')
+    call fsdp_optimizer_set_lr(sgd, -1d0, ierr)
+    call check_code(ierr, FSDP_ERROR_LIBRARY, 'a negative learning rate')
+    call fsdp_optimizer_set_weight_decay(sgd, 0.5d0, ierr)
+    call check_ok(ierr, 'fsdp_optimizer_set_weight_decay')
+
+    call remove_scratch(path)
+    call fsdp_lr_schedule_destroy(schedule)
+    call fsdp_optimizer_destroy(other_sgd)
+    call fsdp_runtime_destroy(other_runtime)
+    call fsdp_model_destroy(other)
+    call fsdp_optimizer_destroy(sgd)
+    call fsdp_runtime_destroy(runtime)
+    call fsdp_model_destroy(model)
+    if (world_rank == 0) print '(a)', 'test_fortran: learning-rate schedule across a checkpoint: ok'
+  end subroutine lr_schedule
 
   ! A loss scaler's settings, defaults and state, and what it refuses.
   subroutine loss_scaler_settings()
