@@ -356,10 +356,12 @@ void Runtime<T>::end_backward(const std::string& unit) {
     ++done_;
     // The next units' gathers go out before this unit's gradients, so that they overlap.
     prefetch();
-    const ProfilingRegion region("fsdp::reduce_gradients", unit);
-    const auto start = std::chrono::steady_clock::now();
-    units_[index]->reduce_scatter_grads();
-    stats_.reduce_s += seconds_since(start);
+    if (gradient_sync_) {
+      const ProfilingRegion region("fsdp::reduce_gradients", unit);
+      const auto start = std::chrono::steady_clock::now();
+      units_[index]->reduce_scatter_grads();
+      stats_.reduce_s += seconds_since(start);
+    }
     progress();
   });
 }
@@ -391,6 +393,20 @@ void Runtime<T>::finish_step() {
     phase_ = Phase::forward;
     done_ = 0;
   });
+}
+
+template <class T>
+void Runtime<T>::set_requires_gradient_sync(bool sync) {
+  check_usable("set_requires_gradient_sync");
+  if (open_ >= 0 || done_ != 0) {
+    throw Error(ErrorKind::order, std::string("set_requires_gradient_sync inside a step (") +
+                                      (open_ >= 0 ? "the " + open_scope_text() + " is open"
+                                                  : std::to_string(done_) + " scopes done") +
+                                      "); call it between steps, after finish_step");
+  }
+  require_same_configuration(Configuration("gradient sync").flag("requires_gradient_sync", sync),
+                             model_.group(), model_.replicas());
+  gradient_sync_ = sync;
 }
 
 template <class T>

@@ -325,11 +325,15 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     }
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];
+      const std::int64_t gradient = mode.transient_gradients ? numel * held_gradient_bytes : 0;
       add_checked(unit.first, numel, "unit '" + parameter.unit() + "'");
+      // Accumulating, every unit's gradients are held at once (added below), not only its own.
       add_checked(unit.second,
-                  numel * ((mode.transient_parameters ? bytes.parameter : 0) +
-                           (mode.transient_gradients ? held_gradient_bytes : 0)),
+                  numel * (mode.transient_parameters ? bytes.parameter : 0) +
+                      (options.accumulates_whole_gradients ? 0 : gradient),
                   "unit '" + parameter.unit() + "'");
+      add_checked(result.accumulated_gradient_bytes,
+                  options.accumulates_whole_gradients ? gradient : 0, "the whole gradients");
     }
   }
   for (const auto& [name, unit] : units) {  // ordered: the first of equal units by name
@@ -339,11 +343,18 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
       result.gathered_working_set_bytes = unit.second;
     }
   }
-  if (result.largest_unit.empty()) {
+  if (result.largest_unit.empty() && result.accumulated_gradient_bytes == 0) {
     result.working_set_holds.clear();  // nothing transient: no unit, or no trained element
+  }
+  if (result.accumulated_gradient_bytes > 0) {
+    result.working_set_holds = mode.transient_parameters
+                                   ? "one unit's parameters and every unit's gradients"
+                                   : "every unit's gradients";
   }
   result.widened_parameter_bytes = widened_bytes;
   add_checked(result.gathered_working_set_bytes, widened_bytes, "the working set");
+  add_checked(result.gathered_working_set_bytes, result.accumulated_gradient_bytes,
+              "the working set");
 
   const auto runs = positions.runs(
       [&plan](RankEstimate& sum, const RankEstimate& value, std::size_t parameter) {

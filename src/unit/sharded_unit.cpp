@@ -942,6 +942,8 @@ template <class T>
 void ShardedUnit<T>::zero_grad() {
   if (keeps_gradients() && full_grads_.allocated()) {
     Kokkos::deep_copy(space_, full_grads_.view(), T(0));
+  } else if (full_grads_.allocated()) {
+    pool_->give_back(full_grads_);  // whole gradients never reduced (accumulation): dropped
   }
   if (flat_grad_shard_.allocated()) {
     Kokkos::deep_copy(space_, flat_grad_shard_.view(), T(0));

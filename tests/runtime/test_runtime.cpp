@@ -11,6 +11,7 @@
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_agreement.hpp"
+#include "fsdp/shard/plan_estimate.hpp"
 
 using namespace fsdp;
 using namespace fsdp::test;
@@ -209,6 +210,106 @@ BOOST_AUTO_TEST_CASE(shard_optimizer_reduces_once_per_step) {
   model.zero_grad();
   unit.reduce_scatter_grads();  // allowed again
   unit.release();
+}
+
+// Gradient accumulation: two steps without gradient sync and a third with it leave in every
+// gradient piece the average over the ranks of three steps' gradients, reduced once; until then
+// every unit holds its whole gradients (counted as full_gradients, except in shard_optimizer,
+// which keeps them anyway), and zero_grad drops gradients that were never reduced.
+BOOST_AUTO_TEST_CASE(steps_without_gradient_sync_accumulate_and_reduce_once) {
+  const auto pieces_of = [](ShardedModel<double>& model) {
+    std::vector<double> values;
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      for (ShardedParameter<double>& p : model.unit(u).parameters()) {
+        const auto grad = on_host(p.grad_shard());
+        values.insert(values.end(), grad.data(), grad.data() + grad.size());
+      }
+    }
+    return values;
+  };
+  const auto whole_gradient_bytes = [](ShardedModel<double>& model) {
+    return model.memory().current_of(MemoryCategory::full_gradients);
+  };
+  for (const Strategy& strategy : strategies()) {
+    for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
+                                    ShardingMode::shard_optimizer, ShardingMode::no_shard}) {
+      BOOST_TEST_CONTEXT(name_of(mode) << " " << strategy.name) {
+        ShardedModel<double> once = make_model(strategy, ProcessGroup(MPI_COMM_WORLD), mode);
+        Runtime<double> once_runtime(once, kOrder);
+        scoped_step(once_runtime, once);
+        const std::vector<double> one_step = pieces_of(once);
+
+        ShardedModel<double> model = make_model(strategy, ProcessGroup(MPI_COMM_WORLD), mode);
+        Runtime<double> runtime(model, kOrder);
+        runtime.set_requires_gradient_sync(false);
+        BOOST_TEST(!runtime.requires_gradient_sync());
+        scoped_step(runtime, model);
+        scoped_step(runtime, model);
+        const bool resident = mode == ShardingMode::shard_optimizer;
+        BOOST_TEST((whole_gradient_bytes(model) > 0) == !resident);
+        // The estimate's whole gradients: the measured ones without the pieces' padding and
+        // the replicated parameters' (kept whole, so not in the estimate's working set).
+        EstimateOptions estimate_options;
+        estimate_options.mode = mode;
+        estimate_options.accumulates_whole_gradients = true;
+        const std::int64_t estimated =
+            estimate(model.plan(), estimate_options).accumulated_gradient_bytes;
+        BOOST_TEST(estimated <= whole_gradient_bytes(model));
+        BOOST_TEST(estimated >= whole_gradient_bytes(model) * 3 / 4);
+        for (std::size_t u = 0; u < model.unit_count(); ++u) {
+          BOOST_TEST(!model.unit(u).has_grads());  // nothing reduced yet
+        }
+        runtime.set_requires_gradient_sync(true);
+        scoped_step(runtime, model);
+        BOOST_TEST(whole_gradient_bytes(model) == 0);
+        BOOST_TEST(model.unit(0).has_grads());
+        const std::vector<double> accumulated = pieces_of(model);
+        BOOST_TEST_REQUIRE(accumulated.size() == one_step.size());
+        for (std::size_t i = 0; i < accumulated.size(); ++i) {
+          BOOST_TEST(
+              std::abs(accumulated[i] - 3 * one_step[i]) <= 1e-14 * (1 + std::abs(3 * one_step[i])),
+              "element " << i << ": " << accumulated[i] << " against 3 x " << one_step[i]);
+        }
+
+        // Unreduced gradients that the caller gives up are dropped, not carried into the next.
+        model.zero_grad();
+        runtime.set_requires_gradient_sync(false);
+        scoped_step(runtime, model);
+        model.zero_grad();
+        BOOST_TEST(whole_gradient_bytes(model) == 0);
+        runtime.set_requires_gradient_sync(true);
+        scoped_step(runtime, model);
+        const std::vector<double> fresh = pieces_of(model);
+        for (std::size_t i = 0; i < fresh.size(); ++i) {
+          BOOST_TEST(std::abs(fresh[i] - one_step[i]) <= 1e-14 * (1 + std::abs(one_step[i])));
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gradient_sync_changes_between_steps_only_and_alike_on_every_rank) {
+  ShardedModel<double> model = make_model(strategies().front());
+  Runtime<double> runtime(model, kOrder);
+  runtime.begin_forward("l0");
+  BOOST_CHECK_EXCEPTION(runtime.set_requires_gradient_sync(false), Error,
+                        error_of(ErrorKind::order, "the forward scope of 'l0' is open"));
+  runtime.end_forward("l0");
+  BOOST_CHECK_EXCEPTION(runtime.set_requires_gradient_sync(false), Error,
+                        error_of(ErrorKind::order, "1 scopes done); call it between steps"));
+  for (const std::string unit : {"l1", "l2"}) {
+    runtime.begin_forward(unit);
+    runtime.end_forward(unit);
+  }
+  runtime.finish_step();  // an evaluation step
+  BOOST_TEST(runtime.requires_gradient_sync());
+  if (model.group().size() > 1) {
+    BOOST_CHECK_EXCEPTION(runtime.set_requires_gradient_sync(model.group().rank() != 1), Error,
+                          error_of(ErrorKind::mismatch, "requires_gradient_sync"));
+    BOOST_TEST(runtime.requires_gradient_sync());
+  }
+  runtime.set_requires_gradient_sync(false);
+  BOOST_TEST(!runtime.requires_gradient_sync());
 }
 
 BOOST_AUTO_TEST_CASE(evaluation_steps_run_forward_only) {

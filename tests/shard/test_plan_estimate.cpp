@@ -1,5 +1,6 @@
 // Memory and traffic estimates against values computed by hand from the formulas in docs/plans.md.
 #include <boost/test/unit_test.hpp>
+#include <tuple>
 
 #include "fsdp/shard/model_description.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
@@ -247,6 +248,30 @@ BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
       }
     }
   }
+  // Gradient accumulation without sync: every unit's whole gradients at once (two units of 12
+  // fp32 elements: 96 bytes) on top of the largest unit's gathered parameters (full_shard: 48);
+  // shard_optimizer's whole gradients are persistent already.
+  const ShardingPlan two_units =
+      FullSharding().make_plan({param("a", {12}, "A"), param("b", {12}, "B")}, 2);
+  for (const auto& [mode, accumulated, working_set, holds] :
+       std::vector<std::tuple<ShardingMode, std::int64_t, std::int64_t, std::string>>{
+           {ShardingMode::full_shard, 96, 48 + 96,
+            "one unit's parameters and every unit's gradients"},
+           {ShardingMode::shard_grad_op, 96, 96, "every unit's gradients"},
+           {ShardingMode::shard_optimizer, 0, 0, ""},
+           {ShardingMode::no_shard, 96, 96, "every unit's gradients"}}) {
+    EstimateOptions options{OptimizerKind::adam, Precision::fp32, mode};
+    options.accumulates_whole_gradients = true;
+    const PlanEstimate e = estimate(two_units, options);
+    BOOST_TEST_CONTEXT("accumulating, mode " << name_of(mode)) {
+      BOOST_TEST(e.accumulated_gradient_bytes == accumulated);
+      BOOST_TEST(e.gathered_working_set_bytes == working_set);
+      BOOST_TEST(e.working_set_holds == holds);
+      options.accumulates_whole_gradients = false;
+      BOOST_TEST(estimate(two_units, options).accumulated_gradient_bytes == 0);
+    }
+  }
+
   // A few of the figures above written out, in case the table and the code share a slip.
   const ShardingPlan four = FullSharding().make_plan({param("w", {12}, "L")}, 4);
   EstimateOptions adam{OptimizerKind::adam, Precision::fp32};

@@ -109,6 +109,21 @@ class Runtime {
   typename ShardedParameter<T>::View full(const std::string& parameter);
   typename ShardedParameter<T>::View grad(const std::string& parameter);
 
+  // Gradient accumulation (PyTorch FSDP2's set_requires_gradient_sync). With false, closing a
+  // backward scope leaves the unit's gradients whole and unreduced, and the backward scopes of
+  // the following steps add into them; the first step with true (the default) reduces the sum
+  // once, into the gradient pieces, before the optimizer step. The memory this costs: every
+  // unit's whole gradients (MemoryCategory::full_gradients, one copy of the model's gradients)
+  // from its first unreduced backward scope to that reduction; nothing in shard_optimizer, whose
+  // whole gradients stay allocated anyway (MemoryCategory::resident_gradients). The other
+  // way to accumulate, reducing every step into the pieces (true throughout), costs no memory and
+  // one reduction per step (not in shard_optimizer, whose pieces are views into the whole
+  // gradients). Between steps only (ErrorKind::order otherwise). Collective over the model's
+  // group and replicas: every rank passes the same value, else every rank throws
+  // ErrorKind::mismatch.
+  void set_requires_gradient_sync(bool sync);
+  bool requires_gradient_sync() const { return gradient_sync_; }
+
   // Outside the scopes: starts the gathers of the given units that are sharded (those gathering
   // or gathered are left alone), all in flight together, and releases gathered units. Every name
   // is checked before anything starts. A gather that fails reaches the caller and leaves the
@@ -164,7 +179,8 @@ class Runtime {
   // Whether the open scope's Kokkos Tools region ("fsdp::forward <unit>") was pushed.
   bool scope_region_ = false;
   void close_scope_region();
-  std::string lost_step_;  // why the step cannot go on; empty while it can
+  std::string lost_step_;      // why the step cannot go on; empty while it can
+  bool gradient_sync_ = true;  // set_requires_gradient_sync
   // Checking ahead (ProcessGroup::checks_ahead(), with prefetch): the units gather over a split of
   // their group that carries nothing else, on which prefetch() announces the next gather a scope
   // before it starts, so that its signature check has been answered by then.

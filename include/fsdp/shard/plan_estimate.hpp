@@ -45,6 +45,10 @@ struct EstimateOptions {
   // and all-reduce their gradient pieces. 0: the plan's world size (one group, no copies). Must
   // divide the plan's world size.
   int shard_group_size = 0;
+  // Gradient accumulation without sync between steps (Runtime::set_requires_gradient_sync):
+  // every unit's whole gradients are held from its first backward scope to the reducing step,
+  // all at once (accumulated_gradient_bytes), instead of one unit's at a time.
+  bool accumulates_whole_gradients = false;
 };
 
 // Bytes per element of one parameter by role: the K of the ZeRO paper is `optimizer`.
@@ -159,6 +163,10 @@ struct PlanEstimate {
   // fp32 (4 bytes), held from its forward to its backward (fsdp computes in fp32 and keeps no
   // 16-bit copy between steps); included in gathered_working_set_bytes. 0 otherwise.
   std::int64_t widened_parameter_bytes = 0;
+  // EstimateOptions::accumulates_whole_gradients: the whole gradients of every unit (trained,
+  // not replicated) where the mode reduces them away after each backward scope; included in
+  // gathered_working_set_bytes, whose largest unit then counts its parameters only. 0 otherwise.
+  std::int64_t accumulated_gradient_bytes = 0;
   // The rank with the most persistent bytes (the first of equals).
   const RankEstimate& fullest_rank() const;
   // persistent bytes of the fullest rank + the working set: the peak before activations.

@@ -112,6 +112,7 @@ class ShardedUnit {
   void reduce_scatter_grads();
   // True once gradients were reduce-scattered since the last zero_grad().
   bool has_grads() const { return has_grads_; }
+  // Zeroes the gradient pieces, and drops whole gradients written and not reduced since.
   void zero_grad();
 
   // ---- observation ----
