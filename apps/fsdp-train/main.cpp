@@ -241,6 +241,11 @@ int main(int argc, char** argv) {
                    "global batch size, split evenly across the ranks (a multiple of the ranks)")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
         ->capture_default_str();
+    app.add_option("--grad-accumulation", o.grad_accumulation,
+                   "each rank's share of a step in this many forward and backward passes (micro-"
+                   "batches), their gradients reduced once: the same step, less activation memory")
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
     app.add_option("--seed", o.seed,
                    "seed of the initial parameters, the sampler's shuffle and "
                    "the synthetic data")

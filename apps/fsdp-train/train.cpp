@@ -91,17 +91,43 @@ fsdp::LrSchedule lr_schedule(const TrainOptions& o, const Split& data) {
 
 // ---- one training step: the scopes are where units are gathered, released and reduce-scattered
 
-// Forward, loss, backward, (clip), optimizer step on the batch loaded into `batch` (`samples`
-// samples). The gradient is the mean over this process's positions; averaged over the ranks by
-// the reduce-scatter, it is the global batch's mean when every rank has as many samples.
-// With a loss scaler (fp16), the loss gradient is scaled before the backward pass and a step
-// whose gradients overflowed on any rank is skipped on every rank.
+// Forward, loss, backward, (clip), optimizer step on the samples `indices` of data. The gradient
+// is the mean over this process's positions; averaged over the ranks by the reduce-scatter, it
+// is the global batch's mean when every rank has as many samples. With micro_batches > 1
+// (--grad-accumulation) the samples go through forward and backward in that many parts of
+// nearly equal size (fewer when there are fewer samples), each loss weighted by its share of the
+// samples, and the gradients of all but the last part wait unreduced
+// (Runtime::set_requires_gradient_sync): the step's gradient is the same mean, reduced once. With a
+// loss scaler (fp16), the loss gradient is scaled before the backward pass and a step whose
+// gradients overflowed on any rank is skipped on every rank.
 template <class T>
 LossSums train_step(fsdp::ShardedModel<T>& model, fsdp::Runtime<T>& runtime, Batch<T>& batch,
-                    std::int64_t samples, fsdp::Optimizer<T>& optimizer,
+                    const Dataset& data, const std::vector<std::int64_t>& indices,
+                    int micro_batches, fsdp::Optimizer<T>& optimizer,
                     const fsdp::LrSchedule& schedule, double clip, fsdp::LossScaler* scaler) {
-  const LossSums sums = batch.train(runtime, samples, scaler != nullptr ? scaler->scale() : 1.0);
-  runtime.finish_step();
+  const auto rows = static_cast<std::int64_t>(indices.size());
+  // No empty part (a short last step of an epoch): every rank has as many rows in a step (the
+  // strided sampler), so every rank runs as many parts.
+  const auto parts =
+      static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(micro_batches, rows)));
+  LossSums sums;
+  std::vector<std::int64_t> part;
+  for (int m = 0; m < parts; ++m) {
+    const std::int64_t first = rows * m / parts;
+    const std::int64_t end = rows * (m + 1) / parts;
+    part.assign(indices.begin() + first, indices.begin() + end);
+    batch.load(data, part);
+    if (micro_batches > 1) {
+      runtime.set_requires_gradient_sync(m + 1 == parts);
+    }
+    const double share =
+        rows > 0 ? static_cast<double>(end - first) / static_cast<double>(rows) : 0;
+    const LossSums part_sums =
+        batch.train(runtime, end - first, (scaler != nullptr ? scaler->scale() : 1.0) * share);
+    runtime.finish_step();
+    sums.loss += part_sums.loss;
+    sums.correct += part_sums.correct;
+  }
   if (scaler != nullptr) {
     const bool overflow = scaler->unscale_and_check(model);
     scaler->update(overflow);
@@ -260,9 +286,9 @@ class Run {
     eval_first_ = data.eval.samples * rank_ / ranks_;
     eval_rows_ = data.eval.samples * (rank_ + 1) / ranks_ - eval_first_;
     // The held-out slice is evaluated in passes of at most this many samples (about 4096
-    // positions, at least a local batch): a transformer's activations grow with positions times
+    // positions, at least a micro-batch): a transformer's activations grow with positions times
     // the sequence, and a whole slice in one pass took 616 MiB per rank for scripts/demo's model.
-    eval_chunk_ = std::max(local_batch_, 4096 / positions_);
+    eval_chunk_ = std::max(micro_rows(), 4096 / positions_);
     // Every rank runs as many passes (each gathers every unit), the fullest slice's count.
     eval_passes_ =
         fsdp::ceil_div(fsdp::ceil_div(data.eval.samples, std::int64_t{ranks_}), eval_chunk_);
@@ -329,10 +355,11 @@ class Run {
     std::vector<fsdp::DistributedSampler> mine{sampler};
     Schedule schedule(std::move(mine), local_batch_);
     const std::unique_ptr<Batch<T>> batch =
-        trained_->make_batch(std::max(step_rows_, std::min(eval_chunk_, eval_rows_)));
+        trained_->make_batch(std::max(micro_rows(), std::min(eval_chunk_, eval_rows_)));
 
     fsdp::EstimateOptions estimate_options;
     estimate_options.optimizer = optimizer.kind();
+    estimate_options.accumulates_whole_gradients = o_.grad_accumulation > 1;
     unsharded_bytes_ = fsdp::estimate(plan, estimate_options).unsharded_persistent_bytes;
     // The peak that MFU is measured against. One rank: its best GEMM rate. Several: the rate of
     // every rank's GEMMs at once, their flops over the wall time from a barrier before to one
@@ -391,10 +418,10 @@ class Run {
       std::vector<std::int64_t> indices;
       for (std::int64_t step = 0; step < schedule.steps(); ++step) {
         schedule.indices(step, indices);
-        batch->load(data_.train, indices);
         const auto rows = static_cast<std::int64_t>(indices.size());
-        const LossSums step_sums = train_step(model, runtime, *batch, rows, optimizer, lr_schedule_,
-                                              o_.clip, scaler ? &*scaler : nullptr);
+        const LossSums step_sums =
+            train_step(model, runtime, *batch, data_.train, indices, o_.grad_accumulation,
+                       optimizer, lr_schedule_, o_.clip, scaler ? &*scaler : nullptr);
         ++step_count;
         progress.step(step + 1);
         // The step's loss over every rank: a non-finite one ends the run on every rank alike.
@@ -704,10 +731,10 @@ class Run {
         last_epoch_samples = 0;
         for (std::int64_t step = 0; step < schedule.steps(); ++step) {
           schedule.indices(step, indices);
-          batch->load(data_.train, indices);
           const auto rows = static_cast<std::int64_t>(indices.size());
-          last_epoch.loss += train_step(reference, reference_runtime, *batch, rows, optimizer,
-                                        lr_schedule_, o_.clip, nullptr)
+          // The whole global batch at once: what --grad-accumulation must equal.
+          last_epoch.loss += train_step(reference, reference_runtime, *batch, data_.train, indices,
+                                        1, optimizer, lr_schedule_, o_.clip, nullptr)
                                  .loss;
           last_epoch_samples += static_cast<double>(rows * positions_);
         }
@@ -804,6 +831,7 @@ class Run {
           {"eval_samples", data_.eval.samples},
           {"global_batch", o_.batch_size},
           {"local_batch", local_batch_},
+          {"grad_accumulation", o_.grad_accumulation},
           {"steps_per_epoch", steps},
           {"seed", seed_}};
       if (const auto* mlp = dynamic_cast<const TrainedMlp<T>*>(trained_.get())) {
@@ -900,6 +928,11 @@ class Run {
           human(summary["peak_bytes_per_rank_max"].get<double>()).c_str());
     }
     std::fflush(stdout);
+  }
+
+  // The most samples one forward and backward pass of one rank takes (--grad-accumulation).
+  std::int64_t micro_rows() const {
+    return fsdp::ceil_div(step_rows_, std::int64_t{o_.grad_accumulation});
   }
 
   const TrainOptions& o_;
@@ -1027,6 +1060,13 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
                     " (e.g. " +
                     std::to_string(std::max<std::int64_t>(1, o.batch_size / ranks) * ranks) +
                     "), so that every rank's local batch has the same size");
+  const std::int64_t local = o.batch_size / ranks;
+  fsdp::require(o.grad_accumulation <= local,
+                "--grad-accumulation " + std::to_string(o.grad_accumulation) +
+                    " splits each rank's " + std::to_string(local) + " samples (--batch-size " +
+                    std::to_string(o.batch_size) + " over " + std::to_string(ranks) +
+                    " ranks) into more micro-batches than samples: give at most " +
+                    std::to_string(local));
 }
 
 int train(const TrainOptions& options, fsdp::ProcessGroup& group, const Split& data) {

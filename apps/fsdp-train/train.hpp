@@ -51,6 +51,8 @@ struct TrainOptions {
   std::vector<std::string> layer_wise_patterns;
   int epochs = 10;
   std::int64_t batch_size = 120;  // global: split evenly across the ranks
+  // Each rank's share of a step in this many forward and backward passes, reduced once.
+  int grad_accumulation = 1;
   std::uint64_t seed = 0;
   double clip = 0.0;         // 0: no clipping
   int prefetch_limit = 2;    // units gathered at once (RuntimeOptions::max_gathered_units)
