@@ -1,7 +1,7 @@
-// How wide a tool's lines may be, one rule for every tool: --help is wrapped to output_columns().
-// A terminal that reports no size is no terminal to write for: Open MPI's mpiexec gives every
-// rank a pseudo-terminal, of its own terminal's size when its output is one, of 0 columns when
-// its output is a file or a pipe.
+// How wide a tool's lines may be, one rule for every tool: --help is wrapped to output_columns(),
+// fsdp-train's progress bar is fitted to terminal_columns(). A terminal that reports no size is
+// no terminal to write for: Open MPI's mpiexec gives every rank a pseudo-terminal, of its own
+// terminal's size when its output is one, of 0 columns when its output is a file or a pipe.
 #pragma once
 
 #include <sys/ioctl.h>
