@@ -123,6 +123,11 @@ if ! tail -n 1 "$state/chain/chain.log" | grep -q ' exit 0$' || ((links < 2)); t
 fi
 "$python" "$source_dir/tests/train/checkpoint_runs.py" compare --exact "$state/unchained" \
   "$state/chain"
+# A link that hands over (fsdp-train's exit 4) is no error: srun's report of it is filtered out.
+if grep -h 'Exited with exit code 4' "$state"/fsdp-chain-*.out; then
+  echo "FAILED: the chain's normal hand-over (exit 4) printed as an srun error (above)"
+  exit 1
+fi
 
 echo "== slurm/local-cluster/stop stops the cluster's own munged, and no other"
 munged_pid=$(cat "$state/run/munged.pid")
@@ -145,4 +150,4 @@ if ((other_alive == 0)); then
   echo "FAILED: slurm/local-cluster/stop stopped a munged that its start did not begin"
   exit 1
 fi
-echo "PASSED: srun and sbatch ran fsdp-bench and fsdp-train on 4 ranks; a $links-link chain of jobs ended where one run ends; stop stopped the cluster's munged only"
+echo "PASSED: srun and sbatch ran fsdp-bench and fsdp-train on 4 ranks; a $links-link chain of jobs ended where one run ends, without srun errors at its hand-overs; stop stopped the cluster's munged only"
