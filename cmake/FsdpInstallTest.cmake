@@ -1,7 +1,8 @@
 # Run by CTest (cmake -P): fsdp used from outside, as a user would, against the installed tree.
 #   STEP=install       installs the build tree into a scratch prefix, then moves the prefix (the
 #                      package must not remember where it was installed), and checks the exported
-#                      targets (no empty $<LINK_ONLY:>, no path of this machine's NCCL).
+#                      targets (no empty $<LINK_ONLY:>, no path of this machine's NCCL) and that
+#                      README.md and docs/ are in share/doc/fsdp.
 #   STEP=<project>     configures, builds and runs the consumer project tests/install/<project>
 #                      (`.` is the C, C++ and Fortran one) on 2 ranks.
 #   STEP=fortran_too_early  find_package(fsdp COMPONENTS Fortran) before enable_language(Fortran)
@@ -51,6 +52,13 @@ if(STEP STREQUAL "install")
     string(FIND "${text}" "${root}" at)
     if(NOT at EQUAL -1)
       message(FATAL_ERROR "install test: ${file} names the directory it was installed into")
+    endif()
+  endforeach()
+  # The documentation is installed, every page of docs/, beside the README that links to them.
+  file(GLOB pages RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/docs/*.md")
+  foreach(page IN LISTS pages ITEMS README.md)
+    if(NOT EXISTS "${prefix}/share/doc/fsdp/${page}")
+      message(FATAL_ERROR "install test: ${page} is not installed in share/doc/fsdp")
     endif()
   endforeach()
   if(EXISTS "${prefix}/bin/fsdp-plan")

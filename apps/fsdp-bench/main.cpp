@@ -9,6 +9,7 @@
 #include "../common/kokkos_session.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
+#include "../common/wrapped_help.hpp"
 #include "benchmark.hpp"
 #include "fsdp/core/error.hpp"
 #include "models/blas_runtime.hpp"
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
     }
     CLI::App app{"fsdp-bench: fsdp's figures against their baselines, measured in the same run"};
     app.footer(fsdp_apps::kKokkosOptions);
+    fsdp_apps::wrap_help(app);
     fsdp_apps::add_version_flag(app, "fsdp-bench");
     app.require_subcommand(1);
     app.fallthrough();  // common options are accepted after the subcommand too

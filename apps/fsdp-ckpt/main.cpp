@@ -19,6 +19,7 @@
 #include "../common/output_written.hpp"
 #include "../common/plural.hpp"
 #include "../common/usage_exit.hpp"
+#include "../common/wrapped_help.hpp"
 #include "fsdp/core/checked_size.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
@@ -146,6 +147,7 @@ int main(int argc, char** argv) {
       "CHECKPOINT is a checkpoint file or a checkpoint directory, which stands for the "
       "checkpoint its 'latest' names. docs/checkpoints.md describes the files."};
   app.footer(fsdp_apps::kKokkosOptions);
+  fsdp_apps::wrap_help(app);
   fsdp_apps::add_version_flag(app, "fsdp-ckpt");
   app.require_subcommand(1);
   std::string checkpoint, output, old_checkpoint;

@@ -14,6 +14,7 @@
 #include "../common/not_input.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
+#include "../common/wrapped_help.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/plan_file.hpp"
@@ -377,6 +378,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "fsdp-plan: a sharding plan for a model at any world size, with each rank's memory and "
       "traffic per step. Runs on one process; no mpiexec needed."};
+  fsdp_apps::wrap_help(app);
   fsdp_apps::add_version_flag(app, "fsdp-plan");
   Options o;
   auto* model = app.add_option("--model", o.model_path,

@@ -15,6 +15,7 @@
 #include "../common/not_input.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
+#include "../common/wrapped_help.hpp"
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/io/plan_file.hpp"
@@ -190,6 +191,7 @@ int main(int argc, char** argv) {
       "mesh of devices, for a training step (or the forward pass) under a memory budget per "
       "device (cost model: FLOPs over the devices, ring collectives along each mesh axis, "
       "per-collective latency; memory: parameters, gradients, optimizer state, activations)"};
+  fsdp_apps::wrap_help(app);
   fsdp_apps::add_version_flag(app, "fsdp-solve");
   auto* graph_option =
       app.add_option("--graph", o.graph_path, "graph JSON file")->check(CLI::ExistingFile);

@@ -19,6 +19,7 @@
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "../common/whole_number.hpp"
+#include "../common/wrapped_help.hpp"
 #include "command_line_agreement.hpp"
 #include "dataset.hpp"
 #include "fsdp/comm/device_selection.hpp"
@@ -140,6 +141,7 @@ int main(int argc, char** argv) {
         "sharded data parallelism on every MPI rank (parameters, gradients and optimizer state "
         "split across the ranks). Run it under mpiexec; docs/train.md describes it."};
     app.footer(fsdp_apps::kKokkosOptions);
+    fsdp_apps::wrap_help(app);
     fsdp_apps::add_version_flag(app, "fsdp-train");
     app.add_option("--model", o.model,
                    "mlp: a classifier on --data or synthetic data; gpt: a GPT-2 transformer "

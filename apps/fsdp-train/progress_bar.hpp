@@ -1,28 +1,32 @@
 // fsdp-train's progress within an epoch, on rank 0's terminal: a bar with steps/s and the time
 // left in the epoch, redrawn at most kRedrawsPerSecond times a second, erased before the next
 // line of the table. Off when stdout is not a terminal (redirected to a file, or under srun
-// without --pty), and when the terminal has no size: Open MPI's mpiexec gives every rank a
-// pseudo-terminal of 0 columns whether its own output is a terminal or a file (open-mpi/ompi
-// issue 7868), so a bar there would fill log files with redraws.
+// without --pty), and when the terminal has no size (terminal_width.hpp: Open MPI's mpiexec
+// writing to a file), so that redraws do not fill log files. The line is fitted to the terminal's
+// width at each redraw: a longer one would wrap, and erasing erases only the line the cursor is
+// on, so every redraw would leave a line of bar behind.
 #pragma once
 
-#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
+
+#include "../common/terminal_width.hpp"
 
 namespace fsdp_train {
 
 class ProgressBar {
  public:
   static constexpr int kRedrawsPerSecond = 5;
-  static constexpr int kWidth = 30;
+  static constexpr int kWidth = 30;  // the bar's, where the terminal has room
 
   // enabled: the caller's decision (rank 0, not --json); the bar also needs a terminal.
-  explicit ProgressBar(bool enabled) : on_(enabled && sized_terminal()) {}
+  explicit ProgressBar(bool enabled)
+      : on_(enabled && fsdp_apps::terminal_columns(STDOUT_FILENO) > 0) {}
 
   void start_epoch(std::int64_t epoch, std::int64_t epochs, std::int64_t steps) {
     epoch_ = epoch;
@@ -44,13 +48,25 @@ class ProgressBar {
     drawn_ = now;
     const double seconds = std::chrono::duration<double>(now - started_).count();
     const double rate = static_cast<double>(done) / seconds;
-    const auto filled = static_cast<int>(kWidth * done / steps_);
-    const std::string bar = std::string(static_cast<std::size_t>(filled), '#') +
-                            std::string(static_cast<std::size_t>(kWidth - filled), '.');
-    std::printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld steps, %.0f steps/s, %.1f s left",
-                static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), bar.c_str(),
-                static_cast<long long>(done), static_cast<long long>(steps_), rate,
-                static_cast<double>(steps_ - done) / rate);
+    char numbers[128];
+    std::snprintf(numbers, sizeof numbers, "] %lld/%lld steps, %.0f steps/s, %.1f s left",
+                  static_cast<long long>(done), static_cast<long long>(steps_), rate,
+                  static_cast<double>(steps_ - done) / rate);
+    const std::string head =
+        "epoch " + std::to_string(epoch_ + 1) + "/" + std::to_string(epochs_) + " [";
+    // The last column stays empty: a line that fills it leaves some terminals' cursor on the next.
+    const int room = fsdp_apps::terminal_columns(STDOUT_FILENO) - 1;
+    const int width = std::min<int>(kWidth, room - static_cast<int>(head.size()) -
+                                                static_cast<int>(std::string(numbers).size()));
+    std::string line = head;
+    if (width >= 5) {
+      const auto filled = static_cast<int>(width * done / steps_);
+      line += std::string(static_cast<std::size_t>(filled), '#') +
+              std::string(static_cast<std::size_t>(width - filled), '.');
+    }
+    line += numbers;
+    line.resize(std::min(line.size(), static_cast<std::size_t>(std::max(room, 0))));
+    std::printf("\r\033[K%s", line.c_str());
     std::fflush(stdout);
     visible_ = true;
   }
@@ -65,11 +81,6 @@ class ProgressBar {
   }
 
  private:
-  static bool sized_terminal() {
-    struct winsize size {};
-    return ::isatty(STDOUT_FILENO) != 0 && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 &&
-           size.ws_col > 0;
-  }
   using Clock = std::chrono::steady_clock;
   bool on_;
   bool visible_ = false;

@@ -2,7 +2,7 @@
 # Starts a private one-node SLURM cluster, runs fsdp-bench through srun and through the sbatch
 # script, checks their output, and stops the cluster whatever happens.
 # Then a chain of training jobs (slurm/train-chain.sbatch) that must end where one unchained run
-# ends.
+# ends, and slurm/local-cluster/stop, which must stop the cluster's munged and no other.
 # Usage: run_under_slurm.sh <source-dir> <fsdp-bench> <fsdp-train> <python with h5py> [epochs]
 #        (exit 77 = skipped: no SLURM or not root; epochs of the chained training, default 60)
 set -euo pipefail
@@ -123,4 +123,31 @@ if ! tail -n 1 "$state/chain/chain.log" | grep -q ' exit 0$' || ((links < 2)); t
 fi
 "$python" "$source_dir/tests/train/checkpoint_runs.py" compare --exact "$state/unchained" \
   "$state/chain"
-echo "PASSED: srun and sbatch ran fsdp-bench and fsdp-train on 4 ranks; a $links-link chain of jobs ended where one run ends"
+# A link that hands over (fsdp-train's exit 4) is no error: srun's report of it is filtered out.
+if grep -h 'Exited with exit code 4' "$state"/fsdp-chain-*.out; then
+  echo "FAILED: the chain's normal hand-over (exit 4) printed as an srun error (above)"
+  exit 1
+fi
+
+echo "== slurm/local-cluster/stop stops the cluster's own munged, and no other"
+munged_pid=$(cat "$state/run/munged.pid")
+# Another munged on the machine (the system's, another cluster's): not this cluster's to stop.
+other=$(mktemp -d /tmp/fsdp-other-munged.XXXXXX)
+chmod a+x "$other"
+(umask 077 && head -c 128 /dev/urandom > "$other/key")
+/usr/sbin/munged --socket="$other/socket" --key-file="$other/key" --pid-file="$other/pid" \
+  --log-file="$other/log" --seed-file="$other/seed"
+"$source_dir/slurm/local-cluster/stop" "$state" > /dev/null
+other_alive=0
+if kill -0 "$(cat "$other/pid")" 2> /dev/null; then other_alive=1; fi
+kill "$(cat "$other/pid")" 2> /dev/null || true
+rm -rf "$other"
+if kill -0 "$munged_pid" 2> /dev/null; then
+  echo "FAILED: munged $munged_pid, started by slurm/local-cluster/start, still runs after stop"
+  exit 1
+fi
+if ((other_alive == 0)); then
+  echo "FAILED: slurm/local-cluster/stop stopped a munged that its start did not begin"
+  exit 1
+fi
+echo "PASSED: srun and sbatch ran fsdp-bench and fsdp-train on 4 ranks; a $links-link chain of jobs ended where one run ends, without srun errors at its hand-overs; stop stopped the cluster's munged only"
