@@ -195,6 +195,12 @@ int fsdp_end_forward(fsdp_runtime_t runtime, const char* unit);
 int fsdp_begin_backward(fsdp_runtime_t runtime, const char* unit);
 int fsdp_end_backward(fsdp_runtime_t runtime, const char* unit);
 int fsdp_finish_step(fsdp_runtime_t runtime);
+/* Gradient accumulation (docs/runtime.md): with sync 0, the following steps' fsdp_end_backward
+ * leave each unit's whole gradients unreduced and the next steps add into them; the first step
+ * with sync 1 (the default) reduces the sum once, before the optimizer step. Costs one whole copy
+ * of the model's gradients until then. Between steps only (FSDP_ERROR_ORDER otherwise);
+ * collective: ranks that pass different values all get FSDP_ERROR_MISMATCH. */
+int fsdp_runtime_set_requires_gradient_sync(fsdp_runtime_t runtime, int sync);
 /* Inside an open scope, for a parameter of its unit: the whole parameter (read only) and, in a
  * backward scope only, its whole gradient, to add this rank's gradient into (zero on the
  * first backward of a step). numel elements of the model's dtype, valid until the scope ends. */

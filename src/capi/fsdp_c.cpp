@@ -792,6 +792,12 @@ int fsdp_finish_step(fsdp_runtime_t runtime) {
                  [&] { on_runtime(runtime, [](auto& r) { r.finish_step(); }); });
 }
 
+int fsdp_runtime_set_requires_gradient_sync(fsdp_runtime_t runtime, int sync) {
+  return guarded("fsdp_runtime_set_requires_gradient_sync", [&] {
+    on_runtime(runtime, [&](auto& r) { r.set_requires_gradient_sync(sync != 0); });
+  });
+}
+
 namespace {
 
 // The whole parameter, or its whole gradient, of the open scope's unit.

@@ -95,6 +95,7 @@ module fsdp
   public :: fsdp_model_zero_grad, fsdp_model_copy_parameter, fsdp_model_destroy
   public :: fsdp_runtime_create, fsdp_begin_forward, fsdp_end_forward, fsdp_begin_backward
   public :: fsdp_end_backward, fsdp_finish_step, fsdp_full, fsdp_grad, fsdp_progress
+  public :: fsdp_runtime_set_requires_gradient_sync
   public :: fsdp_runtime_destroy, fsdp_runtime_stats
   public :: fsdp_grad_norm, fsdp_clip_grad_norm
   public :: fsdp_memory_bytes, fsdp_memory_reset_peaks, fsdp_memory_category_name
@@ -301,6 +302,12 @@ module fsdp
       import :: c_int, c_ptr
       type(c_ptr), value :: runtime
     end function c_finish_step
+    integer(c_int) function c_runtime_set_requires_gradient_sync(runtime, sync) &
+        bind(c, name='fsdp_runtime_set_requires_gradient_sync')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime
+      integer(c_int), value :: sync
+    end function c_runtime_set_requires_gradient_sync
     integer(c_int) function c_full(runtime, parameter, values, numel) bind(c, name='fsdp_full')
       import :: c_int, c_ptr, c_char, c_int64_t
       type(c_ptr), value :: runtime
@@ -958,6 +965,16 @@ contains
     integer, intent(out) :: ierr
     ierr = int(c_finish_step(runtime%handle))
   end subroutine fsdp_finish_step
+
+  ! Gradient accumulation: with .false., the following steps' gradients wait whole and unreduced
+  ! and add up; the first step with .true. (the default) reduces the sum once. Between steps;
+  ! collective (FSDP_ERROR_MISMATCH on every rank when ranks pass different values).
+  subroutine fsdp_runtime_set_requires_gradient_sync(runtime, sync, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    logical, intent(in) :: sync
+    integer, intent(out) :: ierr
+    ierr = int(c_runtime_set_requires_gradient_sync(runtime%handle, merge(1_c_int, 0_c_int, sync)))
+  end subroutine fsdp_runtime_set_requires_gradient_sync
 
   ! Inside the open scope of the parameter's unit: the whole parameter, flattened (remap it with
   ! `w(1:m, 1:n) => values`). Read only; valid until the scope ends.

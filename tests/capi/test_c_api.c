@@ -678,6 +678,57 @@ static void test_lr_schedule(void) {
   }
 }
 
+/* Gradient accumulation: two steps without gradient sync and one with it, every rank adding rank +
+ * 1 each time, reduce 3 (N + 1) / 2 once, and one SGD step at lr 0.25 moves every element by
+ * exactly that times 0.25. The setting is refused inside a step, and between ranks that disagree.
+ */
+static void test_gradient_accumulation(void) {
+  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
+  double scale = 0.5;
+  for (int i = 0; i < NPARAM; ++i) {
+    CHECK_OK(fsdp_model_init_with(model, parameter_names[i], fill_with_index, &scale));
+  }
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  fsdp_runtime_t runtime = NULL;
+  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
+  fsdp_optimizer_t sgd = NULL;
+  CHECK_OK(fsdp_optimizer_create_sgd(model, 0.25, 0.0, 0.0, 0, 0.0, &sgd));
+  CHECK_OK(fsdp_runtime_set_requires_gradient_sync(runtime, 0));
+  constant_gradient_step(runtime, FSDP_FLOAT64, world_rank + 1, NAN);
+  constant_gradient_step(runtime, FSDP_FLOAT64, world_rank + 1, NAN);
+  CHECK_CODE(fsdp_optimizer_step(sgd), FSDP_ERROR_LIBRARY); /* nothing reduced yet */
+  CHECK_OK(fsdp_runtime_set_requires_gradient_sync(runtime, 1));
+  constant_gradient_step(runtime, FSDP_FLOAT64, world_rank + 1, NAN);
+  CHECK_OK(fsdp_optimizer_step(sgd));
+  double whole[HIDDEN * IN];
+  CHECK_OK(fsdp_model_copy_parameter(model, "l0.w", whole));
+  for (int e = 0; e < HIDDEN * IN; ++e) {
+    const double want = 0.5 * e - 0.25 * 3 * (world + 1) / 2.0;
+    CHECK(whole[e] == want, "l0.w[%d] = %.17g after 3 accumulated steps, expected %.17g", e,
+          whole[e], want);
+  }
+  CHECK_OK(fsdp_model_zero_grad(model));
+
+  CHECK_OK(fsdp_begin_forward(runtime, "l0"));
+  CHECK_CODE(fsdp_runtime_set_requires_gradient_sync(runtime, 0), FSDP_ERROR_ORDER);
+  CHECK(strstr(fsdp_last_error(), "between steps") != NULL, "message: %s", fsdp_last_error());
+  CHECK_OK(fsdp_end_forward(runtime, "l0"));
+  CHECK_OK(fsdp_begin_forward(runtime, "l1"));
+  CHECK_OK(fsdp_end_forward(runtime, "l1"));
+  CHECK_OK(fsdp_finish_step(runtime));
+  if (world > 1) {
+    CHECK_CODE(fsdp_runtime_set_requires_gradient_sync(runtime, world_rank == 1),
+               FSDP_ERROR_MISMATCH);
+  }
+  fsdp_optimizer_destroy(sgd);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: gradient accumulation: ok\n");
+  }
+}
+
 /* ---- mixed precision: 16-bit gathers and reductions of an fp32 model ---- */
 
 /* What each dtype of the policy does, exactly: every parameter element starts at 1 + 2^-12 and
@@ -1512,6 +1563,7 @@ int main(int argc, char** argv) {
   test_loss_scaler();
   test_init_with_and_sgd_rule();
   test_lr_schedule();
+  test_gradient_accumulation();
   test_errors();
   test_checkpoints();
   test_clipping();

@@ -681,11 +681,12 @@ contains
 
   ! A cosine schedule after a warm-up, saved with the model after 2 steps and loaded into a fresh
   ! model and optimizer: the next 2 steps take the rates of steps 2 and 3 (the loaded step count),
-  ! so they end bit for bit where the uninterrupted run ends; and what a schedule refuses.
+  ! so they end bit for bit where the uninterrupted run ends; gradient accumulation on the two
+  ! models, which now hold the same parameters; and what a schedule refuses.
   subroutine lr_schedule()
     type(fsdp_model) :: model, other
     type(fsdp_runtime) :: runtime, other_runtime
-    type(fsdp_optimizer) :: sgd, other_sgd
+    type(fsdp_optimizer) :: sgd, other_sgd, plain, other_plain
     type(fsdp_lr_schedule) :: schedule, refused
     real(c_double) :: w0(n_in, n_hidden), b0(n_hidden), w1(n_hidden, n_out), b1(n_out)
     real(c_double) :: expected(n_all), got(n_all)
@@ -724,6 +725,41 @@ contains
     call check(maxval(abs(got - expected)) <= 0, &  ! exact
                'the schedule goes on from the loaded step count, bit for bit')
 
+    ! Gradient accumulation: two passes over step 4's batch, the first without gradient sync,
+    ! reduce the sum once; a plain SGD step then moves the model exactly as one pass whose
+    ! gradients are doubled (x + x and 2 x are the same double).
+    call fsdp_optimizer_create_sgd(plain, model, 0.5d0, ierr)
+    call check_ok(ierr, 'fsdp_optimizer_create_sgd (plain)')
+    call fsdp_optimizer_create_sgd(other_plain, other, 0.5d0, ierr)
+    call check_ok(ierr, 'fsdp_optimizer_create_sgd (other plain)')
+    call fsdp_runtime_set_requires_gradient_sync(runtime, .false., ierr)
+    call check_ok(ierr, 'fsdp_runtime_set_requires_gradient_sync(.false.)')
+    call api_step(runtime, 4)
+    call fsdp_optimizer_step(plain, ierr)
+    call check_code(ierr, FSDP_ERROR_LIBRARY, 'an optimizer step before any reduction')
+    call fsdp_runtime_set_requires_gradient_sync(runtime, .true., ierr)
+    call check_ok(ierr, 'fsdp_runtime_set_requires_gradient_sync(.true.)')
+    call api_step(runtime, 4)
+    call fsdp_optimizer_step(plain, ierr)
+    call check_ok(ierr, 'the step after accumulating')
+    call api_step(other_runtime, 4, scale=2d0)
+    call fsdp_optimizer_step(other_plain, ierr)
+    call check_ok(ierr, 'the step of doubled gradients')
+    call copy_all(model, expected)
+    call copy_all(other, got)
+    call check(maxval(abs(got - expected)) <= 0, &  ! exact
+               'two accumulated passes step as one pass of doubled gradients, bit for bit')
+    call fsdp_model_zero_grad(model, ierr)
+    call fsdp_model_zero_grad(other, ierr)
+    call fsdp_begin_forward(runtime, 'l0', ierr)
+    call fsdp_runtime_set_requires_gradient_sync(runtime, .false., ierr)
+    call check_code(ierr, FSDP_ERROR_ORDER, 'fsdp_runtime_set_requires_gradient_sync in a step')
+    call fsdp_end_forward(runtime, 'l0', ierr)
+    call fsdp_begin_forward(runtime, 'l1', ierr)
+    call fsdp_end_forward(runtime, 'l1', ierr)
+    call fsdp_finish_step(runtime, ierr)
+    call check_ok(ierr, 'an evaluation step')
+
     call fsdp_lr_schedule_create(refused, 'exponential', 0.1d0, ierr)
     call check_code(ierr, FSDP_ERROR_LIBRARY, 'a schedule of an unknown decay')
     call check(index(fsdp_last_error(), 'use constant, linear, cosine or step') > 0, &
@@ -736,6 +772,8 @@ contains
     call check_ok(ierr, 'fsdp_optimizer_set_weight_decay')
 
     call remove_scratch(path)
+    call fsdp_optimizer_destroy(plain)
+    call fsdp_optimizer_destroy(other_plain)
     call fsdp_lr_schedule_destroy(schedule)
     call fsdp_optimizer_destroy(other_sgd)
     call fsdp_runtime_destroy(other_runtime)
@@ -743,7 +781,8 @@ contains
     call fsdp_optimizer_destroy(sgd)
     call fsdp_runtime_destroy(runtime)
     call fsdp_model_destroy(model)
-    if (world_rank == 0) print '(a)', 'test_fortran: learning-rate schedule across a checkpoint: ok'
+    if (world_rank == 0) print '(a)', &
+        'test_fortran: learning-rate schedule across a checkpoint, gradient accumulation: ok'
   end subroutine lr_schedule
 
   ! A loss scaler's settings, defaults and state, and what it refuses.
