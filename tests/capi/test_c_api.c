@@ -601,22 +601,30 @@ static void test_init_with_and_sgd_rule(void) {
   }
 }
 
-/* A schedule sets each step's rate from the optimizer's step count: step decay of 0.5 by half
- * every 2 steps after 2 warm-up steps takes 0.25, 0.5, 0.5, 0.5, 0.25, 0.25 (exact in binary), so
- * six plain SGD steps on the average gradient (N + 1) / 2 move every element by exactly their sum
- * times it. Ranks that set different rates fail together at the next step. */
-static void test_lr_schedule(void) {
+/* A fully sharded fp64 model whose every element starts at 0.5 * index, its runtime, and plain
+ * SGD at lr. */
+static fsdp_model_t index_model_with_sgd(double lr, fsdp_runtime_t* runtime,
+                                         fsdp_optimizer_t* sgd) {
   fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
   double scale = 0.5;
   for (int i = 0; i < NPARAM; ++i) {
     CHECK_OK(fsdp_model_init_with(model, parameter_names[i], fill_with_index, &scale));
   }
+  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, runtime));
+  CHECK_OK(fsdp_optimizer_create_sgd(model, lr, 0.0, 0.0, 0, 0.0, sgd));
+  return model;
+}
+
+/* A schedule sets each step's rate from the optimizer's step count: step decay of 0.5 by half
+ * every 2 steps after 2 warm-up steps takes 0.25, 0.5, 0.5, 0.5, 0.25, 0.25 (exact in binary), so
+ * six plain SGD steps on the average gradient (N + 1) / 2 move every element by exactly their sum
+ * times it. Ranks that set different rates fail together at the next step. */
+static void test_lr_schedule(void) {
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   fsdp_runtime_t runtime = NULL;
-  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
   fsdp_optimizer_t sgd = NULL;
-  CHECK_OK(fsdp_optimizer_create_sgd(model, 99.0, 0.0, 0.0, 0, 0.0, &sgd));
+  fsdp_model_t model = index_model_with_sgd(99.0, &runtime, &sgd);
   fsdp_lr_schedule_t schedule = NULL;
   CHECK_OK(fsdp_lr_schedule_create("step", 0.5, 2, 0, 0.0, 2, 0.5, &schedule));
   const double rates[6] = {0.25, 0.5, 0.5, 0.5, 0.25, 0.25};
@@ -683,17 +691,11 @@ static void test_lr_schedule(void) {
  * exactly that times 0.25. The setting is refused inside a step, and between ranks that disagree.
  */
 static void test_gradient_accumulation(void) {
-  fsdp_model_t model = make_model(FSDP_FLOAT64, "full");
-  double scale = 0.5;
-  for (int i = 0; i < NPARAM; ++i) {
-    CHECK_OK(fsdp_model_init_with(model, parameter_names[i], fill_with_index, &scale));
-  }
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   fsdp_runtime_t runtime = NULL;
-  CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
   fsdp_optimizer_t sgd = NULL;
-  CHECK_OK(fsdp_optimizer_create_sgd(model, 0.25, 0.0, 0.0, 0, 0.0, &sgd));
+  fsdp_model_t model = index_model_with_sgd(0.25, &runtime, &sgd);
   CHECK_OK(fsdp_runtime_set_requires_gradient_sync(runtime, 0));
   constant_gradient_step(runtime, FSDP_FLOAT64, world_rank + 1, NAN);
   constant_gradient_step(runtime, FSDP_FLOAT64, world_rank + 1, NAN);
