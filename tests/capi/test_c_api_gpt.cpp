@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../models/tiny_gpt_shape.hpp"
 #include "device_access.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
@@ -32,15 +33,6 @@ using UnmanagedView =
     BOOST_TEST_REQUIRE(code_ == FSDP_SUCCESS,                                                 \
                        #call << ": " << fsdp_error_name(code_) << ": " << fsdp_last_error()); \
   } while (0)
-
-GptShape tiny_shape() {
-  GptShape shape;
-  shape.layers = 2;
-  shape.hidden = 16;
-  shape.heads = 2;
-  shape.seq = 8;
-  return shape;
-}
 
 // Element e of parameter p: LayerNorm weights 1, everything else small and varied.
 double initial_value(const std::string& name, std::size_t p, std::int64_t e) {
@@ -274,7 +266,7 @@ Parameters train_through_the_runtime(const GptShape& shape, int rank) {
 BOOST_AUTO_TEST_CASE(the_c_api_trains_a_transformer_as_the_runtime_does) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const GptShape shape = tiny_shape();
+  const GptShape shape = fsdp::test::tiny_gpt_shape();
   const std::vector<fsdp::ParameterInfo> list = shape.parameters(fsdp::DType::f64);
   const Parameters through_c = train_through_the_c_api(shape, rank);
   const Parameters through_cpp = train_through_the_runtime(shape, rank);

@@ -18,6 +18,7 @@
 #include "fsdp/core/memory_space.hpp"
 #include "models/gpt.hpp"
 #include "models/loss.hpp"
+#include "tiny_gpt_shape.hpp"
 
 using namespace fsdp_models;
 using fsdp::test::on_host;
@@ -25,15 +26,6 @@ using fsdp::test::to_device;
 using fsdp::test::to_view;
 
 namespace {
-
-GptShape tiny_shape() {
-  GptShape shape;
-  shape.layers = 2;
-  shape.hidden = 16;
-  shape.heads = 2;
-  shape.seq = 8;
-  return shape;
-}
 
 // A model with its parameters, gradients and every buffer a step needs, for up to `max_batch`
 // sequences of shape.seq tokens.
@@ -166,7 +158,7 @@ bool identical(const ViewA& a, const ViewB& b, std::size_t count) {
 BOOST_AUTO_TEST_SUITE(gpt)
 
 BOOST_AUTO_TEST_CASE(gradients_match_finite_differences) {
-  TinyGpt<double> model(tiny_shape(), 2, 11);
+  TinyGpt<double> model(fsdp::test::tiny_gpt_shape(), 2, 11);
   const std::int64_t batch = 2;
   const std::int64_t t = 7;  // shorter than seq: the last wpe row gets no gradient
   const auto input = random_bytes(static_cast<std::size_t>(batch * t), 21);
@@ -237,7 +229,7 @@ BOOST_AUTO_TEST_CASE(gradients_match_finite_differences) {
 }
 
 BOOST_AUTO_TEST_CASE(recomputation_is_bit_identical) {
-  TinyGpt<double> model(tiny_shape(), 2, 31);
+  TinyGpt<double> model(fsdp::test::tiny_gpt_shape(), 2, 31);
   const GptShape& shape = model.shape;
   const std::int64_t batch = 2;
   const std::int64_t t = 8;
@@ -290,7 +282,7 @@ BOOST_AUTO_TEST_CASE(recomputation_is_bit_identical) {
 
 BOOST_AUTO_TEST_CASE(attention_is_causal) {
   for (const std::int64_t t : {std::int64_t{5}, std::int64_t{8}}) {
-    TinyGpt<double> model(tiny_shape(), 2, 41);
+    TinyGpt<double> model(fsdp::test::tiny_gpt_shape(), 2, 41);
     const GptShape& shape = model.shape;
     const std::int64_t batch = 2;
     auto input = random_bytes(static_cast<std::size_t>(batch * t), 42);
@@ -318,8 +310,8 @@ BOOST_AUTO_TEST_CASE(attention_is_causal) {
 }
 
 BOOST_AUTO_TEST_CASE(float_follows_double) {
-  TinyGpt<double> reference(tiny_shape(), 2, 51);
-  TinyGpt<float> single(tiny_shape(), 2, 51);
+  TinyGpt<double> reference(fsdp::test::tiny_gpt_shape(), 2, 51);
+  TinyGpt<float> single(fsdp::test::tiny_gpt_shape(), 2, 51);
   const auto input = random_bytes(14, 52);
   const auto target = random_bytes(14, 53);
   reference.set_batch(input, target, 2, 7);
@@ -347,7 +339,7 @@ BOOST_AUTO_TEST_CASE(float_follows_double) {
 }
 
 BOOST_AUTO_TEST_CASE(shape_and_parameters) {
-  GptShape shape = tiny_shape();
+  GptShape shape = fsdp::test::tiny_gpt_shape();
   BOOST_TEST(shape.validation_error().empty());
   GptShape uneven = shape;
   uneven.heads = 3;
@@ -410,7 +402,7 @@ BOOST_AUTO_TEST_CASE(shape_and_parameters) {
 }
 
 BOOST_AUTO_TEST_CASE(batch_outside_the_buffers_is_refused) {
-  TinyGpt<double> model(tiny_shape(), 1, 61);
+  TinyGpt<double> model(fsdp::test::tiny_gpt_shape(), 1, 61);
   const auto p = model.param_access();
   const auto tokens = to_device(random_bytes(16, 62));
   BOOST_CHECK_THROW(embed_forward(model.shape, p, tokens, 1, 9, model.x[0]), fsdp::Error);
