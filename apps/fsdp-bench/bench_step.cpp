@@ -1,13 +1,15 @@
-// fsdp-bench step: one training step of fsdp-train's MLP in every sharding mode (full_shard with
-// prefetch on and off, shard_grad_op, shard_optimizer, and no_shard: replicated data parallelism,
-// the baseline), in fp32 and in mixed precision (bf16, fp16 with a loss scaler), optionally
-// hybrid-sharded over groups of G ranks, and one rank training the same global batch, all in the
-// same run: step time, memory per rank, and the bytes each rank sends per step against the
-// formula of the plan's estimate (docs/plans.md).
+// fsdp-bench step: one training step of fsdp-train's MLP or GPT-2 transformer in every sharding
+// mode (full_shard with prefetch on and off, shard_grad_op, shard_optimizer, and no_shard:
+// replicated data parallelism, the baseline), in fp32 and in mixed precision (bf16, fp16 with a
+// loss scaler), optionally hybrid-sharded over groups of G ranks, and one rank training the same
+// global batch, all in the same run: step time, memory per rank, and the bytes each rank sends per
+// step against the formula of the plan's estimate (docs/plans.md).
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 #ifdef __GLIBC__  // defined by the C library's headers: after <cstdio>
@@ -25,19 +27,26 @@
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/plan_estimate.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
+#include "models/gpt.hpp"
+#include "models/loss.hpp"
 #include "models/mlp.hpp"
 #include "peak_memory.hpp"
 
 namespace fsdp::bench {
 namespace {
 
+using fsdp_models::GptShape;
 using fsdp_models::Matrix;
 using fsdp_models::MlpShape;
 
 struct StepOptions {
+  // "mlp": layers of width x width; "gpt": GPT-2 blocks of hidden width, heads, seq tokens.
+  std::string model = "mlp";
   std::int64_t width = 512;
   int layers = 6;
-  std::int64_t local_batch = 32;
+  std::int64_t heads = 8;
+  std::int64_t seq = 64;
+  std::int64_t local_batch = 32;  // samples (gpt: sequences) per rank and step
   int steps = 9;
   int shard_group_size = 0;  // > 0 and < ranks: also every mode hybrid-sharded over groups of G
   // The units' precisions: fp32, bf16, fp16 (16-bit gathers and reductions over fp32 masters).
@@ -90,6 +99,217 @@ struct StepBytes {
   }
 };
 
+// What every way trains: its parameters, units and the units the runtime keeps gathered from
+// their forward scope to their backward scope (the last unit, and the owner of a tied parameter),
+// whose second gather the estimate's formula counts and the runtime never makes.
+struct BenchModel {
+  std::string description;  // "MLP of 6 layers 512 wide", "GPT-2 of 2 blocks, hidden 768, ..."
+  std::vector<ParameterInfo> parameters;
+  std::vector<std::string> order;
+  std::map<std::string, std::set<std::string>> tied;
+  std::set<std::string> kept_units;
+};
+
+// The activations of one way and its forward and backward passes through the runtime's scopes,
+// with a loss gradient scaled by loss_scale (fp16).
+class Passes {
+ public:
+  virtual ~Passes() = default;
+  virtual void run(Runtime<float>& runtime, double loss_scale) = 0;
+};
+
+// The MLP: a stand-in loss gradient, since the step's cost does not depend on its value.
+class MlpPasses : public Passes {
+ public:
+  MlpPasses(MlpShape shape, std::int64_t rows) : shape_(std::move(shape)), rows_(rows) {
+    // activations_[l]: the input of layer l; deltas_[l]: d loss / d (output of layer l).
+    for (std::size_t l = 0; l <= shape_.layers(); ++l) {
+      activations_.emplace_back("activation", static_cast<std::size_t>(rows_),
+                                static_cast<std::size_t>(shape_.widths[l]));
+    }
+    for (std::size_t l = 0; l < shape_.layers(); ++l) {
+      deltas_.emplace_back("delta", static_cast<std::size_t>(rows_),
+                           static_cast<std::size_t>(shape_.widths[l + 1]));
+    }
+    Kokkos::deep_copy(activations_[0], 0.5f);
+  }
+  void run(Runtime<float>& runtime, double loss_scale) override {
+    const std::size_t layers = shape_.layers();
+    for (std::size_t l = 0; l < layers; ++l) {
+      auto scope = runtime.forward(MlpShape::unit(l));
+      fsdp_models::layer_forward<float>(scope.full(MlpShape::weight(l)),
+                                        scope.full(MlpShape::bias(l)), activations_[l],
+                                        activations_[l + 1], rows_, l + 1 < layers);
+      scope.close();
+    }
+    Kokkos::deep_copy(deltas_[layers - 1], static_cast<float>(1e-3 * loss_scale));
+    for (std::size_t l = layers; l-- > 0;) {
+      auto scope = runtime.backward(MlpShape::unit(l));
+      fsdp_models::layer_backward<float>(scope.full(MlpShape::weight(l)),
+                                         scope.grad(MlpShape::weight(l)),
+                                         scope.grad(MlpShape::bias(l)), activations_[l], deltas_[l],
+                                         l > 0 ? &deltas_[l - 1] : nullptr, rows_);
+      scope.close();
+    }
+  }
+
+ private:
+  MlpShape shape_;
+  std::int64_t rows_;
+  std::vector<Matrix<float>> activations_, deltas_;
+};
+
+// The transformer: fsdp-train's passes (its tied head reads wte.weight in the head's scopes) on
+// fixed bytes, with the real softmax cross-entropy.
+class GptPasses : public Passes {
+ public:
+  GptPasses(const GptShape& shape, std::int64_t sequences)
+      : shape_(shape),
+        batch_(sequences),
+        rows_(sequences * shape.seq),
+        tokens_("gpt::tokens", rows_),
+        targets_("gpt::targets", rows_),
+        head_cache_(shape, rows_),
+        work_(shape, rows_),
+        logits_("gpt::logits", rows_, shape.vocab),
+        d_logits_("gpt::d_logits", rows_, shape.vocab),
+        dx_("gpt::dx", rows_, shape.hidden) {
+    for (std::int64_t l = 0; l <= shape.layers; ++l) {
+      stream_.emplace_back("gpt::residual", rows_, shape.hidden);
+    }
+    for (std::int64_t l = 0; l < shape.layers; ++l) {
+      caches_.emplace_back(shape, rows_);
+    }
+    auto tokens = Kokkos::create_mirror_view(tokens_);
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      tokens(r) = (r * 37) % shape.vocab;
+    }
+    Kokkos::deep_copy(tokens_, tokens);
+    Kokkos::parallel_for(
+        "fsdp_bench::gpt_targets", device_range(ExecutionSpace(), 0, rows_),
+        KOKKOS_LAMBDA(std::int64_t r) { targets_(r) = (tokens_(r) + 1) % 256; });
+  }
+  void run(Runtime<float>& runtime, double loss_scale) override {
+    const std::int64_t t = shape_.seq;
+    run_scope(runtime.forward(GptShape::embed_unit()), [&](auto& scope) {
+      fsdp_models::embed_forward<float>(shape_, full(scope), tokens_, batch_, t, stream_[0]);
+    });
+    for (std::int64_t l = 0; l < shape_.layers; ++l) {
+      const auto k = static_cast<std::size_t>(l);
+      run_scope(runtime.forward(GptShape::block_unit(l)), [&](auto& scope) {
+        fsdp_models::block_forward(shape_, l, full(scope), stream_[k], stream_[k + 1], caches_[k],
+                                   work_, batch_, t);
+      });
+    }
+    run_scope(runtime.forward(GptShape::head_unit()), [&](auto& scope) {
+      fsdp_models::head_forward(shape_, full(scope), scope.full("wte.weight"), stream_.back(),
+                                logits_, head_cache_, batch_, t);
+    });
+    fsdp_models::softmax_cross_entropy<float>(logits_, targets_, rows_, &d_logits_, rows_,
+                                              loss_scale);
+    run_scope(runtime.backward(GptShape::head_unit()), [&](auto& scope) {
+      fsdp_models::head_backward(shape_, full(scope), grad(scope), scope.full("wte.weight"),
+                                 scope.grad("wte.weight"), stream_.back(), head_cache_, work_,
+                                 d_logits_, dx_, batch_, t);
+    });
+    for (std::int64_t l = shape_.layers; l-- > 0;) {
+      const auto k = static_cast<std::size_t>(l);
+      run_scope(runtime.backward(GptShape::block_unit(l)), [&](auto& scope) {
+        fsdp_models::block_backward(shape_, l, full(scope), grad(scope), stream_[k], caches_[k],
+                                    work_, dx_, dx_, batch_, t);
+      });
+    }
+    run_scope(runtime.backward(GptShape::embed_unit()), [&](auto& scope) {
+      fsdp_models::embed_backward<float>(shape_, grad(scope), tokens_, dx_, batch_, t);
+    });
+  }
+
+ private:
+  template <class Scope, class Body>
+  static void run_scope(Scope&& scope, Body&& body) {
+    body(scope);
+    scope.close();
+  }
+  template <class Scope>
+  static auto full(Scope& scope) {
+    return [&scope](const std::string& name) { return scope.full(name); };
+  }
+  template <class Scope>
+  static auto grad(Scope& scope) {
+    return [&scope](const std::string& name) { return scope.grad(name); };
+  }
+
+  GptShape shape_;
+  std::int64_t batch_, rows_;
+  fsdp_models::Labels tokens_, targets_;
+  std::vector<Matrix<float>> stream_;
+  std::vector<fsdp_models::GptBlockCache<float>> caches_;
+  fsdp_models::GptHeadCache<float> head_cache_;
+  fsdp_models::GptWorkspace<float> work_;
+  Matrix<float> logits_, d_logits_, dx_;
+};
+
+GptShape gpt_shape(const StepOptions& options) {
+  GptShape shape;
+  shape.layers = options.layers;
+  shape.hidden = options.width;
+  shape.heads = options.heads;
+  shape.seq = options.seq;
+  return shape;
+}
+
+MlpShape mlp_shape(const StepOptions& options) {
+  MlpShape shape;
+  for (int l = 0; l <= options.layers; ++l) {
+    shape.widths.push_back(options.width);
+  }
+  return shape;
+}
+
+BenchModel bench_model(const StepOptions& options) {
+  BenchModel model;
+  char size[64];
+  if (options.model == "gpt") {
+    const GptShape shape = gpt_shape(options);
+    const std::string problem = shape.validation_error();
+    if (!problem.empty()) {
+      throw CLI::ValidationError("--heads", problem);
+    }
+    model.parameters = shape.parameters(DType::f32);
+    model.order.push_back(GptShape::embed_unit());
+    for (std::int64_t l = 0; l < shape.layers; ++l) {
+      model.order.push_back(GptShape::block_unit(l));
+    }
+    model.order.push_back(GptShape::head_unit());
+    model.tied = {{"wte.weight", {GptShape::head_unit()}}};
+    model.kept_units = {GptShape::embed_unit(), GptShape::head_unit()};
+    std::snprintf(size, sizeof size, " (%.1f MB fp32)",
+                  static_cast<double>(shape.parameter_count()) * 4 / 1e6);
+    model.description = "GPT-2 of " + fsdp_apps::count_of(options.layers, "block") + ", hidden " +
+                        std::to_string(options.width) + ", " + std::to_string(options.heads) +
+                        " heads, seq " + std::to_string(options.seq) + size;
+  } else {
+    const MlpShape shape = mlp_shape(options);
+    model.parameters = shape.parameters(DType::f32);
+    for (std::size_t l = 0; l < shape.layers(); ++l) {
+      model.order.push_back(MlpShape::unit(l));
+    }
+    model.kept_units = {model.order.back()};
+    std::snprintf(size, sizeof size, " (%.1f MB fp32)",
+                  static_cast<double>(shape.parameter_count()) * 4 / 1e6);
+    model.description = "MLP of " + std::to_string(options.layers) + " layers " +
+                        std::to_string(options.width) + " wide" + size;
+  }
+  return model;
+}
+
+std::unique_ptr<Passes> make_passes(const StepOptions& options, std::int64_t rows) {
+  if (options.model == "gpt") {
+    return std::make_unique<GptPasses>(gpt_shape(options), rows);
+  }
+  return std::make_unique<MlpPasses>(mlp_shape(options), rows);
+}
+
 // One way of training: its groups, model, runtime and activations.
 struct Trainer {
   Way way;
@@ -101,14 +321,13 @@ struct Trainer {
   std::optional<LossScaler> scaler;  // fp16
   std::int64_t scaler_bytes = 0;     // what unscale_and_check sent so far
   std::int64_t settling_skips = 0;   // steps skipped before the scale settled (settle())
-  std::vector<Matrix<float>> activations, deltas;
-  std::int64_t rows = 0;
+  std::unique_ptr<Passes> passes;
   std::vector<StepBytes> sent;  // per timed step
 
   // group: a counting group (counting_group) of every rank that trains this way.
-  Trainer(Way how, ProcessGroup group, const MlpShape& shape, std::int64_t batch_rows,
+  Trainer(Way how, ProcessGroup group, const BenchModel& bench, std::unique_ptr<Passes> passes_,
           int max_gathered_units)
-      : way(std::move(how)), shard(group), rows(batch_rows) {
+      : way(std::move(how)), shard(group), passes(std::move(passes_)) {
     ShardedModelOptions options;
     options.unit.mode = way.mode;
     options.unit.param_dtype = way.dtype;
@@ -122,7 +341,7 @@ struct Trainer {
       replicas = groups.replicate;
       options.unit.replicas = groups.replicate;
     }
-    const std::vector<ParameterInfo> parameters = shape.parameters(DType::f32);
+    const std::vector<ParameterInfo>& parameters = bench.parameters;
     model = std::make_unique<ShardedModel<float>>(
         shard, FullSharding().make_plan(parameters, shard.size()), options);
     for (const ParameterInfo& p : parameters) {
@@ -132,30 +351,17 @@ struct Trainer {
         }
       });
     }
-    std::vector<std::string> order;
-    for (std::size_t l = 0; l < shape.layers(); ++l) {
-      order.push_back(MlpShape::unit(l));
-    }
     RuntimeOptions runtime_options;
     runtime_options.prefetch = way.prefetch;
     runtime_options.max_gathered_units = max_gathered_units;
-    runtime = std::make_unique<Runtime<float>>(*model, order, runtime_options);
+    runtime_options.tied_parameters = bench.tied;
+    runtime = std::make_unique<Runtime<float>>(*model, bench.order, runtime_options);
     // lr 0: Adam does all its work but leaves the weights as they are, so that every step computes
     // the same values. With a learning rate the constant stand-in loss gradient pushes every
     // weight the same way, step after step, until the gradients overflow fp16 at any loss scale.
     AdamOptions adam_options;
     adam_options.lr = 0.0;
     adam = std::make_unique<Adam<float>>(adam_options);
-    // activations[l]: the input of layer l; deltas[l]: d loss / d (output of layer l).
-    for (std::size_t l = 0; l <= shape.layers(); ++l) {
-      activations.emplace_back("activation", static_cast<std::size_t>(rows),
-                               static_cast<std::size_t>(shape.widths[l]));
-    }
-    for (std::size_t l = 0; l < shape.layers(); ++l) {
-      deltas.emplace_back("delta", static_cast<std::size_t>(rows),
-                          static_cast<std::size_t>(shape.widths[l + 1]));
-    }
-    Kokkos::deep_copy(activations[0], 0.5f);
   }
 
   // What this rank sent so far on the model's groups.
@@ -174,33 +380,15 @@ struct Trainer {
   // fp16: steps until one is not skipped, so that the timed steps run the optimizer. The scaler
   // starts at 2^16 and halves on every overflow (7 times for the stand-in gradient at width 512);
   // every step computes the same values (Adam's lr is 0), so no later step overflows.
-  void settle(const MlpShape& shape) {
+  void settle() {
     for (int guard = 0; scaler && scaler->state().clean_steps == 0 && guard < 64; ++guard) {
-      step(shape);
+      step();
     }
     settling_skips = scaler ? scaler->state().skipped_steps : 0;
   }
 
-  void step(const MlpShape& shape) {
-    const std::size_t layers = shape.layers();
-    for (std::size_t l = 0; l < layers; ++l) {
-      auto scope = runtime->forward(MlpShape::unit(l));
-      fsdp_models::layer_forward<float>(scope.full(MlpShape::weight(l)),
-                                        scope.full(MlpShape::bias(l)), activations[l],
-                                        activations[l + 1], rows, l + 1 < layers);
-      scope.close();
-    }
-    // A stand-in loss gradient: the step's cost does not depend on its value. fp16: scaled.
-    Kokkos::deep_copy(deltas[layers - 1],
-                      static_cast<float>(1e-3 * (scaler ? scaler->scale() : 1.0)));
-    for (std::size_t l = layers; l-- > 0;) {
-      auto scope = runtime->backward(MlpShape::unit(l));
-      fsdp_models::layer_backward<float>(scope.full(MlpShape::weight(l)),
-                                         scope.grad(MlpShape::weight(l)),
-                                         scope.grad(MlpShape::bias(l)), activations[l], deltas[l],
-                                         l > 0 ? &deltas[l - 1] : nullptr, rows);
-      scope.close();
-    }
+  void step() {
+    passes->run(*runtime, scaler ? scaler->scale() : 1.0);
     runtime->finish_step();
     if (scaler) {
       const std::int64_t before = sent_by(model->group()).total();
@@ -218,26 +406,26 @@ struct Trainer {
 };
 
 // What the estimate says this rank sends per step in one way of training (Full sharding of the
-// MLP over `world` ranks, Adam), and what the runtime is expected to send: the last unit of the
-// forward stays gathered for its backward (RuntimeOptions::keep_gathered_until_backward), so its
-// second gather, which the formula counts, never happens.
+// model over `world` ranks, Adam), and what the runtime is expected to send: the kept units (the
+// last unit of the forward, and a tied parameter's owner) stay gathered for their backward, so
+// their second gather, which the formula counts, never happens.
 struct Formula {
   RankEstimate estimate;
   // The largest unit's transient bytes (and, in mixed precision under shard_grad_op and
   // shard_optimizer, the widened whole parameters): on top of the model state at the peak.
   std::int64_t working_set_bytes = 0;
-  std::int64_t kept_unit_gather = 0;  // the formula's backward gather of the last unit
+  std::int64_t kept_unit_gather = 0;  // the formula's backward gathers of the kept units
   StepBytes expected;
 };
 
-Formula formula(const Way& way, const MlpShape& shape, int world, int rank) {
+Formula formula(const Way& way, const BenchModel& bench, int world, int rank) {
   const EstimateOptions options{OptimizerKind::adam, way.precision(), way.mode,
                                 way.shard_group_size};
-  const std::vector<ParameterInfo> parameters = shape.parameters(DType::f32);
-  std::vector<ParameterInfo> last_unit;
+  const std::vector<ParameterInfo>& parameters = bench.parameters;
+  std::vector<ParameterInfo> kept;
   for (const ParameterInfo& p : parameters) {
-    if (p.unit() == MlpShape::unit(shape.layers() - 1)) {
-      last_unit.push_back(p);
+    if (bench.kept_units.count(p.unit()) != 0) {
+      kept.push_back(p);
     }
   }
   const auto r = static_cast<std::size_t>(rank);
@@ -245,9 +433,8 @@ Formula formula(const Way& way, const MlpShape& shape, int world, int rank) {
   const PlanEstimate whole = estimate(FullSharding().make_plan(parameters, world), options);
   f.estimate = whole.ranks[r];
   f.working_set_bytes = whole.gathered_working_set_bytes;
-  f.kept_unit_gather = estimate(FullSharding().make_plan(last_unit, world), options)
-                           .ranks[r]
-                           .backward_gather_send_bytes;
+  f.kept_unit_gather =
+      estimate(FullSharding().make_plan(kept, world), options).ranks[r].backward_gather_send_bytes;
   f.expected = {f.estimate.forward_gather_send_bytes + f.estimate.backward_gather_send_bytes -
                     f.kept_unit_gather,
                 f.estimate.gradient_send_bytes, f.estimate.replica_gradient_send_bytes, 0};
@@ -321,10 +508,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
   // model freed into the heap.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 #endif
-  MlpShape shape;
-  for (int l = 0; l <= options.layers; ++l) {
-    shape.widths.push_back(options.width);
-  }
+  const BenchModel bench = bench_model(options);
   std::vector<Way> rows = ways(options, n);
 
   // Each way is made and takes one step while the kernel measures the resident memory it adds.
@@ -349,7 +533,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
       rows[k].checked = collective_options.check_arguments;
       trainers[k] = std::make_unique<Trainer>(
           way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD, collective_options),
-          shape, way.one_rank ? options.local_batch * n : options.local_batch,
+          bench, make_passes(options, way.one_rank ? options.local_batch * n : options.local_batch),
           options.max_gathered_units);
     } catch (const Error& error) {
       if (error.kind() != ErrorKind::usage) {
@@ -359,10 +543,10 @@ void run(const StepOptions& options, const CommonOptions& common) {
       reasons[k] = error.message();
       continue;
     }
-    trainers[k]->step(shape);
+    trainers[k]->step();
     resident_kb[k] = static_cast<double>(window.added_kb());
     resident_ok[k] = window.reset_ok() ? 1 : 0;
-    trainers[k]->settle(shape);
+    trainers[k]->settle();
   }
   group.all_reduce(refused.data(), refused.size(), ReduceOp::max);
   std::size_t kept = 0;
@@ -409,7 +593,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
       const StepBytes before = trainer ? trainer->sent_so_far() : StepBytes{};
       const double start = MPI_Wtime();
       if (trainer) {
-        trainer->step(shape);
+        trainer->step();
       }
       const double elapsed = MPI_Wtime() - start;
       if (round > 0) {  // the first round warms up
@@ -443,7 +627,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
       continue;
     }
     const Formula f =
-        formula(rows[k], shape, rows[k].one_rank ? 1 : n, rows[k].one_rank ? 0 : group.rank());
+        formula(rows[k], bench, rows[k].one_rank ? 1 : n, rows[k].one_rank ? 0 : group.rank());
     const StepBytes sent = t->sent.empty() ? StepBytes{} : t->sent.front();
     double* x = &figures[kFigures * k];
     x[0] = static_cast<double>(t->model->memory().total_peak);
@@ -481,16 +665,15 @@ void run(const StepOptions& options, const CommonOptions& common) {
   const double one_rank_s = medians[count - 1];
   if (group.rank() == 0 && !common.json) {
     std::printf(
-        "fsdp-bench step: %s, MLP of %d layers %lld wide (%.1f MB fp32), local batch %lld, "
+        "fsdp-bench step: %s, %s, local batch %lld, "
         "Adam; median of %s of the slowest rank; ratios to %s fp32; per rank: the largest\n"
         "prec: the units' param_dtype and reduce_dtype over fp32 masters (fp16 with a loss "
         "scaler); state form: fsdp::estimate's model state (mixed for bf16 and fp16)\n"
         "sent: bytes of the collectives the units issued, as ring algorithms move them; formula: "
-        "fsdp::estimate (docs/plans.md); exact: sent equals the formula less the last unit's "
-        "backward gather, which the runtime skips, on every rank and step\n",
-        fsdp_apps::count_of(n, "rank").c_str(), options.layers,
-        static_cast<long long>(options.width),
-        static_cast<double>(shape.parameter_count()) * 4 / 1e6,
+        "fsdp::estimate (docs/plans.md); exact: sent equals the formula less the backward "
+        "gathers the runtime skips (the last unit's, a tied parameter owner's), on every rank "
+        "and step\n",
+        fsdp_apps::count_of(n, "rank").c_str(), bench.description.c_str(),
         static_cast<long long>(options.local_batch),
         fsdp_apps::count_of(options.steps, "step").c_str(), rows[baseline].name.c_str());
     std::printf("%-32s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s\n", "mode", "prec",
@@ -540,9 +723,9 @@ void run(const StepOptions& options, const CommonOptions& common) {
           {"gradient", bytes(x[11])},
           {"replica_gradient", bytes(x[12])},
           {"total", bytes(x[13])},
-          {"last_unit_backward_gather", bytes(x[14])}}},
+          {"kept_units_backward_gather", bytes(x[14])}}},
         {"sent_over_formula", x[13] > 0 ? nlohmann::json(x[8] / x[13]) : nlohmann::json()},
-        {"sent_equals_formula_less_kept_unit", agree[2 * k] == 1},
+        {"sent_equals_formula_less_kept_units", agree[2 * k] == 1},
         {"sent_same_every_step", agree[2 * k + 1] == 1}};
     if (way.dtype == DType::f16) {
       result["loss_scaler"] = {{"skipped_before_timing", bytes(x[20])},
@@ -585,12 +768,27 @@ void add_step(CLI::App& app, const CommonOptions& common) {
   auto options = std::make_shared<StepOptions>();
   CLI::App* sub = app.add_subcommand(
       "step",
-      "training step of fsdp-train's MLP in every sharding mode and precision (optionally "
+      "training step of fsdp-train's MLP or transformer in every sharding mode and precision "
+      "(optionally "
       "hybrid) against no_shard in fp32 (replicated data parallel) and one rank: time, memory, "
       "bytes sent per step");
-  sub->add_option("--width", options->width, "width of every layer")->check(CLI::Range(1, 1 << 30));
-  sub->add_option("--layers", options->layers, "number of layers")->check(CLI::Range(1, 1 << 30));
-  sub->add_option("--local-batch", options->local_batch, "samples per rank and step")
+  sub->add_option("--model", options->model,
+                  "mlp (layers of --width) or gpt (fsdp-train's GPT-2: --layers blocks of hidden "
+                  "--width, --heads, --seq tokens, output head tied to the token embedding)")
+      ->check(CLI::IsMember({"mlp", "gpt"}))
+      ->capture_default_str();
+  sub->add_option("--width", options->width, "width of every layer (gpt: the hidden width)")
+      ->check(CLI::Range(1, 1 << 30));
+  sub->add_option("--layers", options->layers, "number of layers (gpt: blocks)")
+      ->check(CLI::Range(1, 1 << 30));
+  sub->add_option("--heads", options->heads, "gpt: attention heads (a divisor of --width)")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  sub->add_option("--seq", options->seq, "gpt: tokens per sequence")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--local-batch", options->local_batch,
+                  "samples per rank and step (gpt: sequences)")
       ->check(CLI::Range(1, 1 << 30));
   sub->add_option("--steps", options->steps, "timed steps per mode")->check(CLI::Range(1, 1 << 30));
   sub->add_option("--precision", options->precisions,

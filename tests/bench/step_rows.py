@@ -118,7 +118,7 @@ def main():
         formula = row["formula_send_bytes_per_step"]
         measured = [sent["gather"], sent["gradient"], sent["replica_gradient"]]
         from_formula = [formula["forward_gather"] + formula["backward_gather"] -
-                        formula["last_unit_backward_gather"], formula["gradient"],
+                        formula["kept_units_backward_gather"], formula["gradient"],
                         formula["replica_gradient"]]
         by_hand = ring_bytes(mode, ranks, group, precision)
         print("%-29s sent %s, formula less the kept unit %s, by hand %s" %
@@ -141,10 +141,10 @@ def main():
             if measured[:2] != from_formula[:2] or measured[2] != group * from_formula[2]:
                 fail("%s: sent %s, formula %s; expected the formula but G = %d times its "
                      "replica bytes" % (label, measured, from_formula, group))
-            if row["sent_equals_formula_less_kept_unit"]:
+            if row["sent_equals_formula_less_kept_units"]:
                 fail(label + ": reported equal to the formula")
         else:
-            if measured != from_formula or not row["sent_equals_formula_less_kept_unit"]:
+            if measured != from_formula or not row["sent_equals_formula_less_kept_units"]:
                 fail("%s: sent %s, formula less the kept unit %s" % (label, measured, from_formula))
             if mode != "full_shard" and formula["total"] != sent["total"]:
                 fail("%s: sent %d, formula %d" % (label, sent["total"], formula["total"]))
