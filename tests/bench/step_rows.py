@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """fsdp-bench step, briefly: a row for every way of training, and the bytes sent per step.
 
-  step_rows.py --mpiexec M --bench B --ranks N [--shard-group-size G]
+  step_rows.py --mpiexec M --bench B --ranks N [--shard-group-size G] [--model gpt]
 
 Runs `fsdp-bench step --json` on N ranks with a small MLP (3 layers of 64, every parameter's
-size divisible by N and by G) and checks, never a time:
+size divisible by N and by G), or with --model gpt a small GPT-2 (2 blocks of hidden 32, 2 heads,
+8 tokens; the output head tied to wte.weight, so the embedding unit stays gathered from its
+forward to its backward like the last unit), and checks, never a time:
   * a row for every mode (full_shard with and without prefetch, shard_grad_op, shard_optimizer,
     no_shard), for every mode again hybrid-sharded as N/G x G when G is given, each in fp32, bf16
     and fp16 (the units' param_dtype and reduce_dtype), and for one rank in fp32;
@@ -28,6 +30,7 @@ import subprocess
 import sys
 
 WIDTH, LAYERS = 64, 3
+GPT_HIDDEN, GPT_LAYERS, GPT_SEQ, VOCAB = 32, 2, 8, 256
 PRECISIONS = ["fp32", "bf16", "fp16"]
 FP32, HALF, INT = 4, 2, 4
 
@@ -41,15 +44,29 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-def ring_bytes(mode, ranks, group, precision):
+def unit_sizes(model):
+    """The parameter sizes of every unit, in forward order, and the units kept gathered from
+    their forward to their backward scope (one gather a step instead of two)."""
+    if model == "gpt":
+        c = GPT_HIDDEN
+        block = [c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c]
+        units = [[VOCAB * c, GPT_SEQ * c]] + [block] * GPT_LAYERS + [[c, c]]
+        return units, {0, len(units) - 1}  # the tied wte's owner, and the last unit
+    units = [[WIDTH * WIDTH, WIDTH]] * LAYERS  # weight and bias of each layer
+    return units, {LAYERS - 1}
+
+
+def ring_bytes(model, mode, ranks, group, precision):
     """What one rank sends per step by the ring arithmetic of docs/plans.md, from the layer sizes:
     gather, gradient, replica_gradient. In bf16 and fp16 the units gather and reduce 16-bit
     elements; the replicas average fp32 pieces in every precision."""
-    sizes = [WIDTH * WIDTH, WIDTH] * LAYERS  # weight and bias of each layer
+    units, kept = unit_sizes(model)
+    sizes = [n for unit in units for n in unit]
     replicas = ranks // group
     one_gather = sum((group - 1) * ceil_div(n, group) for n in sizes)
-    if mode == "full_shard":  # forward and backward, the last unit kept gathered in between
-        gather = one_gather * (2 * LAYERS - 1) // LAYERS
+    if mode == "full_shard":  # forward and backward, the kept units gathered once
+        gather = one_gather + sum((group - 1) * ceil_div(n, group)
+                                  for u, unit in enumerate(units) if u not in kept for n in unit)
     elif mode in ("shard_grad_op", "shard_optimizer"):
         gather = one_gather
     else:
@@ -71,10 +88,16 @@ def main():
     parser.add_argument("--bench", required=True)
     parser.add_argument("--ranks", type=int, required=True)
     parser.add_argument("--shard-group-size", type=int, default=0)
+    parser.add_argument("--model", default="mlp", choices=["mlp", "gpt"])
     args = parser.parse_args()
     n, g = args.ranks, args.shard_group_size
-    command = [args.mpiexec, "-n", str(n), args.bench, "step", "--json", "--width", str(WIDTH),
-               "--layers", str(LAYERS), "--local-batch", "4", "--steps", "2"]
+    command = [args.mpiexec, "-n", str(n), args.bench, "step", "--json", "--local-batch", "4",
+               "--steps", "2"]
+    if args.model == "gpt":
+        command += ["--model", "gpt", "--width", str(GPT_HIDDEN), "--layers", str(GPT_LAYERS),
+                    "--heads", "2", "--seq", str(GPT_SEQ)]
+    else:
+        command += ["--width", str(WIDTH), "--layers", str(LAYERS)]
     if g:
         command += ["--shard-group-size", str(g)]
     print("$ " + " ".join(command), flush=True)
@@ -120,7 +143,7 @@ def main():
         from_formula = [formula["forward_gather"] + formula["backward_gather"] -
                         formula["kept_units_backward_gather"], formula["gradient"],
                         formula["replica_gradient"]]
-        by_hand = ring_bytes(mode, ranks, group, precision)
+        by_hand = ring_bytes(args.model, mode, ranks, group, precision)
         print("%-29s sent %s, formula less the kept unit %s, by hand %s" %
               (label, measured, from_formula, by_hand))
         if not row["sent_same_every_step"]:
