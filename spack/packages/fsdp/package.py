@@ -141,7 +141,7 @@ class Fsdp(CMakePackage, CudaPackage):
         cmake("-S", source, "-B", build, *args)
         cmake("--build", build)
         launcher = self._mpi_launcher()
-        assert launcher, f"no MPI launcher found for {self.spec['mpi'].name} (mpiexec, mpirun, srun)"
+        assert launcher, f"no launcher (mpiexec, mpirun, srun) for {self.spec['mpi'].name}"
         mpiexec = which(launcher)
         expected = {"consumer": "all_reduce over 2 ranks ok", "consumer_c": "c consumer: fsdp.h ok"}
         if self.spec.satisfies("+fortran"):
