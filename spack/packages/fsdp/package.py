@@ -27,6 +27,10 @@ class Fsdp(CMakePackage, CudaPackage):
 
     version("main", branch="main")
 
+    # No license(): the repository states none (no LICENSE file; README.md names no license and
+    # docs/install.md says "The project has no license file yet"), and the recipe must not declare
+    # one the project has not chosen. Add it with the license file.
+
     variant("nccl", default=False, description="Build the NCCL backend (needs +cuda)")
     variant("shared", default=True, description="Build a shared library")
     variant("apps", default=True, description="Build fsdp-bench and the other applications")
@@ -45,9 +49,22 @@ class Fsdp(CMakePackage, CudaPackage):
     depends_on("kokkos@3.4:4")
     # a static Kokkos is built without -fPIC and cannot go into a shared libfsdp
     depends_on("kokkos+shared", when="+shared")
+    # ~cuda is a host build: the C++ compiler stays spack's own (cmake_args sets nvcc_wrapper only
+    # for +cuda), and a CUDA Kokkos would put fsdp's Views and KOKKOS_LAMBDAs on the device, which
+    # that compiler cannot build.
+    depends_on("kokkos~cuda", when="~cuda")
+    # fsdp's kernels are KOKKOS_LAMBDAs. spack's kokkos passes -DKokkos_ENABLE_CUDA_LAMBDA=OFF
+    # unless +cuda_lambda, and Kokkos 3.x then compiles no device lambdas; Kokkos 4 turns them on
+    # regardless in its later releases, and kokkos-kernels' recipe asks +cuda_lambda of Kokkos 4
+    # too, so this covers the whole range above (the variant exists for kokkos@:4 +cuda; Kokkos 5
+    # dropped it, so widening the range must revisit this line).
+    depends_on("kokkos+cuda_lambda", when="+cuda")
     depends_on("hdf5@1.10.5:+mpi")
-    depends_on("nlohmann-json@3:")
-    depends_on("cli11")
+    # Both are header-only and used only while building: nlohmann-json inside libfsdp (private
+    # include directories, in no installed header or CMake file), CLI11 by the applications alone
+    # (CMakeLists.txt looks for it only with FSDP_BUILD_APPS).
+    depends_on("nlohmann-json@3:", type="build")
+    depends_on("cli11", type="build", when="+apps")
     # The applications' models: every matrix product a GEMM through Kokkos Kernels, over the
     # host BLAS or cuBLAS.
     depends_on("kokkos-kernels+blas", when="+apps")
@@ -63,15 +80,50 @@ class Fsdp(CMakePackage, CudaPackage):
 
     test_requires_compiler = True
 
+    def _kokkos_cxx(self):
+        """The C++ compiler Kokkos was built for: nvcc_wrapper for kokkos+cuda+wrapper."""
+        kokkos = self.spec["kokkos"]
+        # Newer kokkos recipes (spack-packages) have it as a property of the package, which
+        # kokkos-kernels reads as self["kokkos"].kokkos_cxx; older ones set it on the spec in
+        # setup_dependent_package.
+        if hasattr(type(kokkos.package), "kokkos_cxx"):
+            return kokkos.package.kokkos_cxx
+        return kokkos.kokkos_cxx
+
+    def _mpi_launcher(self):
+        """The MPI provider's launcher, or None. As spack's CachedCMakeBuilder.get_mpi_exec does,
+        the provider's own answer first, then what its bin holds."""
+        mpi = self.spec["mpi"]
+        # A provider whose launcher is not in <prefix>/bin says where it is (intel-oneapi-mpi: in
+        # its component directory).
+        if hasattr(mpi.package, "mpiexec"):
+            return str(mpi.package.mpiexec)
+        for name in ("mpiexec", "mpirun"):
+            launcher = join_path(mpi.prefix.bin, name)
+            if os.path.exists(launcher):
+                return launcher
+        # Open MPI built for Slurm without legacylaunchers, cray-mpich: no launcher of their own.
+        srun = which("srun")
+        return srun.path if srun else None
+
     def cmake_args(self):
-        return [
+        args = [
             self.define_from_variant("BUILD_SHARED_LIBS", "shared"),
             self.define_from_variant("FSDP_BUILD_APPS", "apps"),
             self.define_from_variant("FSDP_ENABLE_FORTRAN", "fortran"),
             self.define("FSDP_ENABLE_NCCL", "ON" if self.spec.satisfies("+nccl") else "OFF"),
             self.define("FSDP_BUILD_TESTS", self.run_tests),
-            self.define("MPIEXEC_EXECUTABLE", self.spec["mpi"].prefix.bin.mpiexec),
         ]
+        if self.spec.satisfies("+cuda"):
+            # Kokkos+cuda compiles fsdp's own sources for the device too: they must go through the
+            # compiler Kokkos was built with (nvcc_wrapper), as kokkos-kernels' recipe does.
+            args.append(self.define("CMAKE_CXX_COMPILER", self._kokkos_cxx()))
+        # Only the test suite launches MPI programs (FsdpMpiTest.cmake, tests/); without it CMake
+        # has no use for a launcher, and FindMPI's own search is left alone.
+        mpiexec = self._mpi_launcher() if self.run_tests else None
+        if mpiexec:
+            args.append(self.define("MPIEXEC_EXECUTABLE", mpiexec))
+        return args
 
     @run_after("install")
     def cache_consumer_project(self):
@@ -82,9 +134,15 @@ class Fsdp(CMakePackage, CudaPackage):
         source = join_path(install_test_root(self), "tests", "install")
         build = "consumer-build"
         cmake = which(self.spec["cmake"].prefix.bin.cmake)
-        cmake("-S", source, "-B", build, self.define("CMAKE_PREFIX_PATH", self.prefix))
+        args = [self.define("CMAKE_PREFIX_PATH", self.prefix)]
+        if self.spec.satisfies("+cuda"):
+            # The C++ consumer includes Kokkos: the same compiler as fsdp itself (cmake_args).
+            args.append(self.define("CMAKE_CXX_COMPILER", self._kokkos_cxx()))
+        cmake("-S", source, "-B", build, *args)
         cmake("--build", build)
-        mpiexec = which(self.spec["mpi"].prefix.bin.mpiexec)
+        launcher = self._mpi_launcher()
+        assert launcher, f"no launcher (mpiexec, mpirun, srun) for {self.spec['mpi'].name}"
+        mpiexec = which(launcher)
         expected = {"consumer": "all_reduce over 2 ranks ok", "consumer_c": "c consumer: fsdp.h ok"}
         if self.spec.satisfies("+fortran"):
             expected["consumer_fortran"] = "fortran consumer: use fsdp ok"
