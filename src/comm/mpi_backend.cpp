@@ -393,6 +393,23 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce(const void* send, void* rec
       at_root ? average_after(*state_, recv, count, dtype, op) : std::function<void()>{});
 }
 
+namespace {
+
+// The elements of one piece of a reduction that moves bytes_per_element bytes per element of the
+// piece (a reduce-scatter packs every rank's slice: ranks x element size): at most
+// MpiBackend::kReductionPieceBytes, at least one element.
+std::size_t piece_elements(std::size_t bytes_per_element) {
+  return std::max<std::size_t>(1, MpiBackend::kReductionPieceBytes / bytes_per_element);
+}
+
+// Pieces of `piece` elements that cover count elements: at least one, so that an empty reduction
+// is still issued (every rank takes part in it).
+std::size_t pieces_of(std::size_t count, std::size_t piece) {
+  return std::max<std::size_t>(1, (count + piece - 1) / piece);
+}
+
+}  // namespace
+
 std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, void* recv,
                                                              std::size_t count, DType dtype,
                                                              ReduceOp op,
@@ -401,7 +418,7 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, v
                             static_cast<std::int64_t>(op)};
   const std::size_t ranks = static_cast<std::size_t>(state_->comm.size());
   const std::size_t element = size_of(dtype);
-  const std::size_t piece = std::max<std::size_t>(1, kReductionPieceBytes / (ranks * element));
+  const std::size_t piece = piece_elements(ranks * element);
   if (!state_->packs_on_host || count <= piece) {
     return start(
         state_, call, problem, "MPI_Ireduce_scatter_block",
@@ -430,7 +447,7 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, v
             packed->data(), static_cast<unsigned char*>(recv) + offset * element,
             static_cast<int>(n), mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm, request);
       },
-      average_after(*state_, recv, count, dtype, op), packed, (count + piece - 1) / piece);
+      average_after(*state_, recv, count, dtype, op), packed, pieces_of(count, piece));
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void* recv,
@@ -439,9 +456,9 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
   const CollectiveCall call{Collective::all_reduce, dtype, static_cast<std::int64_t>(count), -1,
                             static_cast<std::int64_t>(op)};
   const std::size_t element = size_of(dtype);
-  const std::size_t piece = std::max<std::size_t>(1, kReductionPieceBytes / element);
+  const std::size_t piece = piece_elements(element);
   // Piece k is elements [k * piece, (k + 1) * piece) of the buffers: slices, nothing to pack.
-  const std::size_t pieces = (count + piece - 1) / piece;
+  const std::size_t pieces = pieces_of(count, piece);
   return start(
       state_, call, problem, "MPI_Iallreduce",
       [=, comm = pieces > 1 ? state_->lane_comm.get() : state_->comm.get()](MPI_Request* request,
@@ -454,7 +471,7 @@ std::unique_ptr<PendingOperation> MpiBackend::all_reduce(const void* send, void*
                          : static_cast<const unsigned char*>(send) + offset * element,
             to, static_cast<int>(n), mpi::datatype_of(dtype), mpi::op_of(op, dtype), comm, request);
       },
-      average_after(*state_, recv, count, dtype, op), {}, std::max<std::size_t>(pieces, 1));
+      average_after(*state_, recv, count, dtype, op), {}, pieces);
 }
 
 std::unique_ptr<PendingOperation> MpiBackend::broadcast(void* data, std::size_t count, DType dtype,
