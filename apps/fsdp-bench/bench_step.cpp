@@ -28,7 +28,7 @@
 #include "fsdp/shard/plan_estimate.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "models/gpt.hpp"
-#include "models/loss.hpp"
+#include "models/gpt_passes.hpp"
 #include "models/mlp.hpp"
 #include "peak_memory.hpp"
 
@@ -159,94 +159,30 @@ class MlpPasses : public Passes {
   std::vector<Matrix<float>> activations_, deltas_;
 };
 
-// The transformer: fsdp-train's passes (its tied head reads wte.weight in the head's scopes) on
-// fixed bytes, with the real softmax cross-entropy.
-class GptPasses : public Passes {
+// The transformer: fsdp-train's passes (models/gpt_passes.hpp; its tied head reads wte.weight in
+// the head's scopes) on fixed bytes, with the real softmax cross-entropy.
+class GptStepPasses : public Passes {
  public:
-  GptPasses(const GptShape& shape, std::int64_t sequences)
-      : shape_(shape),
-        batch_(sequences),
-        rows_(sequences * shape.seq),
-        tokens_("gpt::tokens", rows_),
-        targets_("gpt::targets", rows_),
-        head_cache_(shape, rows_),
-        work_(shape, rows_),
-        logits_("gpt::logits", rows_, shape.vocab),
-        d_logits_("gpt::d_logits", rows_, shape.vocab),
-        dx_("gpt::dx", rows_, shape.hidden) {
-    for (std::int64_t l = 0; l <= shape.layers; ++l) {
-      stream_.emplace_back("gpt::residual", rows_, shape.hidden);
-    }
-    for (std::int64_t l = 0; l < shape.layers; ++l) {
-      caches_.emplace_back(shape, rows_);
-    }
-    auto tokens = Kokkos::create_mirror_view(tokens_);
-    for (std::int64_t r = 0; r < rows_; ++r) {
-      tokens(r) = (r * 37) % shape.vocab;
-    }
-    Kokkos::deep_copy(tokens_, tokens);
+  GptStepPasses(const GptShape& shape, std::int64_t sequences)
+      : passes_(shape, false, sequences), sequences_(sequences) {
+    const fsdp_models::Labels tokens = passes_.tokens(), targets = passes_.targets();
+    const std::int64_t vocab = shape.vocab;
     Kokkos::parallel_for(
-        "fsdp_bench::gpt_targets", device_range(ExecutionSpace(), 0, rows_),
-        KOKKOS_LAMBDA(std::int64_t r) { targets_(r) = (tokens_(r) + 1) % 256; });
+        "fsdp_bench::gpt_bytes",
+        device_range(ExecutionSpace(), 0, static_cast<std::int64_t>(tokens.size())),
+        KOKKOS_LAMBDA(std::int64_t r) {
+          tokens(r) = (r * 37) % vocab;
+          targets(r) = (tokens(r) + 1) % vocab;
+        });
+    ExecutionSpace().fence();
   }
   void run(Runtime<float>& runtime, double loss_scale) override {
-    const std::int64_t t = shape_.seq;
-    run_scope(runtime.forward(GptShape::embed_unit()), [&](auto& scope) {
-      fsdp_models::embed_forward<float>(shape_, full(scope), tokens_, batch_, t, stream_[0]);
-    });
-    for (std::int64_t l = 0; l < shape_.layers; ++l) {
-      const auto k = static_cast<std::size_t>(l);
-      run_scope(runtime.forward(GptShape::block_unit(l)), [&](auto& scope) {
-        fsdp_models::block_forward(shape_, l, full(scope), stream_[k], stream_[k + 1], caches_[k],
-                                   work_, batch_, t);
-      });
-    }
-    run_scope(runtime.forward(GptShape::head_unit()), [&](auto& scope) {
-      fsdp_models::head_forward(shape_, full(scope), scope.full("wte.weight"), stream_.back(),
-                                logits_, head_cache_, batch_, t);
-    });
-    fsdp_models::softmax_cross_entropy<float>(logits_, targets_, rows_, &d_logits_, rows_,
-                                              loss_scale);
-    run_scope(runtime.backward(GptShape::head_unit()), [&](auto& scope) {
-      fsdp_models::head_backward(shape_, full(scope), grad(scope), scope.full("wte.weight"),
-                                 scope.grad("wte.weight"), stream_.back(), head_cache_, work_,
-                                 d_logits_, dx_, batch_, t);
-    });
-    for (std::int64_t l = shape_.layers; l-- > 0;) {
-      const auto k = static_cast<std::size_t>(l);
-      run_scope(runtime.backward(GptShape::block_unit(l)), [&](auto& scope) {
-        fsdp_models::block_backward(shape_, l, full(scope), grad(scope), stream_[k], caches_[k],
-                                    work_, dx_, dx_, batch_, t);
-      });
-    }
-    run_scope(runtime.backward(GptShape::embed_unit()), [&](auto& scope) {
-      fsdp_models::embed_backward<float>(shape_, grad(scope), tokens_, dx_, batch_, t);
-    });
+    passes_.train(runtime, sequences_, loss_scale);
   }
 
  private:
-  template <class Scope, class Body>
-  static void run_scope(Scope&& scope, Body&& body) {
-    body(scope);
-    scope.close();
-  }
-  template <class Scope>
-  static auto full(Scope& scope) {
-    return [&scope](const std::string& name) { return scope.full(name); };
-  }
-  template <class Scope>
-  static auto grad(Scope& scope) {
-    return [&scope](const std::string& name) { return scope.grad(name); };
-  }
-
-  GptShape shape_;
-  std::int64_t batch_, rows_;
-  fsdp_models::Labels tokens_, targets_;
-  std::vector<Matrix<float>> stream_;
-  std::vector<fsdp_models::GptBlockCache<float>> caches_;
-  fsdp_models::GptHeadCache<float> head_cache_;
-  fsdp_models::GptWorkspace<float> work_;
-  Matrix<float> logits_, d_logits_, dx_;
+  fsdp_models::GptPasses<float> passes_;
+  std::int64_t sequences_;
 };
 
 GptShape gpt_shape(const StepOptions& options) {
@@ -305,7 +241,7 @@ BenchModel bench_model(const StepOptions& options) {
 
 std::unique_ptr<Passes> make_passes(const StepOptions& options, std::int64_t rows) {
   if (options.model == "gpt") {
-    return std::make_unique<GptPasses>(gpt_shape(options), rows);
+    return std::make_unique<GptStepPasses>(gpt_shape(options), rows);
   }
   return std::make_unique<MlpPasses>(mlp_shape(options), rows);
 }

@@ -14,6 +14,7 @@
 #include "fsdp/core/error.hpp"
 #include "hash_uniform.hpp"
 #include "models/gpt.hpp"
+#include "models/gpt_passes.hpp"
 #include "trained_model.hpp"
 
 namespace fsdp_train {
@@ -22,34 +23,16 @@ template <class T>
 class GptBatch : public Batch<T> {
  public:
   using Shape = fsdp_models::GptShape;
-  using Matrix = fsdp_models::Matrix<T>;
 
-  // Activation checkpointing keeps one block cache, which each block's backward scope refills
-  // by running the block's forward again; without it every block keeps its own.
   GptBatch(const Shape& shape, bool checkpointing, std::int64_t capacity)
-      : shape_(shape),
-        capacity_(std::max<std::int64_t>(capacity, 1)),
-        rows_(capacity_ * shape.seq),
-        tokens_("gpt::tokens", rows_),
-        targets_("gpt::targets", rows_),
-        head_cache_(shape, rows_),
-        work_(shape, rows_),
-        logits_("gpt::logits", rows_, shape.vocab),
-        d_logits_("gpt::d_logits", rows_, shape.vocab),
-        dx_("gpt::dx", rows_, shape.hidden) {
-    for (std::int64_t l = 0; l <= shape.layers; ++l) {
-      stream_.emplace_back("gpt::residual", rows_, shape.hidden);
-    }
-    for (std::int64_t l = 0; l < (checkpointing ? 1 : shape.layers); ++l) {
-      caches_.emplace_back(shape, rows_);
-    }
-    tokens_on_host_ = Kokkos::create_mirror_view(tokens_);
-    targets_on_host_ = Kokkos::create_mirror_view(targets_);
+      : shape_(shape), passes_(shape, checkpointing, capacity) {
+    tokens_on_host_ = Kokkos::create_mirror_view(passes_.tokens());
+    targets_on_host_ = Kokkos::create_mirror_view(passes_.targets());
   }
 
   // Sample i is the window data.features[i, 0 .. seq]: bytes 0 .. seq-1 in, 1 .. seq targets.
   void load(const Dataset& data, const std::vector<std::int64_t>& indices) override {
-    fsdp::require(static_cast<std::int64_t>(indices.size()) <= capacity_,
+    fsdp::require(static_cast<std::int64_t>(indices.size()) <= passes_.capacity(),
                   "fsdp-train: batch larger than the activation buffers");
     const std::int64_t t = shape_.seq;
     for (std::size_t s = 0; s < indices.size(); ++s) {
@@ -61,114 +44,25 @@ class GptBatch : public Batch<T> {
       }
     }
     const std::pair<std::size_t, std::size_t> rows(0, indices.size() * static_cast<std::size_t>(t));
-    Kokkos::deep_copy(Kokkos::subview(tokens_, rows), Kokkos::subview(tokens_on_host_, rows));
-    Kokkos::deep_copy(Kokkos::subview(targets_, rows), Kokkos::subview(targets_on_host_, rows));
+    Kokkos::deep_copy(Kokkos::subview(passes_.tokens(), rows),
+                      Kokkos::subview(tokens_on_host_, rows));
+    Kokkos::deep_copy(Kokkos::subview(passes_.targets(), rows),
+                      Kokkos::subview(targets_on_host_, rows));
   }
 
   fsdp_models::LossSums train(fsdp::Runtime<T>& runtime, std::int64_t samples,
                               double loss_scale) override {
-    const std::int64_t t = shape_.seq, rows = samples * t;
-    forward(runtime, samples);
-    const fsdp_models::LossSums sums = fsdp_models::softmax_cross_entropy<T>(
-        logits_, targets_, rows, &d_logits_, rows, loss_scale);
-    {
-      auto scope = runtime.backward(Shape::head_unit());
-      fsdp_models::head_backward(shape_, full(scope), grad(scope), scope.full("wte.weight"),
-                                 scope.grad("wte.weight"), stream_.back(), head_cache_, work_,
-                                 d_logits_, dx_, samples, t);
-      scope.close();
-    }
-    for (std::int64_t l = shape_.layers; l-- > 0;) {
-      auto scope = runtime.backward(Shape::block_unit(l));
-      const auto layer = static_cast<std::size_t>(l);
-      if (checkpointing()) {
-        // The block's forward again, inside its backward scope, on the input kept from the
-        // forward pass: its parameters are gathered once for both.
-        fsdp_models::block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1],
-                                   caches_[0], work_, samples, t);
-      }
-      fsdp_models::block_backward(shape_, l, full(scope), grad(scope), stream_[layer], cache(l),
-                                  work_, dx_, dx_, samples, t);
-      scope.close();
-    }
-    {
-      auto scope = runtime.backward(Shape::embed_unit());
-      fsdp_models::embed_backward<T>(shape_, grad(scope), tokens_, dx_, samples, t);
-      scope.close();
-    }
-    return sums;
+    return passes_.train(runtime, samples, loss_scale);
   }
-
   fsdp_models::LossSums evaluate(fsdp::Runtime<T>& runtime, std::int64_t samples) override {
-    forward(runtime, samples);
-    return fsdp_models::softmax_cross_entropy<T>(logits_, targets_, samples * shape_.seq, nullptr,
-                                                 1);
+    return passes_.evaluate(runtime, samples);
   }
-
-  std::int64_t activation_bytes() const override {
-    std::int64_t bytes =
-        bytes_of(tokens_, targets_, logits_, d_logits_, dx_, head_cache_.ln, head_cache_.mean,
-                 head_cache_.rstd, work_.q, work_.k, work_.v, work_.y, work_.dq, work_.dk, work_.dv,
-                 work_.d_attention, work_.d_hidden, work_.d_qkv, work_.d_fc);
-    for (const Matrix& x : stream_) {
-      bytes += bytes_of(x);
-    }
-    for (const auto& c : caches_) {
-      bytes += bytes_of(c.ln1, c.ln1_mean, c.ln1_rstd, c.qkv, c.attention, c.attention_out,
-                        c.x_attention, c.ln2, c.ln2_mean, c.ln2_rstd, c.fc, c.gelu);
-    }
-    return bytes;
-  }
+  std::int64_t activation_bytes() const override { return passes_.activation_bytes(); }
 
  private:
-  template <class... Views>
-  static std::int64_t bytes_of(const Views&... views) {
-    return (std::int64_t{0} + ... +
-            static_cast<std::int64_t>(views.span() * sizeof(typename Views::value_type)));
-  }
-  template <class Scope>
-  static auto full(Scope& scope) {
-    return [&scope](const std::string& name) { return scope.full(name); };
-  }
-  template <class Scope>
-  static auto grad(Scope& scope) {
-    return [&scope](const std::string& name) { return scope.grad(name); };
-  }
-  bool checkpointing() const { return caches_.size() == 1 && shape_.layers > 1; }
-  fsdp_models::GptBlockCache<T>& cache(std::int64_t layer) {
-    return caches_[caches_.size() == 1 ? 0 : static_cast<std::size_t>(layer)];
-  }
-
-  void forward(fsdp::Runtime<T>& runtime, std::int64_t samples) {
-    const std::int64_t t = shape_.seq;
-    {
-      auto scope = runtime.forward(Shape::embed_unit());
-      fsdp_models::embed_forward<T>(shape_, full(scope), tokens_, samples, t, stream_[0]);
-      scope.close();
-    }
-    for (std::int64_t l = 0; l < shape_.layers; ++l) {
-      auto scope = runtime.forward(Shape::block_unit(l));
-      const auto layer = static_cast<std::size_t>(l);
-      fsdp_models::block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1],
-                                 cache(l), work_, samples, t);
-      scope.close();
-    }
-    auto scope = runtime.forward(Shape::head_unit());
-    fsdp_models::head_forward(shape_, full(scope), scope.full("wte.weight"), stream_.back(),
-                              logits_, head_cache_, samples, t);
-    scope.close();
-  }
-
   Shape shape_;
-  std::int64_t capacity_;  // samples
-  std::int64_t rows_;      // positions: capacity_ * seq
-  fsdp_models::Labels tokens_, targets_;
+  fsdp_models::GptPasses<T> passes_;
   typename fsdp_models::Labels::HostMirror tokens_on_host_, targets_on_host_;
-  std::vector<Matrix> stream_;  // the residual stream: [0] embed's output, [l + 1] block l's
-  std::vector<fsdp_models::GptBlockCache<T>> caches_;
-  fsdp_models::GptHeadCache<T> head_cache_;
-  fsdp_models::GptWorkspace<T> work_;
-  Matrix logits_, d_logits_, dx_;
 };
 
 template <class T>

@@ -16,8 +16,7 @@
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
-#include "models/gpt.hpp"
-#include "models/loss.hpp"
+#include "models/gpt_passes.hpp"
 
 using namespace fsdp_models;
 
@@ -56,115 +55,59 @@ int fill(std::int64_t first, void* values, std::int64_t count, void* user_data) 
   return 0;
 }
 
-// Activations of one rank's batch, and its tokens: BATCH windows of seq bytes, per rank and step.
+// Sequences per rank and step, and the steps.
 constexpr std::int64_t kBatch = 2;
 constexpr int kSteps = 3;
 
-struct Activations {
-  explicit Activations(const GptShape& shape)
-      : rows(kBatch * shape.seq),
-        tokens("tokens", rows),
-        targets("targets", rows),
-        block_cache(shape, rows),
-        head_cache(shape, rows),
-        work(shape, rows),
-        logits("logits", rows, shape.vocab),
-        d_logits("d_logits", rows, shape.vocab),
-        dx("dx", rows, shape.hidden) {
-    for (std::int64_t l = 0; l <= shape.layers; ++l) {
-      stream.emplace_back("stream", rows, shape.hidden);
-    }
-  }
-  void load(int rank, int step) {
-    auto tokens_host = Kokkos::create_mirror_view(tokens);
-    auto targets_host = Kokkos::create_mirror_view(targets);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t byte = (r * 31 + rank * 17 + step * 5) % 256;
-      tokens_host(r) = byte;
-      targets_host(r) = (byte * 3 + 1) % 256;
-    }
-    Kokkos::deep_copy(tokens, tokens_host);
-    Kokkos::deep_copy(targets, targets_host);
-  }
-  std::int64_t rows;
-  Labels tokens, targets;
-  std::vector<Matrix<double>> stream;
-  GptBlockCache<double> block_cache;  // one: every block is recomputed in its backward scope
-  GptHeadCache<double> head_cache;
-  GptWorkspace<double> work;
-  Matrix<double> logits, d_logits, dx;
-};
+// Every block recomputed inside its backward scope (activation checkpointing).
+using Passes = GptPasses<double>;
 
-// One training step of the units through `scopes`, whose begin(unit, backward), end(...),
-// full(name), grad(name) and finish() are the C API's or the C++ Runtime's.
-template <class Scopes>
-void train_step(const GptShape& shape, Activations& a, Scopes& scopes) {
-  const std::int64_t t = shape.seq;
-  const auto full = [&](const std::string& name) { return scopes.full(name); };
-  const auto grad = [&](const std::string& name) { return scopes.grad(name); };
-  scopes.begin(GptShape::embed_unit(), false);
-  embed_forward<double>(shape, full, a.tokens, kBatch, t, a.stream[0]);
-  scopes.end(GptShape::embed_unit(), false);
-  for (std::int64_t l = 0; l < shape.layers; ++l) {
-    const auto k = static_cast<std::size_t>(l);
-    scopes.begin(GptShape::block_unit(l), false);
-    block_forward(shape, l, full, a.stream[k], a.stream[k + 1], a.block_cache, a.work, kBatch, t);
-    scopes.end(GptShape::block_unit(l), false);
+// Rank `rank`'s kBatch windows of seq bytes at step `step`.
+void load(Passes& passes, int rank, int step) {
+  auto tokens = Kokkos::create_mirror_view(passes.tokens());
+  auto targets = Kokkos::create_mirror_view(passes.targets());
+  for (std::size_t r = 0; r < tokens.size(); ++r) {
+    const auto byte = static_cast<std::int64_t>((r * 31 + rank * 17 + step * 5) % 256);
+    tokens(r) = byte;
+    targets(r) = (byte * 3 + 1) % 256;
   }
-  scopes.begin(GptShape::head_unit(), false);
-  head_forward(shape, full, full("wte.weight"), a.stream.back(), a.logits, a.head_cache, kBatch, t);
-  scopes.end(GptShape::head_unit(), false);
-  softmax_cross_entropy<double>(a.logits, a.targets, a.rows, &a.d_logits, a.rows, 1.0);
-  scopes.begin(GptShape::head_unit(), true);
-  head_backward(shape, full, grad, full("wte.weight"), grad("wte.weight"), a.stream.back(),
-                a.head_cache, a.work, a.d_logits, a.dx, kBatch, t);
-  scopes.end(GptShape::head_unit(), true);
-  for (std::int64_t l = shape.layers; l-- > 0;) {
-    const auto k = static_cast<std::size_t>(l);
-    scopes.begin(GptShape::block_unit(l), true);
-    block_forward(shape, l, full, a.stream[k], a.stream[k + 1], a.block_cache, a.work, kBatch, t);
-    block_backward(shape, l, full, grad, a.stream[k], a.block_cache, a.work, a.dx, a.dx, kBatch, t);
-    scopes.end(GptShape::block_unit(l), true);
-  }
-  scopes.begin(GptShape::embed_unit(), true);
-  embed_backward<double>(shape, grad, a.tokens, a.dx, kBatch, t);
-  scopes.end(GptShape::embed_unit(), true);
-  scopes.finish();
+  Kokkos::deep_copy(passes.tokens(), tokens);
+  Kokkos::deep_copy(passes.targets(), targets);
 }
 
-struct CScopes {
-  fsdp_runtime_t runtime;
-  void begin(const std::string& unit, bool backward) {
-    CHECK_C(backward ? fsdp_begin_backward(runtime, unit.c_str())
-                     : fsdp_begin_forward(runtime, unit.c_str()));
+// The C API as the runtime GptPasses drives: a scope is fsdp_begin_* .. fsdp_end_*, its
+// parameters and gradients fsdp_full and fsdp_grad wrapped as Views.
+class CScope {
+ public:
+  CScope(fsdp_runtime_t runtime, std::string unit, bool backward)
+      : runtime_(runtime), unit_(std::move(unit)), backward_(backward) {
+    CHECK_C(backward_ ? fsdp_begin_backward(runtime_, unit_.c_str())
+                      : fsdp_begin_forward(runtime_, unit_.c_str()));
   }
-  void end(const std::string& unit, bool backward) {
-    CHECK_C(backward ? fsdp_end_backward(runtime, unit.c_str())
-                     : fsdp_end_forward(runtime, unit.c_str()));
+  UnmanagedView full(const std::string& name) const { return values(name, false); }
+  UnmanagedView grad(const std::string& name) const { return values(name, true); }
+  void close() {
+    CHECK_C(backward_ ? fsdp_end_backward(runtime_, unit_.c_str())
+                      : fsdp_end_forward(runtime_, unit_.c_str()));
   }
-  UnmanagedView full(const std::string& name) { return values(name, false); }
-  UnmanagedView grad(const std::string& name) { return values(name, true); }
-  void finish() { CHECK_C(fsdp_finish_step(runtime)); }
-  UnmanagedView values(const std::string& name, bool gradient) {
+
+ private:
+  UnmanagedView values(const std::string& name, bool gradient) const {
     void* values = nullptr;
     std::int64_t numel = 0;
-    CHECK_C(gradient ? fsdp_grad(runtime, name.c_str(), &values, &numel)
-                     : fsdp_full(runtime, name.c_str(), &values, &numel));
+    CHECK_C(gradient ? fsdp_grad(runtime_, name.c_str(), &values, &numel)
+                     : fsdp_full(runtime_, name.c_str(), &values, &numel));
     return UnmanagedView(static_cast<double*>(values), static_cast<std::size_t>(numel));
   }
+  fsdp_runtime_t runtime_;
+  std::string unit_;
+  bool backward_;
 };
 
-struct CppScopes {
-  fsdp::Runtime<double>& runtime;
-  void begin(const std::string& unit, bool backward) {
-    backward ? runtime.begin_backward(unit) : runtime.begin_forward(unit);
-  }
-  void end(const std::string& unit, bool backward) {
-    backward ? runtime.end_backward(unit) : runtime.end_forward(unit);
-  }
-  fsdp::DeviceView<double> full(const std::string& name) { return runtime.full(name); }
-  fsdp::DeviceView<double> grad(const std::string& name) { return runtime.grad(name); }
-  void finish() { runtime.finish_step(); }
+struct CRuntime {
+  fsdp_runtime_t runtime;
+  CScope forward(const std::string& unit) { return CScope(runtime, unit, false); }
+  CScope backward(const std::string& unit) { return CScope(runtime, unit, true); }
 };
 
 std::vector<std::string> unit_order(const GptShape& shape) {
@@ -204,11 +147,12 @@ Parameters train_through_the_c_api(const GptShape& shape, int rank) {
                                    nullptr, 1, &tied_parameter, &tied_unit, &runtime));
   fsdp_optimizer_t adamw = nullptr;
   CHECK_C(fsdp_optimizer_create_adamw(model, kLr, 0.9, 0.999, 1e-8, kWeightDecay, &adamw));
-  Activations activations(shape);
-  CScopes scopes{runtime};
+  Passes passes(shape, true, kBatch);
+  CRuntime scopes{runtime};
   for (int step = 0; step < kSteps; ++step) {
-    activations.load(rank, step);
-    train_step(shape, activations, scopes);
+    load(passes, rank, step);
+    passes.train(scopes, kBatch, 1.0);
+    CHECK_C(fsdp_finish_step(runtime));
     CHECK_C(fsdp_optimizer_step(adamw));
     CHECK_C(fsdp_model_zero_grad(model));
   }
@@ -242,11 +186,11 @@ Parameters train_through_the_runtime(const GptShape& shape, int rank) {
   settings.lr = kLr;
   settings.weight_decay = kWeightDecay;
   fsdp::Optimizer<double> adamw("adamw", settings);
-  Activations activations(shape);
-  CppScopes scopes{runtime};
+  Passes passes(shape, true, kBatch);
   for (int step = 0; step < kSteps; ++step) {
-    activations.load(rank, step);
-    train_step(shape, activations, scopes);
+    load(passes, rank, step);
+    passes.train(runtime, kBatch, 1.0);
+    runtime.finish_step();
     adamw.step(model);
     model.zero_grad();
   }

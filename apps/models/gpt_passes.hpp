@@ -1,0 +1,165 @@
+// GptPasses: the activations of a batch of GPT-2 sequences and the forward and backward passes
+// through a runtime's scopes, one unit per scope ("embed", "h<l>", "head", whose tied output head
+// reads and adds to wte.weight in its own scopes). One home for the passes that fsdp-train trains
+// with, fsdp-bench times and the C API's test drives.
+//
+// Runtime is fsdp::Runtime<T> or anything with its forward(unit) and backward(unit), returning a
+// scope with full(parameter), grad(parameter) (Views of T) and close().
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/gpt.hpp"
+#include "models/loss.hpp"
+
+namespace fsdp_models {
+
+template <class T>
+class GptPasses {
+ public:
+  using Shape = GptShape;
+
+  // Buffers for up to `capacity` sequences (at least one). Activation checkpointing keeps one
+  // block cache, which each block's backward scope refills by running the block's forward again
+  // inside that scope (its parameters gathered once for both); without it every block keeps its
+  // own.
+  GptPasses(const Shape& shape, bool checkpointing, std::int64_t capacity)
+      : shape_(shape),
+        capacity_(std::max<std::int64_t>(capacity, 1)),
+        rows_(capacity_ * shape.seq),
+        tokens_("gpt::tokens", rows_),
+        targets_("gpt::targets", rows_),
+        head_cache_(shape, rows_),
+        work_(shape, rows_),
+        logits_("gpt::logits", rows_, shape.vocab),
+        d_logits_("gpt::d_logits", rows_, shape.vocab),
+        dx_("gpt::dx", rows_, shape.hidden) {
+    for (std::int64_t l = 0; l <= shape.layers; ++l) {
+      stream_.emplace_back("gpt::residual", rows_, shape.hidden);
+    }
+    for (std::int64_t l = 0; l < (checkpointing ? 1 : shape.layers); ++l) {
+      caches_.emplace_back(shape, rows_);
+    }
+  }
+
+  // The input bytes and the next bytes to predict, position r of sequence s at row s * seq + r.
+  const Labels& tokens() const { return tokens_; }
+  const Labels& targets() const { return targets_; }
+  std::int64_t capacity() const { return capacity_; }
+
+  // Forward, the softmax cross-entropy and backward of `samples` loaded sequences. The gradient
+  // is that of the mean loss over their positions, times loss_scale.
+  template <class Runtime>
+  LossSums train(Runtime& runtime, std::int64_t samples, double loss_scale) {
+    const std::int64_t t = shape_.seq, rows = samples * t;
+    forward(runtime, samples);
+    const LossSums sums =
+        softmax_cross_entropy<T>(logits_, targets_, rows, &d_logits_, rows, loss_scale);
+    {
+      auto scope = runtime.backward(Shape::head_unit());
+      head_backward(shape_, full(scope), grad(scope), scope.full("wte.weight"),
+                    scope.grad("wte.weight"), stream_.back(), head_cache_, work_, d_logits_, dx_,
+                    samples, t);
+      scope.close();
+    }
+    for (std::int64_t l = shape_.layers; l-- > 0;) {
+      auto scope = runtime.backward(Shape::block_unit(l));
+      const auto layer = static_cast<std::size_t>(l);
+      if (checkpointing()) {
+        // The block's forward again, inside its backward scope, on the input kept from the
+        // forward pass: its parameters are gathered once for both.
+        block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1], caches_[0], work_,
+                      samples, t);
+      }
+      block_backward(shape_, l, full(scope), grad(scope), stream_[layer], cache(l), work_, dx_, dx_,
+                     samples, t);
+      scope.close();
+    }
+    {
+      auto scope = runtime.backward(Shape::embed_unit());
+      embed_backward<T>(shape_, grad(scope), tokens_, dx_, samples, t);
+      scope.close();
+    }
+    return sums;
+  }
+
+  // Forward only (an evaluation step; the caller finishes the step).
+  template <class Runtime>
+  LossSums evaluate(Runtime& runtime, std::int64_t samples) {
+    forward(runtime, samples);
+    return softmax_cross_entropy<T>(logits_, targets_, samples * shape_.seq, nullptr, 1);
+  }
+
+  // Bytes of activations and scratch (what stays from forward to backward and the buffers the
+  // passes overwrite).
+  std::int64_t activation_bytes() const {
+    std::int64_t bytes =
+        bytes_of(tokens_, targets_, logits_, d_logits_, dx_, head_cache_.ln, head_cache_.mean,
+                 head_cache_.rstd, work_.q, work_.k, work_.v, work_.y, work_.dq, work_.dk, work_.dv,
+                 work_.d_attention, work_.d_hidden, work_.d_qkv, work_.d_fc);
+    for (const Matrix<T>& x : stream_) {
+      bytes += bytes_of(x);
+    }
+    for (const auto& c : caches_) {
+      bytes += bytes_of(c.ln1, c.ln1_mean, c.ln1_rstd, c.qkv, c.attention, c.attention_out,
+                        c.x_attention, c.ln2, c.ln2_mean, c.ln2_rstd, c.fc, c.gelu);
+    }
+    return bytes;
+  }
+
+ private:
+  template <class... Views>
+  static std::int64_t bytes_of(const Views&... views) {
+    return (std::int64_t{0} + ... +
+            static_cast<std::int64_t>(views.span() * sizeof(typename Views::value_type)));
+  }
+  template <class Scope>
+  static auto full(Scope& scope) {
+    return [&scope](const std::string& name) { return scope.full(name); };
+  }
+  template <class Scope>
+  static auto grad(Scope& scope) {
+    return [&scope](const std::string& name) { return scope.grad(name); };
+  }
+  bool checkpointing() const { return caches_.size() == 1 && shape_.layers > 1; }
+  GptBlockCache<T>& cache(std::int64_t layer) {
+    return caches_[caches_.size() == 1 ? 0 : static_cast<std::size_t>(layer)];
+  }
+
+  template <class Runtime>
+  void forward(Runtime& runtime, std::int64_t samples) {
+    const std::int64_t t = shape_.seq;
+    {
+      auto scope = runtime.forward(Shape::embed_unit());
+      embed_forward<T>(shape_, full(scope), tokens_, samples, t, stream_[0]);
+      scope.close();
+    }
+    for (std::int64_t l = 0; l < shape_.layers; ++l) {
+      auto scope = runtime.forward(Shape::block_unit(l));
+      const auto layer = static_cast<std::size_t>(l);
+      block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1], cache(l), work_,
+                    samples, t);
+      scope.close();
+    }
+    auto scope = runtime.forward(Shape::head_unit());
+    head_forward(shape_, full(scope), scope.full("wte.weight"), stream_.back(), logits_,
+                 head_cache_, samples, t);
+    scope.close();
+  }
+
+  Shape shape_;
+  std::int64_t capacity_;  // sequences
+  std::int64_t rows_;      // positions: capacity_ * seq
+  Labels tokens_, targets_;
+  std::vector<Matrix<T>> stream_;  // the residual stream: [0] embed's output, [l + 1] block l's
+  std::vector<GptBlockCache<T>> caches_;
+  GptHeadCache<T> head_cache_;
+  GptWorkspace<T> work_;
+  Matrix<T> logits_, d_logits_, dx_;
+};
+
+}  // namespace fsdp_models
