@@ -78,6 +78,32 @@ std::string state_tensor(const std::string& state, const std::string& parameter)
   return std::string(kOptimizerGroup) + "/" + state + "/" + parameter;
 }
 
+// One tensor a checkpoint holds: a parameter's elements (state 0) or its optimizer state
+// state_names[state - 1].
+struct ListedTensor {
+  std::string name;
+  const ParameterInfo* parameter = nullptr;
+  std::size_t state = 0;
+};
+
+// The tensors of a checkpoint, in the order of the file's header: every parameter, then each of
+// the optimizer's states (none before its first step) of every trainable parameter. A frozen
+// parameter (ParameterInfo::trainable) has no optimizer state.
+std::vector<ListedTensor> listed_tensors(const std::vector<ParameterInfo>& parameters,
+                                         const std::vector<std::string>& state_names) {
+  std::vector<ListedTensor> tensors;
+  for (std::size_t s = 0; s <= state_names.size(); ++s) {
+    for (const ParameterInfo& info : parameters) {
+      if (s == 0) {
+        tensors.push_back({model_tensor(info.name), &info, 0});
+      } else if (info.trainable) {
+        tensors.push_back({state_tensor(state_names[s - 1], info.name), &info, s});
+      }
+    }
+  }
+  return tensors;
+}
+
 // The one rule every reader of a checkpoint's tensors applies: a tensor's data is sound when the
 // file holds its checksum and the sum of the data read (tensor_checksum.hpp) is that checksum.
 bool checksum_matches(const CheckpointTensor& tensor, std::uint64_t sum) {
@@ -499,21 +525,20 @@ std::vector<Piece<T>> pieces_of(ShardedModel<T>& model, const std::vector<std::s
                                 const StateView& state_view) {
   std::vector<Piece<T>> pieces;
   const int rank = model.group().rank();
-  for (std::size_t s = 0; s <= state_names.size(); ++s) {
-    for (const ParameterInfo& info : model.plan().parameters()) {
-      ShardedParameter<T>& p = model.parameter(info.name);
-      Piece<T> piece;
-      piece.tensor = s == 0 ? model_tensor(info.name) : state_tensor(state_names[s - 1], info.name);
-      piece.shape = info.shape;
-      piece.first = p.shard_offset();
-      piece.count = p.shard_size();
-      piece.counted = piece.count > 0 && (p.placement() != Placement::replicated || rank == 0);
-      piece.space = model.unit_of(info.name).execution_space();
-      if (piece.count > 0) {
-        piece.view = s == 0 ? p.shard() : state_view(p, s - 1);
-      }
-      pieces.push_back(std::move(piece));
+  for (const ListedTensor& tensor : listed_tensors(model.plan().parameters(), state_names)) {
+    const ParameterInfo& info = *tensor.parameter;
+    ShardedParameter<T>& p = model.parameter(info.name);
+    Piece<T> piece;
+    piece.tensor = tensor.name;
+    piece.shape = info.shape;
+    piece.first = p.shard_offset();
+    piece.count = p.shard_size();
+    piece.counted = piece.count > 0 && (p.placement() != Placement::replicated || rank == 0);
+    piece.space = model.unit_of(info.name).execution_space();
+    if (piece.count > 0) {
+      piece.view = tensor.state == 0 ? p.shard() : state_view(p, tensor.state - 1);
     }
+    pieces.push_back(std::move(piece));
   }
   return pieces;
 }
@@ -636,10 +661,10 @@ long long element_count(const std::vector<std::int64_t>& shape) {
 template <class T>
 long long file_bytes_of(const CheckpointHeader& header, const ShardingPlan& plan,
                         std::size_t states) {
-  const auto tensors_per_parameter = static_cast<long long>(1 + states);
-  long long bytes = header_bytes(header, plan.parameters().size() * (1 + states));
-  for (const ParameterInfo& info : plan.parameters()) {
-    bytes += element_count(info.shape) * static_cast<long long>(sizeof(T)) * tensors_per_parameter;
+  const auto tensors = listed_tensors(plan.parameters(), std::vector<std::string>(states));
+  long long bytes = header_bytes(header, tensors.size());
+  for (const ListedTensor& tensor : tensors) {
+    bytes += element_count(tensor.parameter->shape) * static_cast<long long>(sizeof(T));
   }
   return bytes;
 }
@@ -1090,12 +1115,10 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
       state_names = optimizer->state_names();
     }
   }
+  const auto tensors = listed_tensors(model.plan().parameters(), state_names);
   std::vector<CheckpointTensor> expected;
-  for (std::size_t s = 0; s <= state_names.size(); ++s) {
-    for (const ParameterInfo& info : model.plan().parameters()) {
-      expected.push_back(expected_tensor<T>(
-          s == 0 ? model_tensor(info.name) : state_tensor(state_names[s - 1], info.name), info));
-    }
+  for (const ListedTensor& tensor : tensors) {
+    expected.push_back(expected_tensor<T>(tensor.name, *tensor.parameter));
   }
   const auto found = differences(header.tensors, expected,
                                  optimizer == nullptr ? std::string(kOptimizerGroup) + "/" : "");
@@ -1119,14 +1142,14 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
   read_pieces<T>(
       group, path, "/", pieces, header.tensors, [](const std::string& name) { return name; }, true);
   // Every check passed: the new state goes into the parameters that had none.
-  std::size_t i = model.plan().parameters().size();
-  for (std::size_t k = 0; k < state_names.size(); ++k) {
-    for (const ParameterInfo& info : model.plan().parameters()) {
-      ShardedParameter<T>& p = model.parameter(info.name);
-      const Piece<T>& piece = pieces[i++];
-      if (p.shard_size() > 0 && k >= p.optimizer_state().size()) {
-        Kokkos::deep_copy(p.add_optimizer_state(state_names[k]), piece.view);
-      }
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].state == 0) {
+      continue;
+    }
+    const std::size_t k = tensors[i].state - 1;
+    ShardedParameter<T>& p = model.parameter(tensors[i].parameter->name);
+    if (p.shard_size() > 0 && k >= p.optimizer_state().size()) {
+      Kokkos::deep_copy(p.add_optimizer_state(state_names[k]), pieces[i].view);
     }
   }
   if (optimizer != nullptr) {
@@ -1227,17 +1250,14 @@ void require_listed_tensors(const hdf5::Checker& file, const CheckpointHeader& h
     held[tensor.name] = &tensor;
   }
   std::vector<std::string> missing;
-  for (std::size_t s = 0; s <= states.size(); ++s) {
-    for (const ParameterInfo& info : parameters) {
-      const std::string name =
-          s == 0 ? model_tensor(info.name) : state_tensor(states[s - 1], info.name);
-      const auto found = held.find(name);
-      if (found == held.end()) {
-        missing.push_back(name + " " + shape_text(info.shape));
-      } else if (found->second->shape != info.shape) {
-        missing.push_back(name + " " + shape_text(info.shape) + " (the file's has shape " +
-                          shape_text(found->second->shape) + ")");
-      }
+  for (const ListedTensor& tensor : listed_tensors(parameters, states)) {
+    const std::vector<std::int64_t>& shape = tensor.parameter->shape;
+    const auto found = held.find(tensor.name);
+    if (found == held.end()) {
+      missing.push_back(tensor.name + " " + shape_text(shape));
+    } else if (found->second->shape != shape) {
+      missing.push_back(tensor.name + " " + shape_text(shape) + " (the file's has shape " +
+                        shape_text(found->second->shape) + ")");
     }
   }
   if (!missing.empty()) {

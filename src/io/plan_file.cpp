@@ -4,7 +4,9 @@
 //               (int32); the strings fixed-length
 //   datasets    names, layers, dtypes, placements (fixed-length strings, NUL-terminated, one per
 //               parameter), owner_rank (int32, -1 unless placed whole), always_gather (int8),
-//               numel (int64), ndims (int32), dims (int64, the shapes concatenated in order)
+//               numel (int64), ndims (int32), dims (int64, the shapes concatenated in order);
+//               trainable (int8) only when a parameter is frozen (a file without it: all are
+//               trainable, so plans written before frozen parameters read as they were)
 // The file is made in memory (HDF5's core driver) and written by fsdp itself, so HDF5 never
 // writes to disk: a full disk is a write() that fails, with no HDF5 state left behind (a failed
 // H5Fclose on a full disk left the file open, and HDF5's exit handler crashed on it). A reader
@@ -170,7 +172,7 @@ void write_plan_contents(const hdf5::Checker& file, hid_t root, const ShardingPl
   const std::size_t n = plan.parameters().size();
   std::vector<std::string> names, layers, dtypes, placements;
   std::vector<std::int32_t> owners, ndims;
-  std::vector<std::int8_t> always;
+  std::vector<std::int8_t> always, trainable;
   std::vector<std::int64_t> numel, dims;
   for (std::size_t i = 0; i < n; ++i) {
     const ParameterInfo& p = plan.parameters()[i];
@@ -180,6 +182,7 @@ void write_plan_contents(const hdf5::Checker& file, hid_t root, const ShardingPl
     placements.push_back(name_of(plan.placements()[i].placement));
     owners.push_back(plan.placements()[i].owner_rank);
     always.push_back(p.always_gather ? 1 : 0);
+    trainable.push_back(p.trainable ? 1 : 0);
     numel.push_back(p.numel());
     ndims.push_back(static_cast<std::int32_t>(p.shape.size()));
     dims.insert(dims.end(), p.shape.begin(), p.shape.end());
@@ -190,6 +193,9 @@ void write_plan_contents(const hdf5::Checker& file, hid_t root, const ShardingPl
   write_strings(file, root, "placements", placements);
   write_dataset(file, root, "owner_rank", H5T_STD_I32LE, H5T_NATIVE_INT32, n, owners.data());
   write_dataset(file, root, "always_gather", H5T_STD_I8LE, H5T_NATIVE_INT8, n, always.data());
+  if (std::count(trainable.begin(), trainable.end(), 0) > 0) {
+    write_dataset(file, root, "trainable", H5T_STD_I8LE, H5T_NATIVE_INT8, n, trainable.data());
+  }
   write_dataset(file, root, "numel", H5T_STD_I64LE, H5T_NATIVE_INT64, n, numel.data());
   write_dataset(file, root, "ndims", H5T_STD_I32LE, H5T_NATIVE_INT32, n, ndims.data());
   write_dataset(file, root, "dims", H5T_STD_I64LE, H5T_NATIVE_INT64, dims.size(), dims.data());
@@ -328,6 +334,12 @@ class PlanReader {
     return values;
   }
 
+  bool has(const char* name) const {
+    const htri_t exists = H5Lexists(root_, name, H5P_DEFAULT);
+    file_.check_status(exists, "H5Lexists", what(name));
+    return exists != 0;
+  }
+
   // The number of parameters: the length of "names", which every other dataset must share.
   std::size_t parameter_count() const {
     Handle dataset = open_any("names");
@@ -342,9 +354,7 @@ class PlanReader {
   static std::string what(const char* name) { return std::string("dataset '") + name + "'"; }
 
   Handle open_any(const char* name) const {
-    const htri_t exists = H5Lexists(root_, name, H5P_DEFAULT);
-    file_.check_status(exists, "H5Lexists", what(name));
-    if (exists == 0) {
+    if (!has(name)) {
       throw Error(ErrorKind::io, file_.file() + " has no dataset '" + name + "'");
     }
     return Handle(file_.check(H5Dopen2(root_, name, H5P_DEFAULT), "H5Dopen2", what(name)),
@@ -429,6 +439,9 @@ ShardingPlan read_plan_contents(const hdf5::Checker& file, hid_t root, std::size
   const auto placements = read.strings("placements", n);
   const auto owners = read.numbers<std::int32_t>("owner_rank", H5T_STD_I32LE, H5T_NATIVE_INT32, n);
   const auto always = read.numbers<std::int8_t>("always_gather", H5T_STD_I8LE, H5T_NATIVE_INT8, n);
+  const auto trainable = read.has("trainable") ? read.numbers<std::int8_t>(
+                                                     "trainable", H5T_STD_I8LE, H5T_NATIVE_INT8, n)
+                                               : std::vector<std::int8_t>(n, 1);
   const auto numel = read.numbers<std::int64_t>("numel", H5T_STD_I64LE, H5T_NATIVE_INT64, n);
   const auto ndims = read.numbers<std::int32_t>("ndims", H5T_STD_I32LE, H5T_NATIVE_INT32, n);
   std::size_t total_dims = 0;
@@ -453,6 +466,10 @@ ShardingPlan read_plan_contents(const hdf5::Checker& file, hid_t root, std::size
                                                     " has always_gather " +
                                                     std::to_string(always[i]) + " (0 or 1)");
       p.always_gather = always[i] != 0;
+      require(trainable[i] == 0 || trainable[i] == 1,
+              "parameter #" + std::to_string(i) + " has trainable " + std::to_string(trainable[i]) +
+                  " (0 or 1)");
+      p.trainable = trainable[i] != 0;
       p.shape.assign(dims.begin() + static_cast<std::ptrdiff_t>(next_dim),
                      dims.begin() + static_cast<std::ptrdiff_t>(next_dim + ndims[i]));
       next_dim += static_cast<std::size_t>(ndims[i]);

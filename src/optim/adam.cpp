@@ -50,8 +50,8 @@ void Adam<T>::step(ShardedModel<T>& model) {
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     const ExecutionSpace& space = model.unit(u).execution_space();
     for (ShardedParameter<T>& p : model.unit(u).parameters()) {
-      if (p.shard_size() == 0) {
-        continue;
+      if (p.shard_size() == 0 || !p.trainable()) {
+        continue;  // nothing here, or frozen: no step, no state
       }
       if (p.optimizer_state().empty()) {
         p.add_optimizer_state(kAdamFirstMoment);

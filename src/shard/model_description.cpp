@@ -21,11 +21,12 @@ ParameterInfo parameter_from_json(const nlohmann::json& entry, std::size_t index
   require(entry.contains("name") && entry["name"].is_string(), where + " needs a \"name\" string");
   parameter.name = entry["name"].get<std::string>();
   where += " '" + parameter.name + "'";
-  static const std::set<std::string> known = {"name", "shape", "dtype", "layer", "always_gather"};
+  static const std::set<std::string> known = {"name",  "shape",         "dtype",
+                                              "layer", "always_gather", "trainable"};
   for (const auto& item : entry.items()) {
     require(known.count(item.key()) != 0,
             where + " has an unknown field \"" + item.key() +
-                "\"; the fields are name, shape, dtype, layer, always_gather");
+                "\"; the fields are name, shape, dtype, layer, always_gather, trainable");
   }
   require(entry.contains("shape") && entry["shape"].is_array(),
           where + " needs a \"shape\" array of positive integers ([] for a scalar)");
@@ -50,6 +51,10 @@ ParameterInfo parameter_from_json(const nlohmann::json& entry, std::size_t index
     require(entry["always_gather"].is_boolean(),
             where + ": \"always_gather\" must be true or false");
     parameter.always_gather = entry["always_gather"].get<bool>();
+  }
+  if (entry.contains("trainable")) {
+    require(entry["trainable"].is_boolean(), where + ": \"trainable\" must be true or false");
+    parameter.trainable = entry["trainable"].get<bool>();
   }
   return parameter;
 }
@@ -101,6 +106,9 @@ std::string parameters_to_json(const std::vector<ParameterInfo>& parameters, int
                     {"dtype", name_of(p.dtype)},
                     {"layer", p.layer},
                     {"always_gather", p.always_gather}});
+    if (!p.trainable) {
+      list.back()["trainable"] = false;  // written only when frozen: older readers take the rest
+    }
   }
   return nlohmann::json{{"parameters", std::move(list)}}.dump(indent);
 }

@@ -95,7 +95,8 @@ std::int64_t ParameterInfo::bytes() const {
 
 bool ParameterInfo::operator==(const ParameterInfo& other) const {
   return name == other.name && shape == other.shape && dtype == other.dtype &&
-         layer == other.layer && always_gather == other.always_gather;
+         layer == other.layer && always_gather == other.always_gather &&
+         trainable == other.trainable;
 }
 
 std::string describe(const ParameterInfo& parameter) {
@@ -103,7 +104,8 @@ std::string describe(const ParameterInfo& parameter) {
                                 ? name_of(parameter.dtype)
                                 : "dtype#" + std::to_string(static_cast<int>(parameter.dtype));
   return "'" + parameter.name + "' " + shape_text(parameter.shape) + " " + dtype + " layer '" +
-         parameter.layer + "'" + (parameter.always_gather ? " always_gather" : "");
+         parameter.layer + "'" + (parameter.always_gather ? " always_gather" : "") +
+         (parameter.trainable ? "" : " frozen");
 }
 
 void validate_parameters(const std::vector<ParameterInfo>& parameters) {

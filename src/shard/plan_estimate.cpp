@@ -130,6 +130,15 @@ ElementBytes element_bytes(DType dtype, const EstimateOptions& options) {
   return ElementBytes{own, own, buffers * own};
 }
 
+ElementBytes element_bytes(const ParameterInfo& parameter, const EstimateOptions& options) {
+  ElementBytes bytes = element_bytes(parameter.dtype, options);
+  if (!parameter.trainable && is_floating(parameter.dtype)) {
+    bytes.gradient = 0;
+    bytes.optimizer = options.precision == Precision::mixed ? 4 : 0;  // the fp32 piece
+  }
+  return bytes;
+}
+
 RankEstimates::RankEstimates(std::vector<RankRun> runs, int group_size, int world_size)
     : runs_(std::move(runs)), group_size_(group_size), world_size_(world_size) {}
 
@@ -233,20 +242,26 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   // during the step.
   const bool widened_whole = options.precision == Precision::mixed && !mode.pieces.parameters &&
                              mode.pieces.optimizer_state;
-  std::int64_t widened_bytes = 0;  // of every trained parameter held whole through the step
+  std::int64_t widened_bytes = 0;  // of every float parameter held whole through the step
 
   for (std::size_t i = 0; i < plan.parameters().size(); ++i) {
     const ParameterInfo& parameter = plan.parameters()[i];
     const ParameterPlacement& where = plan.placements()[i];
-    const ElementBytes bytes = element_bytes(parameter.dtype, options);
+    const ElementBytes bytes = element_bytes(parameter, options);
     const std::int64_t numel = parameter.numel();
     require(numel <= kMostElements,
             "parameter " + describe(parameter) + " has " + std::to_string(numel) +
                 " elements: its bytes of state and traffic would overflow 64 bits; the estimate "
                 "takes at most 2^57 elements per parameter");
-    const bool widened = widened_whole && bytes.gradient > 0;
-    const std::int64_t held_parameter_bytes = widened ? 0 : bytes.parameter;
-    const std::int64_t held_gradient_bytes = widened ? 4 : bytes.gradient;
+    const bool widened = widened_whole && is_floating(parameter.dtype);
+    // The paper's 16-bit working copy, which fsdp does not keep: a trained parameter's is made
+    // up for by its 16-bit gradient (fsdp's fp32 gradient pieces are 2 + 2 bytes), a frozen
+    // one's only copy between steps is its fp32 piece (in `optimizer`).
+    const bool frozen = bytes.gradient == 0 && is_floating(parameter.dtype);
+    const std::int64_t kept_parameter_bytes =
+        frozen && options.precision == Precision::mixed ? 0 : bytes.parameter;
+    const std::int64_t held_parameter_bytes = widened ? 0 : kept_parameter_bytes;
+    const std::int64_t held_gradient_bytes = widened && !frozen ? 4 : bytes.gradient;
     add_checked(widened_bytes, widened ? 4 * numel : 0, "the widened parameters");
     // Shard groups average the reduced gradient pieces over the replicas in the pieces' dtype:
     // under mixed precision the 16-bit reduction is widened into fp32 pieces first, so 4 bytes
@@ -257,7 +272,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
         ceil_div(numel, std::int64_t{n});  // the padded piece every ring step moves
     add_checked(result.total_elements, numel, "the model's elements");
     add_checked(result.unsharded_persistent_bytes,
-                numel * (bytes.parameter + bytes.gradient + bytes.optimizer),
+                numel * (kept_parameter_bytes + bytes.gradient + bytes.optimizer),
                 "the unsharded model state");
 
     // What one position holds and sends of this parameter, given its piece of a sharded

@@ -222,6 +222,9 @@ std::string plan_to_json(const ShardingPlan& plan, int indent) {
                             {"layer", p.layer},
                             {"always_gather", p.always_gather},
                             {"placement", name_of(where.placement)}};
+    if (!p.trainable) {
+      entry["trainable"] = false;  // written only when frozen: older readers take the rest
+    }
     if (where.placement == Placement::whole) {
       entry["owner_rank"] = where.owner_rank;
     }
@@ -283,7 +286,8 @@ std::pair<ParameterInfo, ParameterPlacement> parameter_from_json(const nlohmann:
   p.name = string_field(entry, "name", where);
   where += " " + json_excerpt(p.name);
   require_known_fields(
-      entry, {"name", "shape", "dtype", "layer", "always_gather", "placement", "owner_rank"},
+      entry,
+      {"name", "shape", "dtype", "layer", "always_gather", "trainable", "placement", "owner_rank"},
       where);
   require(entry.contains("shape") && entry.at("shape").is_array(),
           where + " needs a \"shape\" array of positive integers ([] for a scalar)");
@@ -305,6 +309,12 @@ std::pair<ParameterInfo, ParameterPlacement> parameter_from_json(const nlohmann:
     require(value.is_boolean(),
             where + ": \"always_gather\" must be true or false, not " + json_excerpt(value));
     p.always_gather = value.get<bool>();
+  }
+  if (entry.contains("trainable")) {
+    const nlohmann::json& value = entry.at("trainable");
+    require(value.is_boolean(),
+            where + ": \"trainable\" must be true or false, not " + json_excerpt(value));
+    p.trainable = value.get<bool>();
   }
   ParameterPlacement placement;
   try {

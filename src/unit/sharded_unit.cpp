@@ -109,7 +109,12 @@ typename ShardedParameter<T>::View ShardedParameter<T>::grad() {
                 "' is " + name_of(unit_->state()) +
                 "; gradients are written while the unit is gathered (in its backward scope)");
   }
-  return slice(unit_->full_gradients(), layout_.grad_offset, numel());
+  if (!trainable()) {
+    throw Error(ErrorKind::state, "gradient of parameter '" + info_.name +
+                                      "', which is frozen (trainable false): it has no gradient; "
+                                      "leave it out of the backward's gradients");
+  }
+  return slice(unit_->full_gradients(), grad_layout_.grad_offset, numel());
 }
 
 template <class T>
@@ -177,10 +182,25 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
   layout_ = make_unit_layout(plan, indices, group_.rank(), static_cast<std::int64_t>(sizeof(T)),
                              options.direct_gather_bytes);
   parameters_.reserve(indices.size());
+  std::vector<std::size_t> trained_indices;
   for (const ParameterLayout& p : layout_.parameters) {
     const ParameterInfo& info = plan.parameters()[p.plan_index];
+    if (info.trainable) {
+      trained_.push_back(parameters_.size());
+      trained_indices.push_back(p.plan_index);
+    }
     index_[info.name] = parameters_.size();
     parameters_.push_back(ShardedParameter<T>(this, info, p));
+  }
+  // The gradients are those of the unit made of its trainable parameters alone: frozen ones
+  // take no place in any gradient buffer and no part in any reduction.
+  grad_layout_ =
+      trained_indices.size() == indices.size()
+          ? layout_
+          : make_unit_layout(plan, trained_indices, group_.rank(),
+                             static_cast<std::int64_t>(sizeof(T)), options.direct_gather_bytes);
+  for (std::size_t k = 0; k < trained_.size(); ++k) {
+    parameters_[trained_[k]].grad_layout_ = grad_layout_.parameters[k];
   }
 
   // Sharded: every piece a view of the flat buffers (the empty trailing ones too), unless the
@@ -189,19 +209,21 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
   if (!keeps_parameters()) {
     flat_shard_ = TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".shards",
                                  layout_.flat_numel);
+    for (const auto* kind : {&layout_.packed, &layout_.direct}) {
+      for (std::size_t i : *kind) {
+        ShardedParameter<T>& p = parameters_[i];
+        p.shard_ = slice(flat_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
+      }
+    }
   }
   if (!resident_grads) {
     flat_grad_shard_ = TrackedView<T>(tracker_, MemoryCategory::gradient_shards,
-                                      name_ + ".grad_shards", layout_.flat_numel);
-  }
-  for (const auto* kind : {&layout_.packed, &layout_.direct}) {
-    for (std::size_t i : *kind) {
-      ShardedParameter<T>& p = parameters_[i];
-      if (!keeps_parameters()) {
-        p.shard_ = slice(flat_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
-      }
-      if (!resident_grads) {
-        p.grad_shard_ = slice(flat_grad_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
+                                      name_ + ".grad_shards", grad_layout_.flat_numel);
+    for (const auto* kind : {&grad_layout_.packed, &grad_layout_.direct}) {
+      for (std::size_t i : *kind) {
+        ShardedParameter<T>& p = grad_parameter(i);
+        p.grad_shard_ =
+            slice(flat_grad_shard_.view(), p.grad_layout_.flat_offset, p.grad_layout_.piece.size);
       }
     }
   }
@@ -213,19 +235,24 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     if (g.owner != group_.rank()) {
       continue;
     }
-    OwnerBuffers& buffers = owners_[k];
-    buffers.storage =
+    owners_[k].storage =
         TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".whole", g.numel);
-    if (!resident_grads) {
-      buffers.grad_storage = TrackedView<T>(tracker_, MemoryCategory::gradient_shards,
-                                            name_ + ".whole_grads", g.numel);
-    }
     for (std::size_t i : g.members) {
       ShardedParameter<T>& p = parameters_[i];
-      p.shard_ = slice(buffers.storage.view(), p.layout_.flat_offset, p.numel());
-      if (!resident_grads) {
-        p.grad_shard_ = slice(buffers.grad_storage.view(), p.layout_.flat_offset, p.numel());
-      }
+      p.shard_ = slice(owners_[k].storage.view(), p.layout_.flat_offset, p.numel());
+    }
+  }
+  owner_grads_.resize(grad_layout_.owners.size());
+  for (std::size_t k = 0; k < owner_grads_.size() && !resident_grads; ++k) {
+    const OwnerGroupLayout& g = grad_layout_.owners[k];
+    if (g.owner != group_.rank()) {
+      continue;
+    }
+    owner_grads_[k] =
+        TrackedView<T>(tracker_, MemoryCategory::gradient_shards, name_ + ".whole_grads", g.numel);
+    for (std::size_t i : g.members) {
+      ShardedParameter<T>& p = grad_parameter(i);
+      p.grad_shard_ = slice(owner_grads_[k].view(), p.grad_layout_.flat_offset, p.numel());
     }
   }
 
@@ -235,6 +262,9 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     replicated_storage_.emplace_back(tracker_, MemoryCategory::parameter_shards, p.name(),
                                      p.numel());
     p.shard_ = replicated_storage_.back().view();
+  }
+  for (std::size_t i : grad_layout_.replicated) {
+    ShardedParameter<T>& p = grad_parameter(i);
     if (!resident_grads) {
       replicated_grads_.emplace_back(tracker_, MemoryCategory::gradient_shards, p.name() + ".grad",
                                      p.numel());
@@ -307,13 +337,14 @@ void ShardedUnit<T>::make_resident_gradients() {
   // a packed or direct parameter's piece at its element offset, an owner's whole parameter and a
   // replicated one where their gradient starts.
   full_grads_ = TrackedView<T>(tracker_, MemoryCategory::resident_gradients, name_ + ".grads",
-                               layout_.full_grad_numel);
-  for (ShardedParameter<T>& p : parameters_) {
-    const ShardRange& piece = p.layout_.piece;
+                               grad_layout_.full_grad_numel);
+  for (std::size_t i : trained_) {
+    ShardedParameter<T>& p = parameters_[i];
+    const ShardRange& piece = p.grad_layout_.piece;
     p.grad_shard_ =
         p.placement() == Placement::sharded
-            ? slice(full_grads_.view(), p.layout_.grad_offset + piece.offset, piece.size)
-            : slice(full_grads_.view(), p.layout_.grad_offset, piece.size);
+            ? slice(full_grads_.view(), p.grad_layout_.grad_offset + piece.offset, piece.size)
+            : slice(full_grads_.view(), p.grad_layout_.grad_offset, piece.size);
   }
 }
 
@@ -731,9 +762,9 @@ void ShardedUnit<T>::release() {
 
 template <class T>
 typename ShardedUnit<T>::View ShardedUnit<T>::full_gradients() {
-  if (!full_grads_.allocated() && layout_.full_grad_numel > 0) {
+  if (!full_grads_.allocated() && grad_layout_.full_grad_numel > 0) {
     full_grads_ = pool_->acquire(MemoryCategory::full_gradients, name_ + ".grads",
-                                 layout_.full_grad_numel, true);
+                                 grad_layout_.full_grad_numel, true);
   }
   return full_grads_.view();
 }
@@ -754,41 +785,42 @@ void ShardedUnit<T>::reduce_scatter_grads() {
   const View grads = full_gradients();  // zeros if this rank wrote none
   std::vector<Work> works;
   std::vector<TrackedView<T>> staging;  // outputs, added into the gradient pieces at the end
-  staging.reserve(1 + layout_.direct.size());
+  staging.reserve(1 + grad_layout_.direct.size());
 
   TrackedView<T> packed_send;
   if (reduces_in_half()) {
     reduce_dtype_ == DType::bf16 ? reduce_in_half<bfloat16>(grads, staging)
                                  : reduce_in_half<float16>(grads, staging);
   } else {
-    if (!layout_.packed.empty()) {
+    if (!grad_layout_.packed.empty()) {
       // Pack: rank r's chunk holds, for every packed parameter, the gradient of the piece r owns.
       packed_send = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
-                                   layout_.packed_numel * n, true);
-      copy_segments(space_, layout_.pack, grads, packed_send.view());
+                                   grad_layout_.packed_numel * n, true);
+      copy_segments(space_, grad_layout_.pack, grads, packed_send.view());
       staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
-                                       layout_.packed_numel, false));
+                                       grad_layout_.packed_numel, false));
       works.push_back(group_.reduce_scatter_async(packed_send.view(), staging.back().view(),
                                                   ReduceOp::avg, space_));
     }
-    for (std::size_t i : layout_.direct) {
+    for (std::size_t i : grad_layout_.direct) {
       // The padded full gradient is laid out as N pieces already: reduce-scatter it in place.
-      const ShardedParameter<T>& p = parameters_[i];
-      const std::int64_t padded = p.layout_.piece.padded;
+      const ShardedParameter<T>& p = grad_parameter(i);
+      const std::int64_t padded = p.grad_layout_.piece.padded;
       staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
-      works.push_back(group_.reduce_scatter_async(slice(grads, p.layout_.grad_offset, n * padded),
-                                                  staging.back().view(), ReduceOp::avg, space_));
+      works.push_back(
+          group_.reduce_scatter_async(slice(grads, p.grad_layout_.grad_offset, n * padded),
+                                      staging.back().view(), ReduceOp::avg, space_));
     }
-    for (const OwnerGroupLayout& g : layout_.owners) {
+    for (const OwnerGroupLayout& g : grad_layout_.owners) {
       const View group_grads = slice(grads, g.grad_offset, g.numel);
       works.push_back(
           group_.reduce_async(group_grads, group_grads, ReduceOp::avg, g.owner, space_));
     }
-    if (!layout_.replicated.empty()) {
-      works.push_back(
-          group_.all_reduce_async(slice(grads, layout_.replicated_grad_offset,
-                                        layout_.full_grad_numel - layout_.replicated_grad_offset),
-                                  ReduceOp::avg, space_));
+    if (!grad_layout_.replicated.empty()) {
+      works.push_back(group_.all_reduce_async(
+          slice(grads, grad_layout_.replicated_grad_offset,
+                grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset),
+          ReduceOp::avg, space_));
     }
     wait_all(works);
   }
@@ -800,25 +832,27 @@ void ShardedUnit<T>::reduce_scatter_grads() {
     reduce_into_resident_gradients(staging);
   } else {
     std::size_t next = 0;
-    if (!layout_.packed.empty()) {
-      add_into(space_, slice(flat_grad_shard_.view(), 0, layout_.packed_numel),
+    if (!grad_layout_.packed.empty()) {
+      add_into(space_, slice(flat_grad_shard_.view(), 0, grad_layout_.packed_numel),
                staging[next++].view());
     }
-    for (std::size_t i : layout_.direct) {
-      const ShardedParameter<T>& p = parameters_[i];
-      add_into(space_,
-               slice(flat_grad_shard_.view(), p.layout_.flat_offset, p.layout_.piece.padded),
-               staging[next++].view());
+    for (std::size_t i : grad_layout_.direct) {
+      const ShardedParameter<T>& p = grad_parameter(i);
+      add_into(
+          space_,
+          slice(flat_grad_shard_.view(), p.grad_layout_.flat_offset, p.grad_layout_.piece.padded),
+          staging[next++].view());
     }
-    for (std::size_t k = 0; k < owners_.size(); ++k) {
-      const OwnerGroupLayout& g = layout_.owners[k];
+    for (std::size_t k = 0; k < owner_grads_.size(); ++k) {
+      const OwnerGroupLayout& g = grad_layout_.owners[k];
       if (g.owner == group_.rank()) {
-        add_into(space_, owners_[k].grad_storage.view(), slice(grads, g.grad_offset, g.numel));
+        add_into(space_, owner_grads_[k].view(), slice(grads, g.grad_offset, g.numel));
       }
     }
-    for (std::size_t k = 0; k < layout_.replicated.size(); ++k) {
-      const ShardedParameter<T>& p = parameters_[layout_.replicated[k]];
-      add_into(space_, replicated_grads_[k].view(), slice(grads, p.layout_.grad_offset, p.numel()));
+    for (std::size_t k = 0; k < grad_layout_.replicated.size(); ++k) {
+      const ShardedParameter<T>& p = grad_parameter(grad_layout_.replicated[k]);
+      add_into(space_, replicated_grads_[k].view(),
+               slice(grads, p.grad_layout_.grad_offset, p.numel()));
     }
   }
   space_.fence();  // the additions read staging and grads, which go back to the pool now
@@ -843,31 +877,31 @@ void ShardedUnit<T>::reduce_in_half(const View& grads, std::vector<TrackedView<T
   std::vector<Work> works;
   std::vector<std::pair<DeviceView<std::uint16_t>, View>> results;  // widened after the wait
   TrackedView<T> packed;
-  if (!layout_.packed.empty()) {
+  if (!grad_layout_.packed.empty()) {
     packed = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
-                            layout_.packed_numel * n, true);
-    copy_segments(space_, layout_.pack, grads, packed.view());
-    const auto send = half_buffer("rs_send16", layout_.packed_numel * n);
+                            grad_layout_.packed_numel * n, true);
+    copy_segments(space_, grad_layout_.pack, grads, packed.view());
+    const auto send = half_buffer("rs_send16", grad_layout_.packed_numel * n);
     narrow_into<H>(space_, packed.view(), send);
-    const auto recv = half_buffer("rs_recv16", layout_.packed_numel);
+    const auto recv = half_buffer("rs_recv16", grad_layout_.packed_numel);
     staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
-                                     layout_.packed_numel, false));
+                                     grad_layout_.packed_numel, false));
     works.push_back(
         group_.reduce_scatter_async(as_half<H>(send), as_half<H>(recv), ReduceOp::avg, space_));
     results.emplace_back(recv, staging.back().view());
   }
-  for (std::size_t i : layout_.direct) {
-    const ShardedParameter<T>& p = parameters_[i];
-    const std::int64_t padded = p.layout_.piece.padded;
+  for (std::size_t i : grad_layout_.direct) {
+    const ShardedParameter<T>& p = grad_parameter(i);
+    const std::int64_t padded = p.grad_layout_.piece.padded;
     const auto send = half_buffer(p.name() + ".rs_send16", n * padded);
-    narrow_into<H>(space_, slice(grads, p.layout_.grad_offset, n * padded), send);
+    narrow_into<H>(space_, slice(grads, p.grad_layout_.grad_offset, n * padded), send);
     const auto recv = half_buffer(p.name() + ".rs_recv16", padded);
     staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
     works.push_back(
         group_.reduce_scatter_async(as_half<H>(send), as_half<H>(recv), ReduceOp::avg, space_));
     results.emplace_back(recv, staging.back().view());
   }
-  for (const OwnerGroupLayout& g : layout_.owners) {
+  for (const OwnerGroupLayout& g : grad_layout_.owners) {
     const View group_grads = slice(grads, g.grad_offset, g.numel);
     const auto buffer = half_buffer("reduce16", g.numel);
     narrow_into<H>(space_, group_grads, buffer);
@@ -877,9 +911,10 @@ void ShardedUnit<T>::reduce_in_half(const View& grads, std::vector<TrackedView<T
       results.emplace_back(buffer, group_grads);
     }
   }
-  if (!layout_.replicated.empty()) {
-    const View replicated = slice(grads, layout_.replicated_grad_offset,
-                                  layout_.full_grad_numel - layout_.replicated_grad_offset);
+  if (!grad_layout_.replicated.empty()) {
+    const View replicated =
+        slice(grads, grad_layout_.replicated_grad_offset,
+              grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset);
     const auto buffer = half_buffer("all_reduce16", static_cast<std::int64_t>(replicated.size()));
     narrow_into<H>(space_, replicated, buffer);
     works.push_back(group_.all_reduce_async(as_half<H>(buffer), ReduceOp::avg, space_));
@@ -904,17 +939,17 @@ void ShardedUnit<T>::average_over_replicas(const std::vector<TrackedView<T>>& st
   for (const TrackedView<T>& chunk : staging) {
     works.push_back(replicas_->all_reduce_async(chunk.view(), ReduceOp::avg, space_));
   }
-  for (const OwnerGroupLayout& g : layout_.owners) {
+  for (const OwnerGroupLayout& g : grad_layout_.owners) {
     if (g.owner == group_.rank()) {
       works.push_back(
           replicas_->all_reduce_async(slice(grads, g.grad_offset, g.numel), ReduceOp::avg, space_));
     }
   }
-  if (!layout_.replicated.empty()) {
-    works.push_back(
-        replicas_->all_reduce_async(slice(grads, layout_.replicated_grad_offset,
-                                          layout_.full_grad_numel - layout_.replicated_grad_offset),
-                                    ReduceOp::avg, space_));
+  if (!grad_layout_.replicated.empty()) {
+    works.push_back(replicas_->all_reduce_async(
+        slice(grads, grad_layout_.replicated_grad_offset,
+              grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset),
+        ReduceOp::avg, space_));
   }
   wait_all(works);
 }
@@ -925,15 +960,16 @@ void ShardedUnit<T>::average_over_replicas(const std::vector<TrackedView<T>>& st
 template <class T>
 void ShardedUnit<T>::reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging) {
   std::size_t next = 0;
-  if (!layout_.packed.empty()) {
+  if (!grad_layout_.packed.empty()) {
     const View chunk = staging[next++].view();
-    for (std::size_t i : layout_.packed) {
-      const ShardedParameter<T>& p = parameters_[i];
-      Kokkos::deep_copy(space_, p.grad_shard_, slice(chunk, p.layout_.flat_offset, p.shard_size()));
+    for (std::size_t i : grad_layout_.packed) {
+      const ShardedParameter<T>& p = grad_parameter(i);
+      Kokkos::deep_copy(space_, p.grad_shard_,
+                        slice(chunk, p.grad_layout_.flat_offset, p.shard_size()));
     }
   }
-  for (std::size_t i : layout_.direct) {
-    const ShardedParameter<T>& p = parameters_[i];
+  for (std::size_t i : grad_layout_.direct) {
+    const ShardedParameter<T>& p = grad_parameter(i);
     Kokkos::deep_copy(space_, p.grad_shard_, slice(staging[next++].view(), 0, p.shard_size()));
   }
 }
@@ -948,9 +984,9 @@ void ShardedUnit<T>::zero_grad() {
   if (flat_grad_shard_.allocated()) {
     Kokkos::deep_copy(space_, flat_grad_shard_.view(), T(0));
   }
-  for (OwnerBuffers& buffers : owners_) {
-    if (buffers.grad_storage.allocated()) {
-      Kokkos::deep_copy(space_, buffers.grad_storage.view(), T(0));
+  for (TrackedView<T>& grad : owner_grads_) {
+    if (grad.allocated()) {
+      Kokkos::deep_copy(space_, grad.view(), T(0));
     }
   }
   for (TrackedView<T>& grad : replicated_grads_) {

@@ -36,7 +36,9 @@ struct TemporaryDirectory {
 
 std::vector<ShardingPlan> sample_plans() {
   const auto gpt2 = transformer_parameters(TransformerConfig::gpt2_small());
-  return {FullSharding().make_plan(small_model(), 3),
+  auto fine_tuned = small_model();  // frozen parameters: a "trainable" dataset
+  fine_tuned.front().trainable = false;
+  return {FullSharding().make_plan(small_model(), 3), FullSharding().make_plan(fine_tuned, 2),
           LayerWiseSharding().make_plan(small_model(), 4),
           HybridSharding({"h.*"}, {"embeddings", "final_norm"}).make_plan(gpt2, 5),
           FullSharding().make_plan({param("scalar", {})}, 2)};  // an empty "dims" dataset

@@ -306,6 +306,15 @@ BOOST_AUTO_TEST_CASE(plan_json_round_trip) {
     const ShardingPlan back = plan_from_json(plan_to_json(plan), "test");
     BOOST_TEST((back == plan));
   }
+  // A frozen parameter says so ("trainable": false); the others are written as before.
+  auto parameters = small_model();
+  parameters.back().trainable = false;
+  const ShardingPlan frozen = make_strategy("full")->make_plan(parameters, 2);
+  const std::string text = plan_to_json(frozen);
+  BOOST_TEST((plan_from_json(text, "test") == frozen));
+  BOOST_TEST((plan_from_json(text, "test") != make_strategy("full")->make_plan(small_model(), 2)));
+  BOOST_TEST(text.find("\"trainable\":false") != std::string::npos);
+  BOOST_TEST(text.find("\"trainable\":true") == std::string::npos);
   BOOST_CHECK_EXCEPTION(plan_from_json("{\"format\": \"other\"}", "x.json"), Error,
                         (MessageHas{{"x.json", "not a sharding plan"}}));
   BOOST_CHECK_EXCEPTION(plan_from_json("{nope", "x.json"), Error,
@@ -397,9 +406,12 @@ BOOST_AUTO_TEST_CASE(model_description_json) {
   const std::string good = R"({"parameters": [
       {"name": "w", "shape": [4, 8], "dtype": "bf16", "layer": "l0"},
       {"name": "b", "shape": [8], "layer": "l0", "always_gather": true},
-      {"name": "s", "shape": []}]})";
+      {"name": "s", "shape": [], "trainable": false}]})";
   const auto parameters = parameters_from_json(good, "m.json");
   BOOST_REQUIRE(parameters.size() == 3u);
+  BOOST_TEST(parameters[0].trainable);
+  BOOST_TEST(!parameters[2].trainable);
+  BOOST_TEST(describe(parameters[2]).find(" frozen") != std::string::npos);
   BOOST_TEST((parameters[0].dtype == DType::bf16));
   BOOST_TEST(parameters[0].bytes() == 64);
   BOOST_TEST(parameters[1].always_gather);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,20 @@ struct OptimizerSetup {
   AdamOptions adam;
   double clip = 0.0;  // 0: no clipping
   int micro_batches = 1;
+  // Parameters marked not trainable (ParameterInfo::trainable): the reference leaves them out of
+  // clipping and of the step, as PyTorch does with requires_grad=False.
+  std::set<std::string> frozen;
 };
+
+// The tiny MLP's parameters with setup.frozen marked not trainable.
+template <class T>
+std::vector<ParameterInfo> tiny_mlp_parameters(const OptimizerSetup& setup) {
+  std::vector<ParameterInfo> parameters = tiny_mlp_parameters<T>();
+  for (ParameterInfo& p : parameters) {
+    p.trainable = setup.frozen.count(p.name) == 0;
+  }
+  return parameters;
+}
 
 template <class T>
 struct Reference {
@@ -46,6 +60,9 @@ struct Reference {
       out[name] = grads[name].data();
     }
     forward_backward<T>(in, out, 0, kBatch, kBatch);
+    for (const std::string& name : setup.frozen) {
+      grads.erase(name);
+    }
     if (setup.clip > 0) {
       double sum = 0;
       for (auto& [name, g] : grads) {
@@ -64,6 +81,9 @@ struct Reference {
     }
     ++steps;
     for (auto& [name, p] : params) {
+      if (setup.frozen.count(name) != 0) {
+        continue;
+      }
       std::vector<T>& g = grads[name];
       std::vector<T>& m1 = m[name];
       std::vector<T>& m2 = v[name];

@@ -52,12 +52,19 @@ void sharded_train_step(ShardedModel<T>& model, const ProcessGroup& data,
   Arrays<T> in;
   MutableArrays<T> out;
   std::vector<decltype(on_host(std::declval<DeviceView<T>>()))> fulls, grads;
+  std::vector<std::vector<T>> discarded;  // what the MLP computes for frozen parameters
+  discarded.reserve(model.plan().parameters().size());
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     for (auto& p : model.unit(u).parameters()) {
       fulls.push_back(on_host(p.full()));
-      grads.push_back(on_host(p.grad()));
       in[p.name()] = fulls.back().data();
-      out[p.name()] = grads.back().data();
+      if (p.trainable()) {
+        grads.push_back(on_host(p.grad()));
+        out[p.name()] = grads.back().data();
+      } else {
+        discarded.emplace_back(static_cast<std::size_t>(p.numel()), T(0));
+        out[p.name()] = discarded.back().data();
+      }
     }
   }
   // Micro-batches accumulate into the full gradients; nothing moves until the last one.
@@ -68,7 +75,9 @@ void sharded_train_step(ShardedModel<T>& model, const ProcessGroup& data,
   std::size_t next = 0;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     for (auto& p : model.unit(u).parameters()) {
-      to_view(p.grad(), grads[next++]);
+      if (p.trainable()) {
+        to_view(p.grad(), grads[next++]);
+      }
     }
   }
   for (std::size_t u = 0; u < model.unit_count(); ++u) {

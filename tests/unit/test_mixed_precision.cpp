@@ -109,6 +109,53 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_training_ends_near_fp32_training) {
   }
 }
 
+// Frozen parameters under bf16 gathers and reductions: gathered in 16 bits with the rest, never
+// reduced or stepped (their fp32 pieces stay exactly the initial values), and the trainable ones
+// end near fp32 training with the same parameters frozen; every mode, plain and hybrid.
+BOOST_AUTO_TEST_CASE(frozen_parameters_in_sixteen_bits) {
+  ProcessGroup world(MPI_COMM_WORLD);
+  OptimizerSetup setup;
+  setup.kind = "adam";
+  setup.adam.lr = 0.05;
+  setup.frozen = {"l0.w", "l2.gain"};
+  for (const int shards : {world.size(), world.size() % 2 == 0 ? world.size() / 2 : 1}) {
+    HybridGroups groups = make_hybrid_groups(world, shards);
+    for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
+                                    ShardingMode::shard_optimizer, ShardingMode::no_shard}) {
+      ShardedModelOptions options;
+      options.unit.mode = mode;
+      options.unit.param_dtype = DType::bf16;
+      options.unit.reduce_dtype = DType::bf16;
+      if (shards < world.size()) {
+        options.unit.replicas = groups.replicate;
+      }
+      ShardedModel<float> model(
+          groups.shard,
+          agree_on_plan(*make_strategy("full"), tiny_mlp_parameters<float>(setup), groups.shard),
+          options);
+      init_parameters(model);
+      Reference<float> reference;
+      Adam<float> adam(setup.adam);
+      for (int s = 0; s < 4; ++s) {
+        sharded_train_step<float>(model, world, setup, [&] { adam.step(model); });
+        reference.train_step(setup);
+      }
+      BOOST_TEST_CONTEXT(name_of(mode) << ", " << world.size() / shards << "x" << shards) {
+        BOOST_TEST(largest_relative_difference(model, reference, false) <= 2e-2);
+        for (const std::string& name : setup.frozen) {
+          ShardedParameter<float>& p = model.parameter(name);
+          const auto piece = on_host(p.shard());
+          const std::vector<float> initial = initial_values<float>(p.info());
+          for (std::size_t i = 0; i < piece.size(); ++i) {
+            BOOST_TEST(piece(i) == initial[static_cast<std::size_t>(p.shard_offset()) + i]);
+          }
+          BOOST_TEST(p.optimizer_state().empty());
+        }
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(what_mixed_precision_does_not_support_is_refused) {
   ProcessGroup group(MPI_COMM_WORLD);
   auto refused = [&](auto make, const char* text) {

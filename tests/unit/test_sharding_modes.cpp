@@ -207,3 +207,90 @@ BOOST_AUTO_TEST_CASE(mixed_precision_memory_is_the_papers) {
                              << " B estimated by fsdp-plan");
   }
 }
+
+// Frozen parameters (half the weights, ParameterInfo::trainable false) hold no gradient and no
+// optimizer state in any mode, fp64 or mixed precision, and fsdp-plan's estimate counts exactly
+// that: the tracker's model state (and, in fp64, its gradients and optimizer state alone) agrees
+// with the estimate of the same plan, and is below the fully trainable model's by the frozen
+// elements' gradients and state.
+template <class T>
+void check_frozen_memory(DType half) {
+  ProcessGroup group(MPI_COMM_WORLD);
+  const bool mixed = half != DType::f32;
+  std::vector<ParameterInfo> parameters = layers<T>();
+  double frozen_elements = 0;
+  for (std::size_t i = 0; i < parameters.size(); i += 4) {
+    parameters[i].trainable = false;  // the weights of the even layers
+    frozen_elements += static_cast<double>(parameters[i].numel());
+  }
+  for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
+                                  ShardingMode::shard_optimizer, ShardingMode::no_shard}) {
+    ShardedModelOptions options;
+    options.unit.mode = mode;
+    options.unit.param_dtype = half;
+    options.unit.reduce_dtype = half;
+    ShardedModel<T> model(group, make_strategy("full")->make_plan(parameters, group.size()),
+                          options);
+    Adam<T> adam(AdamOptions{});
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      ShardedUnit<T>& unit = model.unit(u);
+      unit.gather();
+      for (ShardedParameter<T>& parameter : unit.parameters()) {
+        if (parameter.trainable()) {
+          Kokkos::deep_copy(parameter.grad(), T(1));
+        } else {
+          BOOST_CHECK_THROW(parameter.grad(), Error);
+        }
+      }
+      unit.release();
+      unit.reduce_scatter_grads();
+    }
+    adam.step(model);
+    EstimateOptions estimate_options;
+    estimate_options.precision = mixed ? Precision::mixed : Precision::fp32;
+    estimate_options.mode = mode;
+    const RankEstimate estimated =
+        estimate(model.plan(), estimate_options).ranks.at(static_cast<std::size_t>(group.rank()));
+    const MemoryReport& report = model.memory();
+    const auto measured = static_cast<double>(report.model_state());
+    BOOST_TEST_CONTEXT(name_of(mode)
+                       << " " << name_of(dtype_of<T>()) << " param_dtype " << name_of(half)) {
+      BOOST_TEST_MESSAGE("model state " << measured << " B, estimated "
+                                        << estimated.persistent_bytes() << " B");
+      const auto persistent = static_cast<double>(estimated.persistent_bytes());
+      BOOST_TEST(std::abs(measured - persistent) <= 0.05 * persistent);
+      // The fully trainable model holds 1 + 2 more elements of T per frozen one (gradient, and
+      // Adam's two moments) in the modes that keep them whole, fewer where they are in pieces.
+      EstimateOptions all_trainable_options = estimate_options;
+      auto all_trainable = parameters;
+      for (ParameterInfo& p : all_trainable) {
+        p.trainable = true;
+      }
+      const double saved = static_cast<double>(estimate(make_strategy("full")->make_plan(
+                                                            all_trainable, group.size()),
+                                                        all_trainable_options)
+                                                   .ranks.at(static_cast<std::size_t>(group.rank()))
+                                                   .persistent_bytes()) -
+                           persistent;
+      BOOST_TEST(saved >= 3 * sizeof(T) * frozen_elements / group.size() * 0.95);
+      if (!mixed) {
+        const auto gradients =
+            static_cast<double>(report.current_of(MemoryCategory::gradient_shards) +
+                                report.current_of(MemoryCategory::resident_gradients));
+        const auto state = static_cast<double>(report.current_of(MemoryCategory::optimizer_state));
+        BOOST_TEST(std::abs(gradients - static_cast<double>(estimated.gradient_bytes)) <=
+                   0.05 * static_cast<double>(estimated.gradient_bytes));
+        BOOST_TEST(std::abs(state - static_cast<double>(estimated.optimizer_bytes)) <=
+                   0.05 * static_cast<double>(estimated.optimizer_bytes));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(frozen_parameters_hold_no_gradient_or_state_fp64) {
+  check_frozen_memory<double>(DType::f32);
+}
+
+BOOST_AUTO_TEST_CASE(frozen_parameters_hold_no_gradient_or_state_mixed_bf16) {
+  check_frozen_memory<float>(DType::bf16);
+}

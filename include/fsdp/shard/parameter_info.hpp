@@ -16,6 +16,10 @@ struct ParameterInfo {
   DType dtype = DType::f32;
   std::string layer;  // the unit the parameter is gathered with; empty: the parameter alone
   bool always_gather = false;  // replicated on every rank, never split (e.g. small embeddings)
+  // false: frozen (fine-tuning). Gathered for compute like any other parameter, but it has no
+  // gradient (never reduced), no optimizer state, and no step changes it; saved and loaded
+  // with the rest.
+  bool trainable = true;
 
   // Elements of the flattened parameter. Throws Error on an invalid shape.
   std::int64_t numel() const;
@@ -28,7 +32,7 @@ struct ParameterInfo {
   bool operator!=(const ParameterInfo& other) const { return !(*this == other); }
 };
 
-// "name [768, 3072] fp32 layer 'h.0'" (plus " always_gather"), for messages.
+// "name [768, 3072] fp32 layer 'h.0'" (plus " always_gather", " frozen"), for messages.
 std::string describe(const ParameterInfo& parameter);
 
 // The longest parameter name or layer, in bytes.

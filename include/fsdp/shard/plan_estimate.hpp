@@ -53,12 +53,16 @@ struct EstimateOptions {
 
 // Bytes per element of one parameter by role: the K of the ZeRO paper is `optimizer`.
 struct ElementBytes {
-  std::int64_t parameter = 0;  // resident parameter (working copy)
+  std::int64_t parameter = 0;  // resident parameter (working copy), and what a gather moves
   std::int64_t gradient = 0;
   std::int64_t optimizer = 0;  // master weights (mixed) + state buffers
 };
 // Integer parameters are not trained: no gradient, no optimizer state, never cast.
 ElementBytes element_bytes(DType dtype, const EstimateOptions& options);
+// The same for one parameter: a frozen one (ParameterInfo::trainable false) has no gradient and
+// no optimizer state; under mixed precision it keeps its fp32 piece (as `optimizer`, where the
+// master weights are counted) and is gathered in 16 bits.
+ElementBytes element_bytes(const ParameterInfo& parameter, const EstimateOptions& options);
 
 struct RankEstimate {
   int rank = 0;

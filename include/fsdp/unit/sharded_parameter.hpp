@@ -35,12 +35,16 @@ class ShardedParameter {
   const std::string& name() const { return info_.name; }
   Placement placement() const { return layout_.placement.placement; }
   std::int64_t numel() const { return layout_.numel; }
+  // False for a frozen parameter (ParameterInfo::trainable): it has no gradient (grad() and
+  // accumulate_grad() throw, grad_shard() is empty) and no optimizer steps it.
+  bool trainable() const { return info_.trainable; }
 
   // This rank's piece: the global (flattened) offset of its first element and its length. A
   // piece may be empty (short parameters on many ranks, whole parameters owned elsewhere).
   std::int64_t shard_offset() const { return layout_.piece.offset; }
   std::int64_t shard_size() const { return static_cast<std::int64_t>(shard_.size()); }
-  // The piece itself, and its gradient (what the optimizer updates). Persistent.
+  // The piece itself, and its gradient (what the optimizer updates; empty when frozen).
+  // Persistent.
   const View& shard() const { return shard_; }
   const View& grad_shard() const { return grad_shard_; }
 
@@ -67,7 +71,8 @@ class ShardedParameter {
 
   ShardedUnit<T>* unit_;
   ParameterInfo info_;
-  ParameterLayout layout_;  // its piece and offsets in the unit's buffers
+  ParameterLayout layout_;       // its piece and offsets in the unit's buffers
+  ParameterLayout grad_layout_;  // its gradient's offsets (ShardedUnit::gradient_layout())
   View shard_;
   View grad_shard_;
   View full_;

@@ -136,6 +136,9 @@ class ShardedUnit {
   std::int64_t full_bytes() const;
   // Where each parameter lives in the unit's buffers on this rank.
   const UnitLayout& layout() const { return layout_; }
+  // Where each trainable parameter's gradient lives: the layout of the unit without its frozen
+  // parameters (ParameterInfo::trainable), which are never reduced.
+  const UnitLayout& gradient_layout() const { return grad_layout_; }
   ProcessGroup& group() { return group_; }
   // The instance the unit's kernels and copies run on; it is fenced before a collective reads
   // what they wrote, and nothing else is.
@@ -151,8 +154,11 @@ class ShardedUnit {
   struct OwnerBuffers {       // of the whole parameters of one owner rank (UnitLayout::owners)
     TrackedView<T> storage;   // the owner's persistent copy
     TrackedView<T> gathered;  // everyone else's copy while gathered
-    TrackedView<T> grad_storage;
   };
+  // A parameter of the gradient layout (grad_layout_), by its position there.
+  ShardedParameter<T>& grad_parameter(std::size_t position) {
+    return parameters_[trained_[position]];
+  }
 
   void require_state(UnitState expected, const char* operation) const;
   View full_gradients();
@@ -192,12 +198,18 @@ class ShardedUnit {
 
   std::shared_ptr<BufferPool<T>> pool_;
   UnitLayout layout_;
+  // The layout of the trainable parameters alone, which every gradient buffer and reduction
+  // follows (layout_ itself when none is frozen); trained_[k] is the position in parameters_ of
+  // its k-th parameter.
+  UnitLayout grad_layout_;
+  std::vector<std::size_t> trained_;
   // Sharded parameters: rank r's pieces, each padded to ceil(numel / N), back to back in one flat
   // buffer: the packed (small) ones first, then the direct (large) ones.
   ExecutionSpace space_;
   TrackedView<T> flat_shard_;
   TrackedView<T> flat_grad_shard_;
-  std::vector<OwnerBuffers> owners_;  // parallel to layout_.owners
+  std::vector<OwnerBuffers> owners_;         // parallel to layout_.owners
+  std::vector<TrackedView<T>> owner_grads_;  // parallel to grad_layout_.owners; owned ones only
   std::vector<TrackedView<T>> replicated_storage_;
   std::vector<TrackedView<T>> replicated_grads_;
 
