@@ -102,6 +102,11 @@ int fsdp_model_create(int dtype, fsdp_model_t* model);
  * gathered with (NULL or "": the parameter alone); always_gather: replicated on every rank. */
 int fsdp_model_add_parameter(fsdp_model_t model, const char* name, int ndim, const int64_t* shape,
                              const char* layer, int always_gather);
+/* Before fsdp_model_shard: trainable 0 freezes the parameter added as `name` (fine-tuning): it is
+ * gathered with its unit, but has no gradient (fsdp_grad of it fails with FSDP_ERROR_STATE), is
+ * never reduced or stepped and keeps no optimizer state; 1 (the default) trains it.
+ * FSDP_ERROR_UNKNOWN_NAME when no parameter of that name was added. */
+int fsdp_model_set_trainable(fsdp_model_t model, const char* name, int trainable);
 /* A glob pattern for the "hybrid" strategy (kind: fsdp_pattern_kind). */
 int fsdp_model_add_strategy_pattern(fsdp_model_t model, int kind, const char* pattern);
 /* Before fsdp_model_shard: the sharding mode (fsdp_sharding_mode; FSDP_MODE_FULL_SHARD unless

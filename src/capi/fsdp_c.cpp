@@ -372,6 +372,30 @@ int fsdp_model_add_parameter(fsdp_model_t model, const char* name, int ndim, con
   });
 }
 
+int fsdp_model_set_trainable(fsdp_model_t model, const char* name, int trainable) {
+  return guarded("fsdp_model_set_trainable", [&] {
+    require_handle(model, "model");
+    const std::string parameter = require_name(name, "the parameter name");
+    if (!model->sharded.empty()) {
+      throw fsdp::Error(fsdp::ErrorKind::state, "fsdp_model_set_trainable of '" + parameter +
+                                                    "' after fsdp_model_shard; freeze parameters "
+                                                    "before sharding");
+    }
+    require_argument(trainable == 0 || trainable == 1, "trainable " + std::to_string(trainable) +
+                                                           " for parameter '" + parameter +
+                                                           "'; give 1 (trained) or 0 (frozen)");
+    for (fsdp::ParameterInfo& p : model->parameters) {
+      if (p.name == parameter) {
+        p.trainable = trainable == 1;
+        return;
+      }
+    }
+    throw fsdp::Error(fsdp::ErrorKind::unknown_name,
+                      "fsdp_model_set_trainable: the model has no parameter '" + parameter +
+                          "'; add it with fsdp_model_add_parameter first");
+  });
+}
+
 int fsdp_model_add_strategy_pattern(fsdp_model_t model, int kind, const char* pattern) {
   return guarded("fsdp_model_add_strategy_pattern", [&] {
     require_handle(model, "model");

@@ -164,6 +164,13 @@ module fsdp
       character(kind=c_char), intent(in) :: layer(*)
       integer(c_int), value :: always_gather
     end function c_model_add_parameter
+    integer(c_int) function c_model_set_trainable(model, name, trainable) &
+        bind(c, name='fsdp_model_set_trainable')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_int), value :: trainable
+    end function c_model_set_trainable
     integer(c_int) function c_model_add_strategy_pattern(model, kind, pattern) &
         bind(c, name='fsdp_model_add_strategy_pattern')
       import :: c_int, c_ptr, c_char
@@ -638,14 +645,16 @@ contains
   end subroutine fsdp_model_create
 
   ! shape as Fortran declares the array (size(shape) = 0: a scalar); layer: the unit the
-  ! parameter is gathered with ('' for the parameter alone).
-  subroutine fsdp_model_add_parameter(model, name, shape, layer, ierr, always_gather)
+  ! parameter is gathered with ('' for the parameter alone); trainable = .false. freezes it
+  ! (fsdp_model_set_trainable).
+  subroutine fsdp_model_add_parameter(model, name, shape, layer, ierr, always_gather, trainable)
     type(fsdp_model), intent(in) :: model
     character(len=*), intent(in) :: name
     integer, intent(in) :: shape(:)
     character(len=*), intent(in) :: layer
     integer, intent(out) :: ierr
     logical, intent(in), optional :: always_gather
+    logical, intent(in), optional :: trainable
     integer(c_int64_t) :: c_shape(max(size(shape), 1))
     integer(c_int) :: replicated
     integer :: i, n
@@ -660,6 +669,10 @@ contains
     end if
     ierr = int(c_model_add_parameter(model%handle, c_string(name), int(n, c_int), c_shape, &
                                      c_string(layer), replicated))
+    if (ierr /= FSDP_SUCCESS .or. .not. present(trainable)) return
+    if (.not. trainable) then
+      ierr = int(c_model_set_trainable(model%handle, c_string(name), 0_c_int))
+    end if
   end subroutine fsdp_model_add_parameter
 
   subroutine fsdp_model_add_strategy_pattern(model, kind, pattern, ierr)

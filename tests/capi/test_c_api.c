@@ -731,6 +731,84 @@ static void test_gradient_accumulation(void) {
   }
 }
 
+/* Frozen parameters (fsdp_model_set_trainable 0): l0.w and l1.b keep their values exactly through
+ * a plain SGD step in every mode while the others move by lr times the average gradient
+ * (N + 1) / 2; fsdp_grad of a frozen one fails with FSDP_ERROR_STATE. */
+static void test_frozen_parameters(void) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const int modes[4] = {FSDP_MODE_FULL_SHARD, FSDP_MODE_SHARD_GRAD_OP, FSDP_MODE_SHARD_OPTIMIZER,
+                        FSDP_MODE_NO_SHARD};
+  const int64_t shapes[NPARAM][2] = {{HIDDEN, IN}, {HIDDEN, 0}, {OUT, HIDDEN}, {OUT, 0}};
+  const int ndims[NPARAM] = {2, 1, 2, 1};
+  const char* const layers[NPARAM] = {"l0", "l0", "l1", "l1"};
+  const int trainable[NPARAM] = {0, 1, 1, 0};
+  for (int m = 0; m < 4; ++m) {
+    fsdp_model_t model = NULL;
+    CHECK_OK(fsdp_model_create(FSDP_FLOAT64, &model));
+    CHECK_OK(fsdp_model_set_mode(model, modes[m]));
+    for (int i = 0; i < NPARAM; ++i) {
+      CHECK_OK(
+          fsdp_model_add_parameter(model, parameter_names[i], ndims[i], shapes[i], layers[i], 0));
+      CHECK_OK(fsdp_model_set_trainable(model, parameter_names[i], trainable[i]));
+    }
+    CHECK_CODE(fsdp_model_set_trainable(model, "l9.w", 0), FSDP_ERROR_UNKNOWN_NAME);
+    CHECK_CODE(fsdp_model_set_trainable(model, "l0.w", 2), FSDP_ERROR_INVALID_ARGUMENT);
+    CHECK_OK(fsdp_model_shard(model, MPI_Comm_c2f(MPI_COMM_WORLD), "full"));
+    CHECK_CODE(fsdp_model_set_trainable(model, "l0.w", 1), FSDP_ERROR_STATE);
+    double scale = 0.5;
+    for (int i = 0; i < NPARAM; ++i) {
+      CHECK_OK(fsdp_model_init_with(model, parameter_names[i], fill_with_index, &scale));
+    }
+    fsdp_runtime_t runtime = NULL;
+    fsdp_optimizer_t sgd = NULL;
+    CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
+    CHECK_OK(fsdp_optimizer_create_sgd(model, 0.25, 0.0, 0.0, 0, 0.0, &sgd));
+    CHECK_OK(fsdp_begin_forward(runtime, "l0"));
+    CHECK_OK(fsdp_end_forward(runtime, "l0"));
+    CHECK_OK(fsdp_begin_forward(runtime, "l1"));
+    CHECK_OK(fsdp_end_forward(runtime, "l1"));
+    const char* backward_order[2] = {"l1", "l0"};
+    for (int u = 0; u < 2; ++u) {
+      CHECK_OK(fsdp_begin_backward(runtime, backward_order[u]));
+      for (int i = 0; i < NPARAM; ++i) {
+        if (strncmp(parameter_names[i], backward_order[u], 2) != 0) {
+          continue;
+        }
+        void* grad = NULL;
+        int64_t numel = 0;
+        if (!trainable[i]) {
+          CHECK_CODE(fsdp_grad(runtime, parameter_names[i], &grad, &numel), FSDP_ERROR_STATE);
+          CHECK(strstr(fsdp_last_error(), "frozen") != NULL, "message: %s", fsdp_last_error());
+          continue;
+        }
+        CHECK_OK(fsdp_grad(runtime, parameter_names[i], &grad, &numel));
+        for (int64_t e = 0; e < numel; ++e) {
+          add(grad, FSDP_FLOAT64, e, world_rank + 1);
+        }
+      }
+      CHECK_OK(fsdp_end_backward(runtime, backward_order[u]));
+    }
+    CHECK_OK(fsdp_finish_step(runtime));
+    CHECK_OK(fsdp_optimizer_step(sgd));
+    for (int i = 0; i < NPARAM; ++i) {
+      double whole[HIDDEN * IN];
+      CHECK_OK(fsdp_model_copy_parameter(model, parameter_names[i], whole));
+      for (int64_t e = 0; e < parameter_numel[i]; ++e) {
+        const double want = 0.5 * (double)e - (trainable[i] ? 0.25 * (world + 1) / 2.0 : 0.0);
+        CHECK(whole[e] == want, "mode %d: %s[%lld] = %.17g after a step, expected %.17g", modes[m],
+              parameter_names[i], (long long)e, whole[e], want);
+      }
+    }
+    fsdp_optimizer_destroy(sgd);
+    fsdp_runtime_destroy(runtime);
+    fsdp_model_destroy(model);
+  }
+  if (world_rank == 0) {
+    printf("test_c_api: frozen parameters: ok\n");
+  }
+}
+
 /* ---- mixed precision: 16-bit gathers and reductions of an fp32 model ---- */
 
 /* What each dtype of the policy does, exactly: every parameter element starts at 1 + 2^-12 and
@@ -1566,6 +1644,7 @@ int main(int argc, char** argv) {
   test_init_with_and_sgd_rule();
   test_lr_schedule();
   test_gradient_accumulation();
+  test_frozen_parameters();
   test_errors();
   test_checkpoints();
   test_clipping();

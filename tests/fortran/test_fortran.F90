@@ -196,7 +196,8 @@ program test_fortran
   call train_and_compare(FSDP_MODE_SHARD_OPTIMIZER, merge(2, 1, mod(world_size, 2) == 0))
   call train_and_compare(FSDP_MODE_NO_SHARD)
   call train_and_compare(FSDP_MODE_FULL_SHARD, half=FSDP_BFLOAT16)
-  call sgd_rule_single_precision()
+  call sgd_rule_single_precision(.false.)
+  call sgd_rule_single_precision(.true.)
   call error_paths()
   call checkpoints()
   call lr_schedule()
@@ -211,12 +212,15 @@ program test_fortran
 contains
 
   ! half: gathers and reductions in that 16-bit dtype (mixed precision) when present.
-  subroutine make_model(model, dtype, strategy, integer_comm, mode, shard_group_size, half)
+  subroutine make_model(model, dtype, strategy, integer_comm, mode, shard_group_size, half, &
+                        freeze_l0w)
     type(fsdp_model), intent(out) :: model
     integer, intent(in) :: dtype
     character(len=*), intent(in) :: strategy
     logical, intent(in) :: integer_comm
     integer, intent(in), optional :: mode, shard_group_size, half
+    logical, intent(in), optional :: freeze_l0w  ! l0.w frozen (trainable=.false.)
+    logical :: l0w_trainable
     call fsdp_model_create(model, dtype, ierr)
     call check_ok(ierr, 'fsdp_model_create')
     if (present(half)) then
@@ -231,7 +235,10 @@ contains
       call fsdp_model_set_shard_group_size(model, shard_group_size, ierr)
       call check_ok(ierr, 'fsdp_model_set_shard_group_size')
     end if
-    call fsdp_model_add_parameter(model, 'l0.w', [n_in, n_hidden], 'l0', ierr)
+    l0w_trainable = .true.
+    if (present(freeze_l0w)) l0w_trainable = .not. freeze_l0w
+    call fsdp_model_add_parameter(model, 'l0.w', [n_in, n_hidden], 'l0', ierr, &
+                                  trainable=l0w_trainable)
     call check_ok(ierr, 'add l0.w')
     call fsdp_model_add_parameter(model, 'l0.b', [n_hidden], 'l0', ierr)
     call check_ok(ierr, 'add l0.b')
@@ -520,7 +527,10 @@ contains
   ! fp32 through type(MPI_Comm): initialized by a fill callback with 0.5 * index; every rank adds
   ! rank + 1 to every gradient element, so the average is (N + 1) / 2 and one plain SGD step with
   ! lr 0.25 gives exactly 0.5 * index - 0.25 (N + 1) / 2.
-  subroutine sgd_rule_single_precision()
+  ! freeze: l0.w frozen, so it has no gradient (fsdp_grad fails with FSDP_ERROR_STATE) and keeps
+  ! its values exactly through the step.
+  subroutine sgd_rule_single_precision(freeze)
+    logical, intent(in) :: freeze
     type(fsdp_model) :: model
     type(fsdp_runtime) :: runtime
     type(fsdp_optimizer) :: sgd
@@ -531,7 +541,7 @@ contains
     integer(c_int64_t) :: numel, first, count, total
     integer :: i, u, e
 
-    call make_model(model, FSDP_FLOAT32, 'full', .false.)
+    call make_model(model, FSDP_FLOAT32, 'full', .false., freeze_l0w=freeze)
     do i = 1, 4
       call fsdp_model_init_with(model, names(i), fill_half_index, ierr)
       call check_ok(ierr, 'init_with ' // names(i))
@@ -558,6 +568,10 @@ contains
       do i = 1, 4
         if (names(i)(1:2) /= backward_order(u)) cycle
         call fsdp_grad(runtime, names(i), g, ierr)
+        if (freeze .and. i == 1) then
+          call check_code(ierr, FSDP_ERROR_STATE, 'grad of the frozen l0.w')
+          cycle
+        end if
         call check_ok(ierr, 'grad ' // names(i))
         g = g + real(world_rank + 1, c_float)
       end do
@@ -574,11 +588,18 @@ contains
       call fsdp_model_copy_parameter(model, names(i), whole(1:numel), ierr)
       call check_ok(ierr, 'copy ' // names(i))
       do e = 1, int(numel)
+        if (freeze .and. i == 1) then
+          call check(abs(whole(e) - 0.5 * (e - 1)) <= 0, 'the frozen l0.w keeps its values exactly')
+          cycle
+        end if
         call check(abs(whole(e) - (0.5 * (e - 1) - 0.25 * (world_size + 1) / 2.0)) <= 0, &  ! exact
                    'one SGD step on ' // names(i) // ' gives p - lr * (N + 1) / 2 exactly')
       end do
     end do
-    if (world_rank == 0) print '(a)', 'test_fortran: fp32 fill callback and SGD rule: ok'
+    if (world_rank == 0 .and. freeze) print '(a)', 'test_fortran: frozen parameter: ok'
+    if (world_rank == 0 .and. .not. freeze) then
+      print '(a)', 'test_fortran: fp32 fill callback and SGD rule: ok'
+    end if
     call fsdp_optimizer_destroy(sgd)
     call fsdp_runtime_destroy(runtime)
     call fsdp_model_destroy(model)
