@@ -236,6 +236,10 @@ int main(int argc, char** argv) {
                    "layer1, ...)");
     app.add_option("--layer-wise", o.layer_wise_patterns,
                    "hybrid: layer-name globs to place whole on one rank");
+    app.add_option("--freeze", o.freeze_patterns,
+                   "parameter-name globs to freeze (fine-tuning, e.g. 'layer0.*' or "
+                   "'wte.weight'): gathered for compute, never reduced or stepped, no optimizer "
+                   "state");
     app.add_option("--epochs", o.epochs, "passes over the training split")
         ->check(CLI::Range(1, 1000000))
         ->capture_default_str();

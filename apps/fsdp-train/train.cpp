@@ -67,6 +67,32 @@ std::unique_ptr<TrainedModel<T>> make_trained_model(const TrainOptions& o, const
   return std::make_unique<TrainedMlp<T>>(shape);
 }
 
+// The model's parameters, those matching a --freeze glob frozen (ParameterInfo::trainable).
+// Errors: a pattern that matches no parameter (a typo would otherwise train everything), and
+// patterns that freeze every parameter (nothing would train).
+template <class T>
+std::vector<fsdp::ParameterInfo> trained_parameters(const TrainedModel<T>& trained,
+                                                    const TrainOptions& o, fsdp::DType dtype) {
+  std::vector<fsdp::ParameterInfo> parameters = trained.parameters(dtype);
+  std::size_t frozen = 0;
+  for (const std::string& pattern : o.freeze_patterns) {
+    bool matched = false;
+    for (fsdp::ParameterInfo& p : parameters) {
+      if (fsdp::glob_match(pattern, p.name)) {
+        matched = true;
+        frozen += p.trainable ? 1 : 0;
+        p.trainable = false;
+      }
+    }
+    fsdp::require(matched, "--freeze '" + pattern + "' matches no parameter of the " +
+                               trained.description() + " (its parameters are named like '" +
+                               parameters.front().name + "' and '" + parameters.back().name + "')");
+  }
+  fsdp::require(frozen < parameters.size(),
+                "--freeze freezes every parameter: nothing would train; leave some out");
+  return parameters;
+}
+
 // ---- the optimizer chosen on the command line ----
 
 fsdp::OptimizerSettings optimizer_settings(const TrainOptions& o) {
@@ -276,7 +302,7 @@ class Run {
     validate(o, ranks_, data);
     lr_schedule_ = lr_schedule(o, data);
     trained_ = make_trained_model<T>(o, data);
-    parameters_ = trained_->parameters(fsdp::dtype_of<T>());
+    parameters_ = trained_parameters(*trained_, o, fsdp::dtype_of<T>());
     positions_ = trained_->positions_per_sample();
     local_batch_ = o.batch_size / ranks_;
     // The most samples one step of one rank loads: a batch larger than the training split takes
@@ -702,8 +728,9 @@ class Run {
   // every rank.
   int check(fsdp::ShardedModel<T>& model, double final_loss) {
     const auto sharded = full_parameters(model);
-    // largest relative difference, the parameter's index, the reference's last-epoch mean loss
-    double result[3] = {0, 0, 0};
+    // largest relative difference, the parameter's index, the reference's last-epoch mean loss,
+    // and the elements of frozen parameters (--freeze) that the sharded run changed
+    double result[4] = {0, 0, 0, 0};
     if (rank_ == 0) {
       fsdp::ProcessGroup alone(MPI_COMM_SELF);
       const fsdp::ShardingPlan plan = fsdp::FullSharding().make_plan(parameters_, 1);
@@ -712,6 +739,17 @@ class Run {
       trained_->initialize(reference, o_.seed);
       if (!o_.init_from.empty()) {
         fsdp::load_parameters(o_.init_from, reference);
+      }
+      // A frozen parameter ends where it started, to the bit.
+      const auto initial = full_parameters(reference);
+      for (const fsdp::ParameterInfo& p : parameters_) {
+        if (!p.trainable) {
+          const auto& start = initial.at(p.name);
+          const auto& end = sharded.at(p.name);
+          for (std::size_t i = 0; i < start.size(); ++i) {
+            result[3] += start[i] == end[i] ? 0 : 1;
+          }
+        }
       }
       fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
       fsdp::SamplerOptions sampler_options;
@@ -759,14 +797,15 @@ class Run {
     }
     // The other ranks wait without spinning on the cores rank 0 computes on.
     fsdp_apps::barrier_without_spinning(group_);
-    group_.broadcast(result, 3, 0);
+    group_.broadcast(result, 4, 0);
     // Judged by the last epoch's loss: 16-bit runs and fp32 transformers (above).
     const bool half = !o_.mixed_precision.empty();
     const bool by_loss = half || (positions_ > 1 && o_.dtype == "fp32");
     const std::string kind = half ? o_.mixed_precision : by_loss ? "fp32 by loss" : o_.dtype;
     const double tolerance = o_.check_tolerance >= 0 ? o_.check_tolerance : check_tolerance(kind);
     const double loss_difference = std::abs(final_loss - result[2]);
-    const bool pass = by_loss ? loss_difference <= tolerance : result[0] <= tolerance;
+    const bool pass =
+        (by_loss ? loss_difference <= tolerance : result[0] <= tolerance) && result[3] == 0;
     const std::string worst = std::next(sharded.begin(), static_cast<long>(result[1]))->first;
     if (rank_ == 0) {
       if (o_.json) {
@@ -775,6 +814,9 @@ class Run {
                                {"parameter", worst},
                                {"tolerance", tolerance},
                                {"pass", pass}};
+        if (!o_.freeze_patterns.empty()) {
+          line["frozen_elements_changed"] = result[3];
+        }
         if (by_loss) {
           line["loss"] = final_loss;
           line["reference_loss"] = result[2];
@@ -793,6 +835,10 @@ class Run {
             "check: largest relative parameter difference to unsharded training on one rank: "
             "%.3g (%s), tolerance %.0e: %s\n",
             result[0], worst.c_str(), tolerance, pass ? "PASS" : "FAIL");
+      }
+      if (result[3] > 0) {
+        std::printf("check: FAIL: %.0f elements of frozen parameters (--freeze) changed\n",
+                    result[3]);
       }
       std::fflush(stdout);
     }
@@ -1044,7 +1090,8 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
   }
   const fsdp::StrategyOptions strategy_options{o.full_shard_patterns, o.layer_wise_patterns};
   fsdp::make_strategy(o.strategy, strategy_options)
-      ->make_plan(make_trained_model<float>(o, data)->parameters(fsdp::DType::f32), ranks);
+      ->make_plan(trained_parameters(*make_trained_model<float>(o, data), o, fsdp::DType::f32),
+                  ranks);
   const bool has_dir = !o.checkpoint_dir.empty();
   fsdp::require(has_dir || (o.checkpoint_every == 0 && !o.resume && o.keep_last == 0),
                 "--checkpoint-every, --keep-last and --resume need --checkpoint-dir");

@@ -49,6 +49,8 @@ struct TrainOptions {
   std::string mixed_precision;
   std::vector<std::string> full_shard_patterns;
   std::vector<std::string> layer_wise_patterns;
+  // Parameter-name globs of parameters to freeze (fine-tuning): never reduced or stepped.
+  std::vector<std::string> freeze_patterns;
   int epochs = 10;
   std::int64_t batch_size = 120;  // global: split evenly across the ranks
   // Each rank's share of a step in this many forward and backward passes, reduced once.

@@ -62,9 +62,13 @@ class MlpBatch : public Batch<T> {
         activations_.back(), labels_, rows, &deltas_.back(), rows, loss_scale);
     for (std::size_t l = shape_.layers(); l-- > 0;) {
       auto scope = runtime.backward(fsdp_models::MlpShape::unit(l));
+      // A frozen parameter's gradient is an empty View, which layer_backward leaves out.
+      const auto grad = [&scope](const std::string& name) {
+        return scope.trainable(name) ? scope.grad(name) : typename fsdp::DeviceView<T>();
+      };
       fsdp_models::layer_backward<T>(scope.full(fsdp_models::MlpShape::weight(l)),
-                                     scope.grad(fsdp_models::MlpShape::weight(l)),
-                                     scope.grad(fsdp_models::MlpShape::bias(l)), activations_[l],
+                                     grad(fsdp_models::MlpShape::weight(l)),
+                                     grad(fsdp_models::MlpShape::bias(l)), activations_[l],
                                      deltas_[l], l > 0 ? &deltas_[l - 1] : nullptr, rows);
       scope.close();
     }

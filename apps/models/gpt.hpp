@@ -250,7 +250,8 @@ void layernorm_forward(const Matrix<T>& x, const ParameterView& weight, const Pa
 
 // Given d_out = dLoss/d(LayerNorm output): adds the weight and bias gradients (one thread per
 // column, rows in order) and writes dx = residual + dLoss/dx (dx = dLoss/dx without a residual).
-// residual may be dx itself; d_out must not be.
+// residual may be dx itself; d_out must not be. An empty gradient View (a frozen parameter) is
+// left out, here and in every backward below.
 template <class T, class ParameterView, class GradientView>
 void layernorm_backward(const Matrix<T>& x, const fsdp::DeviceView<T>& mean,
                         const fsdp::DeviceView<T>& rstd, const ParameterView& weight,
@@ -259,18 +260,26 @@ void layernorm_backward(const Matrix<T>& x, const fsdp::DeviceView<T>& mean,
                         std::int64_t rows) {
   const auto columns = static_cast<std::int64_t>(x.extent(1));
   const fsdp::ExecutionSpace space;
-  Kokkos::parallel_for(
-      "fsdp_models::gpt_layernorm_parameters", fsdp::device_range(space, 0, columns),
-      KOKKOS_LAMBDA(const std::size_t i) {
-        T gw = T(0);
-        T gb = T(0);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          gw += d_out(r, i) * (x(r, i) - mean(r)) * rstd(r);
-          gb += d_out(r, i);
-        }
-        weight_grad(i) += gw;
-        bias_grad(i) += gb;
-      });
+  const bool weight_trains = weight_grad.size() > 0;
+  const bool bias_trains = bias_grad.size() > 0;
+  if (weight_trains || bias_trains) {
+    Kokkos::parallel_for(
+        "fsdp_models::gpt_layernorm_parameters", fsdp::device_range(space, 0, columns),
+        KOKKOS_LAMBDA(const std::size_t i) {
+          T gw = T(0);
+          T gb = T(0);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            gw += d_out(r, i) * (x(r, i) - mean(r)) * rstd(r);
+            gb += d_out(r, i);
+          }
+          if (weight_trains) {
+            weight_grad(i) += gw;
+          }
+          if (bias_trains) {
+            bias_grad(i) += gb;
+          }
+        });
+  }
   const bool add = residual != nullptr;
   const Matrix<T> base = add ? *residual : Matrix<T>();
   Kokkos::parallel_for(
@@ -323,17 +332,21 @@ void linear_backward(const Matrix<T>& in, const ParameterView& weight,
                      const Matrix<T>& delta, const Matrix<T>& d_in, std::int64_t rows) {
   const auto inputs = static_cast<std::int64_t>(in.extent(1));
   const auto outputs = static_cast<std::int64_t>(delta.extent(1));
-  gemm(Op::transpose, Op::none, T(1), leading_rows(delta, rows), leading_rows(in, rows), T(1),
-       as_matrix(weight_grad, outputs, inputs));
-  Kokkos::parallel_for(
-      "fsdp_models::gpt_linear_bias_grad", fsdp::device_range(fsdp::ExecutionSpace(), 0, outputs),
-      KOKKOS_LAMBDA(const std::size_t o) {
-        T sum = T(0);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          sum += delta(r, o);
-        }
-        bias_grad(o) += sum;
-      });
+  if (weight_grad.size() > 0) {
+    gemm(Op::transpose, Op::none, T(1), leading_rows(delta, rows), leading_rows(in, rows), T(1),
+         as_matrix(weight_grad, outputs, inputs));
+  }
+  if (bias_grad.size() > 0) {
+    Kokkos::parallel_for(
+        "fsdp_models::gpt_linear_bias_grad", fsdp::device_range(fsdp::ExecutionSpace(), 0, outputs),
+        KOKKOS_LAMBDA(const std::size_t o) {
+          T sum = T(0);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            sum += delta(r, o);
+          }
+          bias_grad(o) += sum;
+        });
+  }
   gemm(Op::none, Op::none, T(1), leading_rows(delta, rows), as_matrix(weight, outputs, inputs),
        T(0), leading_rows(d_in, rows));
 }
@@ -496,24 +509,28 @@ void embed_backward(const GptShape& shape, const Grads& grads, const Labels& tok
   const auto wpe_grad = gpt_detail::parameter<Grads, T>(grads, "wpe.weight");
   const std::int64_t c = shape.hidden;
   const fsdp::ExecutionSpace space;
-  Kokkos::parallel_for(
-      "fsdp_models::gpt_embed_backward_wte", fsdp::device_range(space, 0, c),
-      KOKKOS_LAMBDA(const std::size_t i) {
-        for (std::int64_t r = 0; r < batch * t; ++r) {
-          wte_grad(static_cast<std::size_t>(tokens(r) * c) + i) += dx(r, i);
-        }
-      });
-  Kokkos::parallel_for(
-      "fsdp_models::gpt_embed_backward_wpe", fsdp::device_range(space, 0, t * c),
-      KOKKOS_LAMBDA(const std::size_t e) {
-        const std::int64_t position = static_cast<std::int64_t>(e) / c;
-        const std::int64_t i = static_cast<std::int64_t>(e) % c;
-        T sum = T(0);
-        for (std::int64_t b = 0; b < batch; ++b) {
-          sum += dx(b * t + position, i);
-        }
-        wpe_grad(e) += sum;
-      });
+  if (wte_grad.size() > 0) {
+    Kokkos::parallel_for(
+        "fsdp_models::gpt_embed_backward_wte", fsdp::device_range(space, 0, c),
+        KOKKOS_LAMBDA(const std::size_t i) {
+          for (std::int64_t r = 0; r < batch * t; ++r) {
+            wte_grad(static_cast<std::size_t>(tokens(r) * c) + i) += dx(r, i);
+          }
+        });
+  }
+  if (wpe_grad.size() > 0) {
+    Kokkos::parallel_for(
+        "fsdp_models::gpt_embed_backward_wpe", fsdp::device_range(space, 0, t * c),
+        KOKKOS_LAMBDA(const std::size_t e) {
+          const std::int64_t position = static_cast<std::int64_t>(e) / c;
+          const std::int64_t i = static_cast<std::int64_t>(e) % c;
+          T sum = T(0);
+          for (std::int64_t b = 0; b < batch; ++b) {
+            sum += dx(b * t + position, i);
+          }
+          wpe_grad(e) += sum;
+        });
+  }
   space.fence();
 }
 
@@ -661,8 +678,10 @@ void head_backward(const GptShape& shape, const Params& params, const Grads& gra
   const std::int64_t rows = batch * t;
   gemm(Op::none, Op::none, T(1), leading_rows(d_logits, rows),
        as_matrix(wte, shape.vocab, shape.hidden), T(0), leading_rows(work.d_hidden, rows));
-  gemm(Op::transpose, Op::none, T(1), leading_rows(d_logits, rows), leading_rows(cache.ln, rows),
-       T(1), as_matrix(wte_grad, shape.vocab, shape.hidden));
+  if (wte_grad.size() > 0) {
+    gemm(Op::transpose, Op::none, T(1), leading_rows(d_logits, rows), leading_rows(cache.ln, rows),
+         T(1), as_matrix(wte_grad, shape.vocab, shape.hidden));
+  }
   gpt_detail::layernorm_backward(x, cache.mean, cache.rstd,
                                  gpt_detail::parameter<Params, T>(params, "ln_f.weight"),
                                  gpt_detail::parameter<Grads, T>(grads, "ln_f.weight"),

@@ -62,7 +62,7 @@ class GptPasses {
     {
       auto scope = runtime.backward(Shape::head_unit());
       head_backward(shape_, full(scope), grad(scope), scope.full("wte.weight"),
-                    scope.grad("wte.weight"), stream_.back(), head_cache_, work_, d_logits_, dx_,
+                    grad(scope)("wte.weight"), stream_.back(), head_cache_, work_, d_logits_, dx_,
                     samples, t);
       scope.close();
     }
@@ -121,9 +121,12 @@ class GptPasses {
   static auto full(Scope& scope) {
     return [&scope](const std::string& name) { return scope.full(name); };
   }
+  // A frozen parameter's gradient is an empty View, which the kernels leave out.
   template <class Scope>
   static auto grad(Scope& scope) {
-    return [&scope](const std::string& name) { return scope.grad(name); };
+    return [&scope](const std::string& name) {
+      return scope.trainable(name) ? scope.grad(name) : decltype(scope.grad(name))();
+    };
   }
   bool checkpointing() const { return caches_.size() == 1 && shape_.layers > 1; }
   GptBlockCache<T>& cache(std::int64_t layer) {

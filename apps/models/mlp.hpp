@@ -88,7 +88,8 @@ void layer_forward(const ParameterView& weight, const ParameterView& bias, const
 
 // delta = dLoss / d(layer output before its activation), [rows, outputs]. Adds
 // weight_grad += delta^T * in (one GEMM) and bias_grad[o] += sum_r delta[r, o] (one kernel
-// thread per output, summing over rows in order). When delta_in is given, writes
+// thread per output, summing over rows in order); an empty gradient View (a frozen parameter)
+// is left out. When delta_in is given, writes
 // delta_in = delta * weight (one GEMM), masked by the ReLU that produced `in` (in[r, i] > 0):
 // the previous layer's delta.
 template <class T, class ParameterView, class GradientView>
@@ -100,17 +101,21 @@ void layer_backward(const ParameterView& weight, const GradientView& weight_grad
   const auto inputs = static_cast<std::int64_t>(in.extent(1));
   const auto outputs = static_cast<std::int64_t>(delta.extent(1));
   const fsdp::ExecutionSpace space;
-  gemm(Op::transpose, Op::none, T(1), leading_rows(delta, rows), leading_rows(in, rows), T(1),
-       as_matrix(weight_grad, outputs, inputs));
-  Kokkos::parallel_for(
-      "fsdp_models::layer_backward_bias", fsdp::device_range(space, 0, outputs),
-      KOKKOS_LAMBDA(const std::size_t o) {
-        T gb = T(0);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          gb += delta(r, o);
-        }
-        bias_grad(o) += gb;
-      });
+  if (weight_grad.size() > 0) {  // empty: a frozen weight, whose gradient nobody needs
+    gemm(Op::transpose, Op::none, T(1), leading_rows(delta, rows), leading_rows(in, rows), T(1),
+         as_matrix(weight_grad, outputs, inputs));
+  }
+  if (bias_grad.size() > 0) {
+    Kokkos::parallel_for(
+        "fsdp_models::layer_backward_bias", fsdp::device_range(space, 0, outputs),
+        KOKKOS_LAMBDA(const std::size_t o) {
+          T gb = T(0);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            gb += delta(r, o);
+          }
+          bias_grad(o) += gb;
+        });
+  }
   if (delta_in != nullptr) {
     const Matrix<T> previous = *delta_in;
     gemm(Op::none, Op::none, T(1), leading_rows(delta, rows), as_matrix(weight, outputs, inputs),

@@ -542,6 +542,14 @@ typename ShardedParameter<T>::View Runtime<T>::Scope::grad(const std::string& pa
 }
 
 template <class T>
+bool Runtime<T>::Scope::trainable(const std::string& parameter) {
+  if (ShardedParameter<T>* own = unit_->find_parameter(parameter)) {
+    return own->trainable();
+  }
+  return runtime_->open_parameter(parameter, false).trainable();
+}
+
+template <class T>
 void Runtime<T>::Scope::close() {
   if (runtime_ == nullptr) {
     return;

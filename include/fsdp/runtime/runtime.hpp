@@ -76,6 +76,9 @@ class Runtime {
     // The whole parameter (read) and, in a backward scope, its full gradient (+=).
     typename ShardedParameter<T>::View full(const std::string& parameter);
     typename ShardedParameter<T>::View grad(const std::string& parameter);
+    // False for a frozen parameter (ParameterInfo::trainable), which has no gradient: a backward
+    // leaves it out (and may skip computing it). Errors as full's.
+    bool trainable(const std::string& parameter);
     void close();
 
    private:
