@@ -117,25 +117,29 @@ fsdp::LrSchedule lr_schedule(const TrainOptions& o, const Split& data) {
 
 // ---- one training step: the scopes are where units are gathered, released and reduce-scattered
 
-// Forward, loss, backward, (clip), optimizer step on the samples `indices` of data. The gradient
-// is the mean over this process's positions; averaged over the ranks by the reduce-scatter, it
-// is the global batch's mean when every rank has as many samples. With micro_batches > 1
-// (--grad-accumulation) the samples go through forward and backward in that many parts of
-// nearly equal size (fewer when there are fewer samples), each loss weighted by its share of the
-// samples, and the gradients of all but the last part wait unreduced
-// (Runtime::set_requires_gradient_sync): the step's gradient is the same mean, reduced once. With a
-// loss scaler (fp16), the loss gradient is scaled before the backward pass and a step whose
-// gradients overflowed on any rank is skipped on every rank.
+// Forward, loss, backward, (clip), optimizer step on this process's samples `indices` of a
+// global batch of `batch_samples` over `ranks` ranks. Each rank's gradient is the mean over its
+// positions weighted by its share of the global batch, rows * ranks / batch_samples (1 when every
+// rank has as many samples; a short last batch of an epoch gives some ranks one sample less, or
+// none): averaged over the ranks by the reduce-scatter, it is the global batch's mean. With
+// micro_batches > 1 (--grad-accumulation) the samples go through forward and backward in that
+// many parts of nearly equal size (fewer when the fullest rank has fewer samples; every rank runs
+// as many, some perhaps empty), each loss weighted by its share, and the gradients of all but the
+// last part wait unreduced (Runtime::set_requires_gradient_sync): the step's gradient is the same
+// mean, reduced once. With a loss scaler (fp16), the loss gradient is scaled before the backward
+// pass and a step whose gradients overflowed on any rank is skipped on every rank.
 template <class T>
 LossSums train_step(fsdp::ShardedModel<T>& model, fsdp::Runtime<T>& runtime, Batch<T>& batch,
                     const Dataset& data, const std::vector<std::int64_t>& indices,
-                    int micro_batches, fsdp::Optimizer<T>& optimizer,
-                    const fsdp::LrSchedule& schedule, double clip, fsdp::LossScaler* scaler) {
+                    std::int64_t batch_samples, int ranks, int micro_batches,
+                    fsdp::Optimizer<T>& optimizer, const fsdp::LrSchedule& schedule, double clip,
+                    fsdp::LossScaler* scaler) {
   const auto rows = static_cast<std::int64_t>(indices.size());
-  // No empty part (a short last step of an epoch): every rank has as many rows in a step (the
-  // strided sampler), so every rank runs as many parts.
+  // Every rank runs as many parts: the fullest rank's rows (the first rank's, in the strided
+  // order of a global batch) decide, and no part is empty there.
+  const std::int64_t fullest = fsdp::ceil_div(batch_samples, std::int64_t{ranks});
   const auto parts =
-      static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(micro_batches, rows)));
+      static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(micro_batches, fullest)));
   LossSums sums;
   std::vector<std::int64_t> part;
   for (int m = 0; m < parts; ++m) {
@@ -146,8 +150,11 @@ LossSums train_step(fsdp::ShardedModel<T>& model, fsdp::Runtime<T>& runtime, Bat
     if (micro_batches > 1) {
       runtime.set_requires_gradient_sync(m + 1 == parts);
     }
-    const double share =
-        rows > 0 ? static_cast<double>(end - first) / static_cast<double>(rows) : 0;
+    // One rounding of the exact share: bit for bit the old (end - first) / rows when every rank
+    // has batch_samples / ranks rows.
+    const double share = batch_samples > 0 ? static_cast<double>((end - first) * ranks) /
+                                                 static_cast<double>(batch_samples)
+                                           : 0;
     const LossSums part_sums =
         batch.train(runtime, end - first, (scaler != nullptr ? scaler->scale() : 1.0) * share);
     runtime.finish_step();
@@ -187,26 +194,27 @@ fsdp::Runtime<T> make_runtime(fsdp::ShardedModel<T>& model, const TrainedModel<T
 
 // One sampler per rank whose samples this process trains on: its own (sharded run), or every
 // rank's (the unsharded reference of --check, whose step s takes the union of the ranks' local
-// batches of step s, in rank order).
+// batches of step s, in rank order). The samplers cut each epoch into global batches of
+// --batch-size (SamplerOptions::batch_size), so the batches are the same at every rank count.
 class Schedule {
  public:
-  Schedule(std::vector<fsdp::DistributedSampler> samplers, std::int64_t local_batch)
-      : samplers_(std::move(samplers)), local_batch_(local_batch) {}
+  explicit Schedule(std::vector<fsdp::DistributedSampler> samplers)
+      : samplers_(std::move(samplers)) {}
   void set_epoch(std::int64_t epoch) {
     for (auto& sampler : samplers_) {
       sampler.set_epoch(epoch);
     }
   }
-  // The strided partition gives every rank the same length(): all ranks run as many steps, and
-  // the last (possibly short) step has as many samples on every rank.
-  std::int64_t steps() const { return fsdp::ceil_div(samplers_[0].length(), local_batch_); }
+  // The same on every rank: the global batches left in the epoch.
+  std::int64_t steps() const { return samplers_[0].steps(); }
+  // The global batch's samples in step `step` (every rank's together): --batch-size but in a
+  // short last step of an epoch.
+  std::int64_t samples(std::int64_t step) const { return samplers_[0].step(step).samples; }
   // Where the sampler stands once steps [0, step] of this epoch are done: at the epoch's end, the
   // start of the next epoch (so a resumed run does not enter an epoch with nothing left in it).
   fsdp::SamplerState state_after_step(std::int64_t step) const {
-    const fsdp::DistributedSampler& sampler = samplers_[0];
-    const std::int64_t taken = std::min((step + 1) * local_batch_, sampler.length());
-    fsdp::SamplerState state = sampler.state_after(taken);
-    if (taken == sampler.length()) {
+    fsdp::SamplerState state = samplers_[0].state_after_steps(step + 1);
+    if (step + 1 == steps()) {
       state.epoch += 1;
       state.samples_consumed = 0;
     }
@@ -215,8 +223,8 @@ class Schedule {
   void indices(std::int64_t step, std::vector<std::int64_t>& out) const {
     out.clear();
     for (const auto& sampler : samplers_) {
-      const std::int64_t end = std::min((step + 1) * local_batch_, sampler.length());
-      for (std::int64_t i = step * local_batch_; i < end; ++i) {
+      const fsdp::SamplerStep mine = sampler.step(step);
+      for (std::int64_t i = mine.begin; i < mine.end; ++i) {
         out.push_back(sampler.index(i));
       }
     }
@@ -224,7 +232,6 @@ class Schedule {
 
  private:
   std::vector<fsdp::DistributedSampler> samplers_;
-  std::int64_t local_batch_;
 };
 
 // Every parameter whole, on every rank. Collective.
@@ -355,6 +362,7 @@ class Run {
     fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
     fsdp::SamplerOptions sampler_options;
     sampler_options.seed = o_.seed;
+    sampler_options.batch_size = o_.batch_size;
     fsdp::DistributedSampler sampler(group_, data_.train.samples, sampler_options);
 
     std::optional<fsdp::CheckpointDirectory> checkpoints;
@@ -379,7 +387,7 @@ class Run {
     }
     seed_ = sampler.seed();
     std::vector<fsdp::DistributedSampler> mine{sampler};
-    Schedule schedule(std::move(mine), local_batch_);
+    Schedule schedule(std::move(mine));
     const std::unique_ptr<Batch<T>> batch =
         trained_->make_batch(std::max(micro_rows(), std::min(eval_chunk_, eval_rows_)));
 
@@ -404,7 +412,7 @@ class Run {
 
     Trained trained;
     double train_seconds = 0;
-    double trained_samples = 0;  // all ranks, padding of the sampler included
+    double trained_samples = 0;  // all ranks
     bool stopped = false, out_of_time = false;
     StopClock clock(group_, o_.time_budget, start);
     ProgressBar progress(rank_ == 0 && !o_.json);
@@ -445,9 +453,9 @@ class Run {
       for (std::int64_t step = 0; step < schedule.steps(); ++step) {
         schedule.indices(step, indices);
         const auto rows = static_cast<std::int64_t>(indices.size());
-        const LossSums step_sums =
-            train_step(model, runtime, *batch, data_.train, indices, o_.grad_accumulation,
-                       optimizer, lr_schedule_, o_.clip, scaler ? &*scaler : nullptr);
+        const LossSums step_sums = train_step(
+            model, runtime, *batch, data_.train, indices, schedule.samples(step), ranks_,
+            o_.grad_accumulation, optimizer, lr_schedule_, o_.clip, scaler ? &*scaler : nullptr);
         ++step_count;
         progress.step(step + 1);
         // The step's loss over every rank: a non-finite one ends the run on every rank alike.
@@ -754,11 +762,12 @@ class Run {
       fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
       fsdp::SamplerOptions sampler_options;
       sampler_options.seed = seed_;
+      sampler_options.batch_size = o_.batch_size;
       std::vector<fsdp::DistributedSampler> every_rank;
       for (int r = 0; r < ranks_; ++r) {
         every_rank.emplace_back(data_.train.samples, ranks_, r, sampler_options);
       }
-      Schedule schedule(std::move(every_rank), local_batch_);
+      Schedule schedule(std::move(every_rank));
       const std::unique_ptr<Batch<T>> batch = trained_->make_batch(step_rows_ * ranks_);
       std::vector<std::int64_t> indices;
       LossSums last_epoch;
@@ -772,7 +781,7 @@ class Run {
           const auto rows = static_cast<std::int64_t>(indices.size());
           // The whole global batch at once: what --grad-accumulation must equal.
           last_epoch.loss += train_step(reference, reference_runtime, *batch, data_.train, indices,
-                                        1, optimizer, lr_schedule_, o_.clip, nullptr)
+                                        rows, 1, 1, optimizer, lr_schedule_, o_.clip, nullptr)
                                  .loss;
           last_epoch_samples += static_cast<double>(rows * positions_);
         }

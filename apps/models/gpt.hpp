@@ -199,11 +199,13 @@ inline constexpr T kLayerNormEpsilon = T(1e-5);
 
 inline void check_batch(const GptShape& shape, std::int64_t capacity, std::int64_t batch,
                         std::int64_t t, const char* where) {
-  if (batch < 1 || t < 1 || t > shape.seq || batch * t > capacity) {
+  // An empty batch is valid: a rank without samples in a short last global batch still runs the
+  // passes (their collectives need every rank), and contributes zero gradients.
+  if (batch < 0 || t < 1 || t > shape.seq || batch * t > capacity) {
     throw fsdp::Error(std::string(where) + ": a batch of " + std::to_string(batch) +
-                      " sequences of " + std::to_string(t) + " tokens needs 1 <= t <= seq (" +
-                      std::to_string(shape.seq) + ") and batch * t <= the buffers' rows (" +
-                      std::to_string(capacity) + ")");
+                      " sequences of " + std::to_string(t) +
+                      " tokens needs batch >= 0, 1 <= t <= seq (" + std::to_string(shape.seq) +
+                      ") and batch * t <= the buffers' rows (" + std::to_string(capacity) + ")");
   }
 }
 

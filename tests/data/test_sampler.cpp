@@ -447,6 +447,168 @@ BOOST_AUTO_TEST_CASE(strided_resume_at_another_world_size_continues_the_global_o
   }
 }
 
+// With a batch_size the epoch is cut into global batches: batch s is positions
+// [s * B, (s + 1) * B) of the epoch's order, short at the end (dropped with drop_last), never
+// padded, and rank r takes positions s * B + r + j * N of it. The batches are the same at every
+// world size.
+namespace {
+
+// Step s of every rank put back into global positions: out[p - s * B] = the index at position p.
+Indices global_batch_of(const std::vector<DistributedSampler>& ranks, std::int64_t s) {
+  const auto replicas = static_cast<std::int64_t>(ranks.size());
+  const SamplerStep first = ranks[0].step(s);
+  Indices out(static_cast<std::size_t>(first.samples), -1);
+  for (std::int64_t r = 0; r < replicas; ++r) {
+    const SamplerStep mine = ranks[static_cast<std::size_t>(r)].step(s);
+    BOOST_REQUIRE(mine.samples == first.samples);  // every rank knows the global batch
+    for (std::int64_t i = mine.begin; i < mine.end; ++i) {
+      const std::int64_t at = r + (i - mine.begin) * replicas;
+      BOOST_REQUIRE(at < first.samples);
+      out[static_cast<std::size_t>(at)] = ranks[static_cast<std::size_t>(r)].index(i);
+    }
+  }
+  BOOST_REQUIRE(std::count(out.begin(), out.end(), -1) == 0);  // no hole
+  return out;
+}
+
+std::vector<DistributedSampler> batched_ranks(std::int64_t n, int replicas,
+                                              const SamplerOptions& options, std::int64_t epoch) {
+  std::vector<DistributedSampler> out;
+  for (int r = 0; r < replicas; ++r) {
+    out.emplace_back(n, replicas, r, options);
+    out.back().set_epoch(epoch);
+  }
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(global_batches_do_not_depend_on_the_replicas,
+                     *boost::unit_test::precondition(one_process_job)) {
+  for (bool drop_last : {false, true}) {
+    for (std::int64_t n : {1, 7, 12, 13, 101, 250}) {
+      for (std::int64_t batch : {12, 120}) {
+        SamplerOptions options = options_with(Partition::strided, true, drop_last, 11);
+        options.batch_size = batch;
+        const Indices order = all_ranks(n, 1, options_with(Partition::strided, true, false, 11),
+                                        2)[0];  // the epoch's order
+        const std::int64_t end = drop_last ? n / batch * batch : n;
+        for (int replicas : {1, 2, 3, 4, 6, 12}) {
+          const auto ranks = batched_ranks(n, replicas, options, 2);
+          BOOST_REQUIRE(ranks[0].steps() == (end + batch - 1) / batch);
+          std::vector<std::int64_t> counts(static_cast<std::size_t>(n));
+          std::int64_t length = 0;
+          for (const auto& rank : ranks) {
+            BOOST_REQUIRE(rank.steps() == ranks[0].steps());
+            length += rank.length();
+          }
+          BOOST_REQUIRE(length == end);  // nothing padded
+          for (std::int64_t s = 0; s < ranks[0].steps(); ++s) {
+            const Indices global = global_batch_of(ranks, s);
+            BOOST_REQUIRE(static_cast<std::int64_t>(global.size()) ==
+                          std::min(batch, end - s * batch));
+            for (std::size_t k = 0; k < global.size(); ++k) {
+              BOOST_REQUIRE(global[k] == order[static_cast<std::size_t>(s * batch) + k]);
+              ++counts[static_cast<std::size_t>(global[k])];
+            }
+          }
+          // Every sample of the epoch once (drop_last: the last partial batch's never).
+          for (std::int64_t p = 0; p < n; ++p) {
+            BOOST_REQUIRE(counts[static_cast<std::size_t>(order[p])] == (p < end ? 1 : 0));
+          }
+        }
+      }
+    }
+  }
+  // The seed of this change: 6554 samples in batches of 120 end with a batch of 74, which the
+  // unbatched sampler made 76 on 4 ranks (2 repeats) and 75 on 3.
+  SamplerOptions options;
+  options.batch_size = 120;
+  for (int replicas : {3, 4}) {
+    DistributedSampler sampler(6554, replicas, 0, options);
+    BOOST_TEST(sampler.steps() == 55);
+    BOOST_TEST(sampler.step(54).samples == 74);
+    BOOST_TEST(sampler.step(53).samples == 120);
+    BOOST_TEST(sampler.step(54).end - sampler.step(54).begin == (replicas == 4 ? 19 : 25));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(global_batches_resume_at_another_world_size,
+                     *boost::unit_test::precondition(one_process_job)) {
+  for (bool drop_last : {false, true}) {
+    SamplerOptions options = options_with(Partition::strided, true, drop_last, 5);
+    options.batch_size = 12;
+    for (std::int64_t n : {13, 101, 250}) {
+      const auto whole = batched_ranks(n, 1, options, 3);
+      for (int before : {1, 2, 3, 4, 6}) {
+        const auto first = batched_ranks(n, before, options, 3);
+        const std::int64_t taken = first[0].steps() / 2;
+        const SamplerState state = first[0].state_after_steps(taken);
+        for (const auto& rank : first) {
+          BOOST_REQUIRE(rank.state_after_steps(taken) == state);  // every rank writes the same
+        }
+        BOOST_REQUIRE(state.samples_consumed == taken * 12);
+        for (int after : {1, 2, 3, 4, 6, 12}) {
+          std::vector<DistributedSampler> second;
+          for (int r = 0; r < after; ++r) {
+            SamplerOptions other_seed = options;
+            other_seed.seed = 1;  // the state's seed wins
+            second.emplace_back(n, after, r, other_seed);
+            second.back().restore(state);
+            second.back().set_epoch(3);  // keeps the restored position
+          }
+          BOOST_REQUIRE(second[0].steps() == whole[0].steps() - taken);
+          for (std::int64_t s = 0; s < second[0].steps(); ++s) {
+            BOOST_REQUIRE(global_batch_of(second, s) == global_batch_of(whole, taken + s));
+          }
+          // Both end where the epoch ends (only the recorded world size differs).
+          SamplerState end = whole[0].state_after_steps(whole[0].steps());
+          end.replicas = after;
+          BOOST_REQUIRE(second[0].state_after_steps(second[0].steps()) == end);
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(global_batch_errors_say_what_is_wrong) {
+  SamplerOptions options;
+  options.batch_size = 10;
+  BOOST_CHECK_EXCEPTION(DistributedSampler(100, 4, 0, options), Error,
+                        message_has({"batch_size 10 cannot be split evenly over 4 replicas",
+                                     "give a multiple of 4"}));
+  options.batch_size = -1;
+  BOOST_CHECK_EXCEPTION(DistributedSampler(100, 4, 0, options), Error,
+                        message_has({"batch_size must be >= 0", "got -1"}));
+  options.batch_size = 8;
+  options.partition = Partition::contiguous;
+  BOOST_CHECK_EXCEPTION(DistributedSampler(100, 4, 0, options), Error,
+                        message_has({"batch_size 8 needs the strided partition"}));
+  options.partition = Partition::strided;
+  DistributedSampler sampler(100, 4, 0, options);  // 13 steps, the last of 4 samples
+  BOOST_TEST(sampler.steps() == 13);
+  BOOST_TEST(sampler.global_batch() == 8);
+  BOOST_TEST(DistributedSampler(100, 4, 0).global_batch() == 4);  // one sample per rank
+  BOOST_CHECK_EXCEPTION(sampler.step(13), Error,
+                        message_has({"step 13 is out of range", "must be in [0, 13)"}));
+  BOOST_CHECK_EXCEPTION(sampler.state_after_steps(14), Error,
+                        message_has({"state_after_steps(14)", "[0, steps() = 13]"}));
+  // A position inside a global batch (another batch size wrote it) is refused, naming why.
+  SamplerState inside = sampler.state_after_steps(2);
+  inside.samples_consumed = 12;
+  BOOST_CHECK_EXCEPTION(sampler.restore(inside), Error,
+                        message_has({"not at a global batch boundary of batch_size 8",
+                                     "written with another batch size"}));
+  // A state of an unbatched sampler (a checkpoint written before batch_size existed) loads when
+  // it is at a batch boundary, or at or past the epoch's end (its padding).
+  DistributedSampler unbatched(100, 4, 0);
+  sampler.restore(unbatched.state_after(4));  // 16 samples: 2 global batches of 8
+  BOOST_TEST(sampler.steps() == 11);
+  sampler.restore(unbatched.state_after(unbatched.length()));
+  BOOST_TEST(sampler.steps() == 0);
+  BOOST_TEST(sampler.length() == 0);
+}
+
 BOOST_AUTO_TEST_CASE(contiguous_resume_on_the_same_world_size) {
   const auto options = options_with(Partition::contiguous, true, false, 5);
   const std::int64_t n = 103;
@@ -539,6 +701,30 @@ BOOST_AUTO_TEST_CASE(ranks_agree_through_the_group) {
     sampler.restore(state);
     BOOST_TEST(sampler.length() == length - 1);
   }
+  // Global batches of 12 over 1001 samples: no padding, the last batch of 5 shared unevenly, and
+  // every rank agrees on the steps and each global batch's size.
+  SamplerOptions options;
+  options.batch_size = 12;
+  DistributedSampler sampler(group, 1001, options);
+  const std::int64_t facts[3] = {sampler.steps(), sampler.step(sampler.steps() - 1).samples,
+                                 sampler.state_after_steps(3).samples_consumed};
+  std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n_ranks));
+  group.all_gather(facts, all.data(), 3);
+  for (int r = 0; r < n_ranks; ++r) {
+    BOOST_TEST(all[3 * r] == 84);
+    BOOST_TEST(all[3 * r + 1] == 5);
+    BOOST_TEST(all[3 * r + 2] == 36);
+  }
+  const Indices mine = indices_of(sampler);
+  const std::int64_t length = sampler.length();
+  std::vector<std::int64_t> lengths(n_ranks);
+  group.all_gather(&length, lengths.data(), 1);
+  BOOST_TEST(std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0}) == 1001);
+  Indices everyone(1001);
+  group.all_gather_v(mine.data(), mine.size(), everyone.data(),
+                     std::vector<std::size_t>(lengths.begin(), lengths.end()));
+  const auto counts = counts_of({everyone}, 1001);
+  BOOST_TEST(std::all_of(counts.begin(), counts.end(), [](auto c) { return c == 1; }));
 }
 
 // set_epoch and restore agree like the constructor: ranks that pass different values all throw,

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """fsdp-train checkpoints, driven as a user would: runs under mpiexec, files read with h5py.
 
-  checkpoint_runs.py resume --mpiexec M --train T --dir D --first N --second K -- <train args>
+  checkpoint_runs.py resume --mpiexec M --train T --dir D --first N --second K [--also A ...]
+                            -- <train args>
       An uninterrupted run on N ranks; a run on N ranks stopped at --stop-after and resumed on K
       ranks. The final checkpoints must hold the same tensors: bit for bit when N == K, within
-      fp64 round-off (relative 1e-12 of each tensor's largest value) otherwise.
+      fp64 round-off (relative 1e-12 of each tensor's largest value) otherwise. With --also,
+      uninterrupted runs on each A ranks too, each within round-off of the one on N.
 
   checkpoint_runs.py crash --mpiexec M --train T --dir D --ranks N -- <train args>
       A run stopped with a checkpoint; a resumed run whose rank 1 aborts in the middle of writing
@@ -109,6 +111,10 @@ def resume(args):
                  (stopped, f.attrs["step"], f.attrs["world_size"], args.stop_after, args.first))
     run(args, args.second, ["--checkpoint-dir", chain, "--resume"])
     compare(latest(whole), latest(chain), exact=args.first == args.second)
+    for ranks in args.also:
+        other = os.path.join(args.dir, "whole-%d" % ranks)
+        run(args, ranks, ["--checkpoint-dir", other])
+        compare(latest(whole), latest(other), exact=ranks == args.first)
 
 
 def crash(args):
@@ -422,6 +428,8 @@ def main():
     parser.add_argument("--dir", required=True)
     parser.add_argument("--first", type=int, default=4)
     parser.add_argument("--second", type=int, default=4)
+    parser.add_argument("--also", type=int, nargs="*", default=[],
+                        help="for resume: uninterrupted runs on these rank counts too")
     parser.add_argument("--ranks", type=int, default=3)
     parser.add_argument("--stop-after", type=int, default=7)
     argv = sys.argv[1:]

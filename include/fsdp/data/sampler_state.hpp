@@ -18,7 +18,9 @@ namespace fsdp {
 struct SamplerState {
   std::uint64_t seed = 0;
   std::int64_t epoch = 0;
-  std::int64_t samples_consumed = 0;  // global positions of this epoch already taken
+  // Global positions of this epoch already taken; with SamplerOptions::batch_size a multiple of
+  // it (or the epoch's end), so that a restore continues with whole global batches.
+  std::int64_t samples_consumed = 0;
   std::int64_t dataset_size = 0;
   std::int64_t replicas = 0;  // the world size that wrote the state
 
