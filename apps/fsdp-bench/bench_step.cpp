@@ -303,7 +303,10 @@ struct Trainer {
   // What this rank sent so far on the model's groups.
   StepBytes sent_so_far() const {
     const SentBytes in_group = sent_by(shard);
-    const std::int64_t to_replicas = replicas ? sent_by(*replicas).total() : 0;
+    // The units average their gradients over a split of the replica group of their own.
+    const ProcessGroup* averages = model->replica_reductions();
+    const std::int64_t to_replicas =
+        (replicas ? sent_by(*replicas).total() : 0) + (averages ? sent_by(*averages).total() : 0);
     // A runtime that checks ahead gathers over a split of the model's group, which counts apart.
     const ProcessGroup& gathers = runtime->gather_group();
     const std::int64_t split_gathers =

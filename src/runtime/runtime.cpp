@@ -28,6 +28,7 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
   }
   configuration.flag("prefetch", options_.prefetch)
       .integer("max_gathered_units", options_.max_gathered_units)
+      .integer("max_reductions_in_flight", options_.max_reductions_in_flight)
       .text("keep_gathered_until_backward",
             join(std::vector<std::string>(options_.keep_gathered_until_backward.begin(),
                                           options_.keep_gathered_until_backward.end())));
@@ -39,6 +40,10 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
   require(options_.max_gathered_units >= 1,
           "RuntimeOptions::max_gathered_units must be >= 1, got " +
               std::to_string(options_.max_gathered_units));
+  require(options_.max_reductions_in_flight >= 0,
+          "RuntimeOptions::max_reductions_in_flight must be >= 0 (0: each reduction is waited "
+          "for when its backward scope closes), got " +
+              std::to_string(options_.max_reductions_in_flight));
   const std::vector<std::string>& names = model_.unit_names();
   for (std::size_t i = 0; i < order_.size(); ++i) {
     const std::string& name = order_[i];
@@ -195,6 +200,7 @@ void Runtime<T>::progress() {
       unit->test_gather();
     }
   }
+  model_.progress_reductions();
 }
 
 template <class T>
@@ -359,7 +365,18 @@ void Runtime<T>::end_backward(const std::string& unit) {
     if (gradient_sync_) {
       const ProfilingRegion region("fsdp::reduce_gradients", unit);
       const auto start = std::chrono::steady_clock::now();
-      units_[index]->reduce_scatter_grads();
+      const auto most = static_cast<std::size_t>(options_.max_reductions_in_flight);
+      while (most > 0 && model_.reductions_in_flight() >= most) {
+        model_.wait_oldest_reduction();
+      }
+      model_.reduce_scatter_grads_async(*units_[index]);
+      ++stats_.reductions;
+      if (most == 0) {
+        model_.wait_for_gradients();
+      }
+      stats_.most_reductions_in_flight =
+          std::max(stats_.most_reductions_in_flight,
+                   static_cast<std::int64_t>(model_.reductions_in_flight()));
       stats_.reduce_s += seconds_since(start);
     }
     progress();
@@ -384,6 +401,11 @@ void Runtime<T>::finish_step() {
   }
   losing_the_step_on_failure("finish_step", "", [&] {
     const ProfilingRegion region("fsdp::finish_step");
+    model_.progress_reductions();
+    stats_.incomplete_at_finish += static_cast<std::int64_t>(model_.reductions_incomplete());
+    const auto start = std::chrono::steady_clock::now();
+    model_.wait_for_gradients();  // before clipping and the optimizer read the pieces
+    stats_.reduce_s += seconds_since(start);
     for (ShardedUnit<T>* unit : units_) {
       if (unit->state() == UnitState::gathering) {
         unit->wait_gather();

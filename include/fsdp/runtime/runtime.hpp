@@ -1,8 +1,9 @@
 // Runtime: FSDP's hooks as scopes the user's code opens around each layer. A forward scope waits
 // for (or starts) its unit's gather and releases the unit when it closes; a backward scope gathers
-// again and reduce-scatters the gradients when it closes. While a unit computes, the gathers of
-// the next units in execution order are in flight (prefetch), within a limit on how many units
-// may be gathered at once.
+// again and starts the reduce-scatter of the gradients when it closes. While a unit computes, the
+// gathers of the next units in execution order are in flight (prefetch), within a limit on how
+// many units may be gathered at once, and so are the reductions of the units before it, within a
+// limit of their own; finish_step completes them.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,13 @@ struct RuntimeOptions {
   // At least 1; with 1 the next gather starts only once the current unit is released, so it
   // overlaps nothing.
   int max_gathered_units = 2;
+  // Gradient reductions in flight at once. Closing a backward scope starts the unit's reduction
+  // (reduce-scatter, hybrid sharding's replica all-reduce, any 16-bit cast) and returns; while K
+  // are in flight it first waits for the oldest. They complete at finish_step (or when the
+  // model's gradients are read: ShardedModel::wait_for_gradients). Each holds its unit's whole
+  // gradients and communication buffers until it completes. 0: closing a backward scope waits for
+  // its reduction, so gradient communication overlaps nothing.
+  int max_reductions_in_flight = 2;
   // Units that stay gathered from their forward scope until their backward scope, like PyTorch's
   // reshard_after_forward=False: no second gather, more memory. The last unit of the forward
   // order always stays gathered: its backward scope comes next.
@@ -46,8 +54,16 @@ struct RuntimeStats {
   std::int64_t gathers = 0;         // gathers started
   std::int64_t prefetched = 0;      // of those, started ahead of their scope
   std::int64_t ready_on_entry = 0;  // scopes whose unit was gathered when they opened
-  double wait_s = 0.0;    // time scopes spent waiting for their unit: communication not hidden
-  double reduce_s = 0.0;  // time end_backward spent reducing gradients (none of it is hidden)
+  double wait_s = 0.0;  // time scopes spent waiting for their unit: communication not hidden
+  // Time end_backward and finish_step spent starting gradient reductions and waiting for them:
+  // the gradient communication that was not hidden.
+  double reduce_s = 0.0;
+  std::int64_t reductions = 0;  // gradient reductions started
+  // The most reductions in flight at once (at most RuntimeOptions::max_reductions_in_flight;
+  // the same on every rank: a reduction counts until the runtime waits for it).
+  std::int64_t most_reductions_in_flight = 0;
+  // Reductions whose collectives had not completed when finish_step began (summed over steps).
+  std::int64_t incomplete_at_finish = 0;
 };
 
 template <class T>
