@@ -56,6 +56,11 @@ struct StepOptions {
   std::string collective_check = "on";
   // RuntimeOptions::max_gathered_units of every way: how far prefetching runs ahead.
   int max_gathered_units = RuntimeOptions{}.max_gathered_units;
+  // RuntimeOptions::max_reductions_in_flight of every way: 0 waits for each unit's gradient
+  // reduction when its backward scope closes.
+  int max_reductions_in_flight = RuntimeOptions{}.max_reductions_in_flight;
+  // CollectiveOptions::network, "BANDWIDTH,LATENCY"; empty: collectives complete when MPI's do.
+  std::string network;
 };
 
 // One way of training: a row of the table.
@@ -262,7 +267,7 @@ struct Trainer {
 
   // group: a counting group (counting_group) of every rank that trains this way.
   Trainer(Way how, ProcessGroup group, const BenchModel& bench, std::unique_ptr<Passes> passes_,
-          int max_gathered_units)
+          const StepOptions& step_options)
       : way(std::move(how)), shard(group), passes(std::move(passes_)) {
     ShardedModelOptions options;
     options.unit.mode = way.mode;
@@ -289,7 +294,8 @@ struct Trainer {
     }
     RuntimeOptions runtime_options;
     runtime_options.prefetch = way.prefetch;
-    runtime_options.max_gathered_units = max_gathered_units;
+    runtime_options.max_gathered_units = step_options.max_gathered_units;
+    runtime_options.max_reductions_in_flight = step_options.max_reductions_in_flight;
     runtime_options.tied_parameters = bench.tied;
     runtime = std::make_unique<Runtime<float>>(*model, bench.order, runtime_options);
     // lr 0: Adam does all its work but leaves the weights as they are, so that every step computes
@@ -447,6 +453,14 @@ void run(const StepOptions& options, const CommonOptions& common) {
   // model freed into the heap.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 #endif
+  DialledNetwork network;
+  if (!options.network.empty()) {
+    try {
+      network = parse_network(options.network);
+    } catch (const Error& error) {
+      throw CLI::ValidationError("--network", error.message());
+    }
+  }
   const BenchModel bench = bench_model(options);
   std::vector<Way> rows = ways(options, n);
 
@@ -469,11 +483,12 @@ void run(const StepOptions& options, const CommonOptions& common) {
       // 0, "--collective-check both" times every way against an unchecked twin of itself (A/A).
       CollectiveOptions collective_options = CollectiveOptions::from_environment();
       collective_options.check_arguments = collective_options.check_arguments && way.checked;
+      collective_options.network = network;
       rows[k].checked = collective_options.check_arguments;
       trainers[k] = std::make_unique<Trainer>(
           way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD, collective_options),
           bench, make_passes(options, way.one_rank ? options.local_batch * n : options.local_batch),
-          options.max_gathered_units);
+          options);
     } catch (const Error& error) {
       if (error.kind() != ErrorKind::usage) {
         throw;
@@ -557,7 +572,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
 
   // Per way, the largest over ranks of: memory (tracker and kernel), the runtime's statistics,
   // the bytes sent and the formula's; and on every rank whether they agree.
-  constexpr std::size_t kFigures = 21;
+  constexpr std::size_t kFigures = 23;
   std::vector<double> figures(kFigures * count, 0.0);
   std::vector<int> agree(2 * count, 1);  // sent == expected; every step sent the same
   for (std::size_t k = 0; k < count; ++k) {
@@ -592,6 +607,10 @@ void run(const StepOptions& options, const CommonOptions& common) {
     x[18] = t->scaler ? t->scaler->scale() : 0.0;
     x[19] = static_cast<double>(f.estimate.persistent_bytes() + f.working_set_bytes);
     x[20] = static_cast<double>(t->settling_skips);
+    // Per step: the time end_backward and finish_step waited for gradient reductions, and the
+    // reductions still in flight when finish_step began.
+    x[21] = t->runtime->stats().reduce_s / (options.steps + 2);
+    x[22] = static_cast<double>(t->runtime->stats().incomplete_at_finish) / (options.steps + 2);
     agree[2 * k] = sent.same_units_bytes(f.expected) ? 1 : 0;
     for (const StepBytes& s : t->sent) {
       agree[2 * k + 1] &= s == sent ? 1 : 0;
@@ -615,9 +634,18 @@ void run(const StepOptions& options, const CommonOptions& common) {
         fsdp_apps::count_of(n, "rank").c_str(), bench.description.c_str(),
         static_cast<long long>(options.local_batch),
         fsdp_apps::count_of(options.steps, "step").c_str(), rows[baseline].name.c_str());
-    std::printf("%-32s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s\n", "mode", "prec",
-                "step (ms)", "/no_shard", "1 rank/it", "peak MB", "/no_shard", "state MB",
-                "state form", "RSS+ MB", "sent MB", "formula MB", "sent/form", "exact", "wait ms");
+    if (network.on()) {
+      std::printf("dialled network (bytes per second, seconds per collective): %s\n",
+                  network.text().c_str());
+    }
+    std::printf(
+        "wait ms: scopes waiting for gathers; rwait ms: waiting for gradient reductions "
+        "(at most %d in flight); exp%%: both, of the step\n",
+        options.max_reductions_in_flight);
+    std::printf("%-32s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s %8s %5s\n", "mode",
+                "prec", "step (ms)", "/no_shard", "1 rank/it", "peak MB", "/no_shard", "state MB",
+                "state form", "RSS+ MB", "sent MB", "formula MB", "sent/form", "exact", "wait ms",
+                "rwait ms", "exp%");
   }
   for (std::size_t k = 0; k < count; ++k) {
     const Way& way = rows[k];
@@ -632,6 +660,8 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"formula_precision", name_of(way.precision())},
         {"prefetch", way.prefetch},
         {"max_gathered_units", options.max_gathered_units},
+        {"max_reductions_in_flight", options.max_reductions_in_flight},
+        {"network", network.on() ? nlohmann::json(network.text()) : nlohmann::json()},
         {"collective_check", way.checked},
         {"ranks", world},
         {"shard_group_size", way.shard_group_size},
@@ -650,6 +680,9 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"scopes_ready_on_entry", x[2]},
         {"scopes", x[3]},
         {"gather_wait_s_per_step", x[4]},
+        {"reduce_wait_s_per_step", x[21]},
+        {"exposed_communication_fraction", (x[4] + x[21]) / medians[k]},
+        {"reductions_incomplete_at_finish_per_step", x[22]},
         {"sent_bytes_per_step",
          {{"gather", bytes(x[5])},
           {"gradient", bytes(x[6])},
@@ -681,11 +714,12 @@ void run(const StepOptions& options, const CommonOptions& common) {
         std::snprintf(ratio, sizeof ratio, "%.3f", x[8] / x[13]);
       }
       std::printf(
-          "%-32s %4s %9.2f %9.3f %9.3f %8.2f %9.3f %8.2f %10.2f %8s %9.2f %10.2f %9s %5s %8.2f\n",
+          "%-32s %4s %9.2f %9.3f %9.3f %8.2f %9.3f %8.2f %10.2f %8s %9.2f %10.2f %9s %5s %8.2f "
+          "%8.2f %5.1f\n",
           way.name.c_str(), way.precision_name(), medians[k] * 1e3, medians[k] / medians[baseline],
           one_rank_s / medians[k], x[0] / 1e6, x[0] / base[0], x[1] / 1e6, x[15] / 1e6, added,
           x[8] / 1e6, x[13] / 1e6, ratio, agree[2 * k] == 1 && agree[2 * k + 1] == 1 ? "yes" : "no",
-          x[4] * 1e3);
+          x[4] * 1e3, x[21] * 1e3, 100 * (x[4] + x[21]) / medians[k]);
     });
   }
   if (group.rank() == 0 && !common.json) {
@@ -749,6 +783,16 @@ void add_step(CLI::App& app, const CommonOptions& common) {
                   "how far prefetching runs ahead")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
+  sub->add_option(
+         "--reductions-in-flight", options->max_reductions_in_flight,
+         "gradient reductions in flight at once (RuntimeOptions::max_reductions_in_flight): "
+         "0 waits for each when its backward scope closes")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  sub->add_option("--network", options->network,
+                  "a network to dial in, BANDWIDTH,LATENCY (bytes per second, seconds per "
+                  "collective; e.g. 25e9,5e-6): every collective completes no earlier than such a "
+                  "link would deliver it (CollectiveOptions::network, docs/collectives.md)");
   sub->add_option("--shard-group-size", options->shard_group_size,
                   "also every mode hybrid-sharded: shard within groups of G consecutive ranks, "
                   "ranks / G replicas (0 or the number of ranks: not)")

@@ -364,20 +364,26 @@ void Runtime<T>::end_backward(const std::string& unit) {
     prefetch();
     if (gradient_sync_) {
       const ProfilingRegion region("fsdp::reduce_gradients", unit);
-      const auto start = std::chrono::steady_clock::now();
       const auto most = static_cast<std::size_t>(options_.max_reductions_in_flight);
-      while (most > 0 && model_.reductions_in_flight() >= most) {
-        model_.wait_oldest_reduction();
-      }
+      // Only the waits count in reduce_s: starting (copies, casts) is compute.
+      const auto waiting = [&](auto&& wait) {
+        const auto start = std::chrono::steady_clock::now();
+        wait();
+        stats_.reduce_s += seconds_since(start);
+      };
+      waiting([&] {
+        while (most > 0 && model_.reductions_in_flight() >= most) {
+          model_.wait_oldest_reduction();
+        }
+      });
       model_.reduce_scatter_grads_async(*units_[index]);
       ++stats_.reductions;
       if (most == 0) {
-        model_.wait_for_gradients();
+        waiting([&] { model_.wait_for_gradients(); });
       }
       stats_.most_reductions_in_flight =
           std::max(stats_.most_reductions_in_flight,
                    static_cast<std::int64_t>(model_.reductions_in_flight()));
-      stats_.reduce_s += seconds_since(start);
     }
     progress();
   });

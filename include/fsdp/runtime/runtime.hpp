@@ -55,8 +55,9 @@ struct RuntimeStats {
   std::int64_t prefetched = 0;      // of those, started ahead of their scope
   std::int64_t ready_on_entry = 0;  // scopes whose unit was gathered when they opened
   double wait_s = 0.0;  // time scopes spent waiting for their unit: communication not hidden
-  // Time end_backward and finish_step spent starting gradient reductions and waiting for them:
-  // the gradient communication that was not hidden.
+  // Time end_backward and finish_step spent waiting for gradient reductions (not starting them:
+  // the copies and casts before the collectives are compute): the gradient communication that
+  // was not hidden.
   double reduce_s = 0.0;
   std::int64_t reductions = 0;  // gradient reductions started
   // The most reductions in flight at once (at most RuntimeOptions::max_reductions_in_flight;
