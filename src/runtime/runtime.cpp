@@ -8,6 +8,20 @@
 #include "fsdp/core/text.hpp"
 
 namespace fsdp {
+
+RuntimeStats RuntimeStats::since(const RuntimeStats& before) const {
+  RuntimeStats d = *this;
+  d.scopes -= before.scopes;
+  d.gathers -= before.gathers;
+  d.prefetched -= before.prefetched;
+  d.ready_on_entry -= before.ready_on_entry;
+  d.wait_s -= before.wait_s;
+  d.reduce_s -= before.reduce_s;
+  d.reductions -= before.reductions;
+  d.incomplete_at_finish -= before.incomplete_at_finish;
+  return d;
+}
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -28,6 +42,7 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
   }
   configuration.flag("prefetch", options_.prefetch)
       .integer("max_gathered_units", options_.max_gathered_units)
+      .integer("max_gathered_units_backward", options_.max_gathered_units_backward)
       .integer("max_reductions_in_flight", options_.max_reductions_in_flight)
       .text("keep_gathered_until_backward",
             join(std::vector<std::string>(options_.keep_gathered_until_backward.begin(),
@@ -40,6 +55,10 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
   require(options_.max_gathered_units >= 1,
           "RuntimeOptions::max_gathered_units must be >= 1, got " +
               std::to_string(options_.max_gathered_units));
+  require(options_.max_gathered_units_backward >= 0,
+          "RuntimeOptions::max_gathered_units_backward must be >= 1, or 0 for "
+          "max_gathered_units; got " +
+              std::to_string(options_.max_gathered_units_backward));
   require(options_.max_reductions_in_flight >= 0,
           "RuntimeOptions::max_reductions_in_flight must be >= 0 (0: each reduction is waited "
           "for when its backward scope closes), got " +
@@ -204,6 +223,13 @@ void Runtime<T>::progress() {
 }
 
 template <class T>
+int Runtime<T>::gather_limit() const {
+  return phase_ == Phase::backward && options_.max_gathered_units_backward > 0
+             ? options_.max_gathered_units_backward
+             : options_.max_gathered_units;
+}
+
+template <class T>
 void Runtime<T>::prefetch() {
   if (!options_.prefetch) {
     return;
@@ -239,7 +265,7 @@ void Runtime<T>::prefetch() {
     if (units_[i]->state() != UnitState::sharded) {
       continue;
     }
-    if (busy < options_.max_gathered_units) {
+    if (busy < gather_limit()) {
       start_gather(i);
       ++stats_.prefetched;
       ++busy;
@@ -420,6 +446,8 @@ void Runtime<T>::finish_step() {
     }
     phase_ = Phase::forward;
     done_ = 0;
+    last_step_ = stats_.since(step_start_);
+    step_start_ = stats_;
   });
 }
 

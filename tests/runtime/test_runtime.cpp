@@ -188,6 +188,47 @@ BOOST_AUTO_TEST_CASE(reductions_in_flight_stay_within_their_limit) {
 // A reduction in flight that fails (rank 0 reduces l0 while the other ranks reduce l1, whose
 // pieces have another size; collective checks on) raises nothing while it is polled, and raises
 // at the wait on every rank; the model then reduces and trains as before.
+// The backward's prefetch depth is its own (RuntimeOptions::max_gathered_units_backward): 1 unit
+// at a time in the forward, and 3 in the backward when it says so (decisions that depend on the
+// calls only, so the counts are exact).
+// last_step() holds the last step's figures alone.
+BOOST_AUTO_TEST_CASE(the_backward_prefetches_as_deep_as_it_is_told_and_each_step_is_reported) {
+  OptimizerSetup setup;
+  setup.kind = "adam";
+  setup.adam.lr = 0.05;
+  for (const int backward : {0, 3}) {
+    ShardedModel<double> model = make_model(strategies().front());
+    RuntimeOptions options;
+    options.max_gathered_units = 1;
+    options.max_gathered_units_backward = backward;
+    Runtime<double> runtime(model, kOrder, options);
+    BOOST_TEST(runtime.last_step().scopes == 0);
+    Adam<double> adam(setup.adam);
+    Reference<double> reference;
+    for (int step = 0; step < 2; ++step) {
+      const int most = scoped_step(runtime, model);
+      // One unit at a time in the forward; the backward's first scope (the last unit, kept
+      // gathered) starts the other two when it may hold 3 (unit states, not timing).
+      BOOST_TEST(most == std::max(1, backward));
+      const RuntimeStats& last = runtime.last_step();
+      BOOST_TEST(last.scopes == 6);
+      BOOST_TEST(last.reductions == 3);
+      BOOST_TEST(last.ready_on_entry <= last.scopes);
+      BOOST_TEST(last.incomplete_at_finish <= 2);
+      adam.step(model);
+      model.zero_grad();
+      reference.train_step(setup);
+    }
+    BOOST_TEST(runtime.stats().scopes == 12);
+    BOOST_TEST(largest_relative_difference(model, reference) <= 1e-6);
+  }
+  RuntimeOptions negative;
+  negative.max_gathered_units_backward = -1;
+  ShardedModel<double> model = make_model(strategies().front());
+  BOOST_CHECK_EXCEPTION(Runtime<double>(model, kOrder, negative), Error,
+                        error_of(ErrorKind::usage, "max_gathered_units_backward must be >= 1"));
+}
+
 namespace {
 
 // The tiny MLP over a group that checks collectives' signatures (a minute's timeout), for ranks

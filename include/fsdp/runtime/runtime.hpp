@@ -25,6 +25,10 @@ struct RuntimeOptions {
   // At least 1; with 1 the next gather starts only once the current unit is released, so it
   // overlaps nothing.
   int max_gathered_units = 2;
+  // The same limit while the backward pass runs (its scopes prefetch the units before them), when
+  // the backward should look further ahead or less far than the forward; 0: max_gathered_units.
+  // The forward's last scopes prefetch the first backward units under max_gathered_units.
+  int max_gathered_units_backward = 0;
   // Gradient reductions in flight at once. Closing a backward scope starts the unit's reduction
   // (reduce-scatter, hybrid sharding's replica all-reduce, any 16-bit cast) and returns; while K
   // are in flight it first waits for the oldest. They complete at finish_step (or when the
@@ -65,6 +69,9 @@ struct RuntimeStats {
   std::int64_t most_reductions_in_flight = 0;
   // Reductions whose collectives had not completed when finish_step began (summed over steps).
   std::int64_t incomplete_at_finish = 0;
+  // The counts above less those of another (a step's: the stats at its finish less those at its
+  // start); most_reductions_in_flight is this one's.
+  RuntimeStats since(const RuntimeStats& before) const;
 };
 
 template <class T>
@@ -161,7 +168,14 @@ class Runtime {
   ProcessGroup& gather_group() { return gathers_ ? *gathers_ : model_.group(); }
 
   const RuntimeStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = RuntimeStats{}; }
+  // What the last finished step (finish_step) did alone: scopes that found their gather done on
+  // entry (ready_on_entry of scopes), reductions still in flight at its finish
+  // (incomplete_at_finish), its waits. Zero before the first step finishes.
+  const RuntimeStats& last_step() const { return last_step_; }
+  void reset_stats() {
+    stats_ = RuntimeStats{};
+    step_start_ = RuntimeStats{};
+  }
   const std::vector<std::string>& order() const { return order_; }
 
  private:
@@ -190,6 +204,9 @@ class Runtime {
   RuntimeOptions options_;
   std::set<std::size_t> tied_owners_;  // units that own a tied parameter
   RuntimeStats stats_;
+  RuntimeStats step_start_;  // stats_ when the current step began
+  RuntimeStats last_step_;
+  int gather_limit() const;  // max_gathered_units of the phase
   Phase phase_ = Phase::forward;
   std::size_t done_ = 0;  // scopes of the current phase closed so far
   int open_ = -1;         // index of the open scope, -1 when none
