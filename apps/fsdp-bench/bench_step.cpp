@@ -74,6 +74,11 @@ struct Way {
   int shard_group_size = 1;  // G; the group's size: no replicas
   bool one_rank = false;     // rank 0 alone, the whole global batch
   bool checked = true;       // collectives check their signature (CollectiveOptions)
+  // Under --network, full_shard's baselines from the same run: each unit's gradient reduction
+  // waited for when its backward scope closes (max_reductions_in_flight 0), and communication
+  // free (the network off).
+  bool waits_for_reductions = false;
+  bool free_network = false;
   // "fp32", "bf16", "fp16"; and the estimate's name for it: fp32 or mixed.
   const char* precision_name() const { return dtype == DType::f32 ? "fp32" : name_of(dtype); }
   Precision precision() const { return dtype == DType::f32 ? Precision::fp32 : Precision::mixed; }
@@ -295,7 +300,8 @@ struct Trainer {
     RuntimeOptions runtime_options;
     runtime_options.prefetch = way.prefetch;
     runtime_options.max_gathered_units = step_options.max_gathered_units;
-    runtime_options.max_reductions_in_flight = step_options.max_reductions_in_flight;
+    runtime_options.max_reductions_in_flight =
+        way.waits_for_reductions ? 0 : step_options.max_reductions_in_flight;
     runtime_options.tied_parameters = bench.tied;
     runtime = std::make_unique<Runtime<float>>(*model, bench.order, runtime_options);
     // lr 0: Adam does all its work but leaves the weights as they are, so that every step computes
@@ -418,6 +424,14 @@ std::vector<Way> ways(const StepOptions& options, int ranks) {
         if (mode == ShardingMode::full_shard && g == ranks) {
           result.push_back(
               {name_of(mode) + std::string(" no prefetch"), mode, dtype, false, g, false});
+          if (!options.network.empty()) {
+            Way waited{name_of(mode) + std::string(" reductions waited"), mode, dtype, true, g};
+            waited.waits_for_reductions = true;
+            Way free{name_of(mode) + std::string(" network off"), mode, dtype, true, g};
+            free.free_network = true;
+            result.push_back(waited);
+            result.push_back(free);
+          }
         }
       }
     }
@@ -483,7 +497,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
       // 0, "--collective-check both" times every way against an unchecked twin of itself (A/A).
       CollectiveOptions collective_options = CollectiveOptions::from_environment();
       collective_options.check_arguments = collective_options.check_arguments && way.checked;
-      collective_options.network = network;
+      collective_options.network = way.free_network ? DialledNetwork{} : network;
       rows[k].checked = collective_options.check_arguments;
       trainers[k] = std::make_unique<Trainer>(
           way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD, collective_options),
@@ -660,8 +674,10 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"formula_precision", name_of(way.precision())},
         {"prefetch", way.prefetch},
         {"max_gathered_units", options.max_gathered_units},
-        {"max_reductions_in_flight", options.max_reductions_in_flight},
-        {"network", network.on() ? nlohmann::json(network.text()) : nlohmann::json()},
+        {"max_reductions_in_flight",
+         way.waits_for_reductions ? 0 : options.max_reductions_in_flight},
+        {"network",
+         network.on() && !way.free_network ? nlohmann::json(network.text()) : nlohmann::json()},
         {"collective_check", way.checked},
         {"ranks", world},
         {"shard_group_size", way.shard_group_size},
@@ -783,16 +799,17 @@ void add_step(CLI::App& app, const CommonOptions& common) {
                   "how far prefetching runs ahead")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
-  sub->add_option(
-         "--reductions-in-flight", options->max_reductions_in_flight,
-         "gradient reductions in flight at once (RuntimeOptions::max_reductions_in_flight): "
-         "0 waits for each when its backward scope closes")
+  sub->add_option("--reductions-in-flight", options->max_reductions_in_flight,
+                  "gradient reductions in flight at once (the runtime option "
+                  "max_reductions_in_flight); 0 waits for each when its backward scope closes")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   sub->add_option("--network", options->network,
                   "a network to dial in, BANDWIDTH,LATENCY (bytes per second, seconds per "
                   "collective; e.g. 25e9,5e-6): every collective completes no earlier than such a "
-                  "link would deliver it (CollectiveOptions::network, docs/collectives.md)");
+                  "link would deliver it (CollectiveOptions::network, docs/collectives.md); adds "
+                  "the rows 'full_shard reductions waited' (--reductions-in-flight 0) and "
+                  "'full_shard network off'");
   sub->add_option("--shard-group-size", options->shard_group_size,
                   "also every mode hybrid-sharded: shard within groups of G consecutive ranks, "
                   "ranks / G replicas (0 or the number of ranks: not)")
