@@ -56,6 +56,11 @@ struct StepOptions {
   std::string collective_check = "on";
   // RuntimeOptions::max_gathered_units of every way: how far prefetching runs ahead.
   int max_gathered_units = RuntimeOptions{}.max_gathered_units;
+  // RuntimeOptions::max_reductions_in_flight of every way: 0 waits for each unit's gradient
+  // reduction when its backward scope closes.
+  int max_reductions_in_flight = RuntimeOptions{}.max_reductions_in_flight;
+  // CollectiveOptions::network, "BANDWIDTH,LATENCY"; empty: collectives complete when MPI's do.
+  std::string network;
 };
 
 // One way of training: a row of the table.
@@ -69,6 +74,11 @@ struct Way {
   int shard_group_size = 1;  // G; the group's size: no replicas
   bool one_rank = false;     // rank 0 alone, the whole global batch
   bool checked = true;       // collectives check their signature (CollectiveOptions)
+  // Under --network, full_shard's baselines from the same run: each unit's gradient reduction
+  // waited for when its backward scope closes (max_reductions_in_flight 0), and communication
+  // free (the network off).
+  bool waits_for_reductions = false;
+  bool free_network = false;
   // "fp32", "bf16", "fp16"; and the estimate's name for it: fp32 or mixed.
   const char* precision_name() const { return dtype == DType::f32 ? "fp32" : name_of(dtype); }
   Precision precision() const { return dtype == DType::f32 ? Precision::fp32 : Precision::mixed; }
@@ -262,7 +272,7 @@ struct Trainer {
 
   // group: a counting group (counting_group) of every rank that trains this way.
   Trainer(Way how, ProcessGroup group, const BenchModel& bench, std::unique_ptr<Passes> passes_,
-          int max_gathered_units)
+          const StepOptions& step_options)
       : way(std::move(how)), shard(group), passes(std::move(passes_)) {
     ShardedModelOptions options;
     options.unit.mode = way.mode;
@@ -289,7 +299,9 @@ struct Trainer {
     }
     RuntimeOptions runtime_options;
     runtime_options.prefetch = way.prefetch;
-    runtime_options.max_gathered_units = max_gathered_units;
+    runtime_options.max_gathered_units = step_options.max_gathered_units;
+    runtime_options.max_reductions_in_flight =
+        way.waits_for_reductions ? 0 : step_options.max_reductions_in_flight;
     runtime_options.tied_parameters = bench.tied;
     runtime = std::make_unique<Runtime<float>>(*model, bench.order, runtime_options);
     // lr 0: Adam does all its work but leaves the weights as they are, so that every step computes
@@ -303,7 +315,10 @@ struct Trainer {
   // What this rank sent so far on the model's groups.
   StepBytes sent_so_far() const {
     const SentBytes in_group = sent_by(shard);
-    const std::int64_t to_replicas = replicas ? sent_by(*replicas).total() : 0;
+    // The units average their gradients over a split of the replica group of their own.
+    const ProcessGroup* averages = model->replica_reductions();
+    const std::int64_t to_replicas =
+        (replicas ? sent_by(*replicas).total() : 0) + (averages ? sent_by(*averages).total() : 0);
     // A runtime that checks ahead gathers over a split of the model's group, which counts apart.
     const ProcessGroup& gathers = runtime->gather_group();
     const std::int64_t split_gathers =
@@ -409,6 +424,14 @@ std::vector<Way> ways(const StepOptions& options, int ranks) {
         if (mode == ShardingMode::full_shard && g == ranks) {
           result.push_back(
               {name_of(mode) + std::string(" no prefetch"), mode, dtype, false, g, false});
+          if (!options.network.empty()) {
+            Way waited{name_of(mode) + std::string(" reductions waited"), mode, dtype, true, g};
+            waited.waits_for_reductions = true;
+            Way free{name_of(mode) + std::string(" network off"), mode, dtype, true, g};
+            free.free_network = true;
+            result.push_back(waited);
+            result.push_back(free);
+          }
         }
       }
     }
@@ -444,6 +467,14 @@ void run(const StepOptions& options, const CommonOptions& common) {
   // model freed into the heap.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 #endif
+  DialledNetwork network;
+  if (!options.network.empty()) {
+    try {
+      network = parse_network(options.network);
+    } catch (const Error& error) {
+      throw CLI::ValidationError("--network", error.message());
+    }
+  }
   const BenchModel bench = bench_model(options);
   std::vector<Way> rows = ways(options, n);
 
@@ -466,11 +497,12 @@ void run(const StepOptions& options, const CommonOptions& common) {
       // 0, "--collective-check both" times every way against an unchecked twin of itself (A/A).
       CollectiveOptions collective_options = CollectiveOptions::from_environment();
       collective_options.check_arguments = collective_options.check_arguments && way.checked;
+      collective_options.network = way.free_network ? DialledNetwork{} : network;
       rows[k].checked = collective_options.check_arguments;
       trainers[k] = std::make_unique<Trainer>(
           way, counting_group(way.one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD, collective_options),
           bench, make_passes(options, way.one_rank ? options.local_batch * n : options.local_batch),
-          options.max_gathered_units);
+          options);
     } catch (const Error& error) {
       if (error.kind() != ErrorKind::usage) {
         throw;
@@ -554,7 +586,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
 
   // Per way, the largest over ranks of: memory (tracker and kernel), the runtime's statistics,
   // the bytes sent and the formula's; and on every rank whether they agree.
-  constexpr std::size_t kFigures = 21;
+  constexpr std::size_t kFigures = 23;
   std::vector<double> figures(kFigures * count, 0.0);
   std::vector<int> agree(2 * count, 1);  // sent == expected; every step sent the same
   for (std::size_t k = 0; k < count; ++k) {
@@ -589,6 +621,10 @@ void run(const StepOptions& options, const CommonOptions& common) {
     x[18] = t->scaler ? t->scaler->scale() : 0.0;
     x[19] = static_cast<double>(f.estimate.persistent_bytes() + f.working_set_bytes);
     x[20] = static_cast<double>(t->settling_skips);
+    // Per step: the time end_backward and finish_step waited for gradient reductions, and the
+    // reductions still in flight when finish_step began.
+    x[21] = t->runtime->stats().reduce_s / (options.steps + 2);
+    x[22] = static_cast<double>(t->runtime->stats().incomplete_at_finish) / (options.steps + 2);
     agree[2 * k] = sent.same_units_bytes(f.expected) ? 1 : 0;
     for (const StepBytes& s : t->sent) {
       agree[2 * k + 1] &= s == sent ? 1 : 0;
@@ -612,9 +648,18 @@ void run(const StepOptions& options, const CommonOptions& common) {
         fsdp_apps::count_of(n, "rank").c_str(), bench.description.c_str(),
         static_cast<long long>(options.local_batch),
         fsdp_apps::count_of(options.steps, "step").c_str(), rows[baseline].name.c_str());
-    std::printf("%-32s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s\n", "mode", "prec",
-                "step (ms)", "/no_shard", "1 rank/it", "peak MB", "/no_shard", "state MB",
-                "state form", "RSS+ MB", "sent MB", "formula MB", "sent/form", "exact", "wait ms");
+    if (network.on()) {
+      std::printf("dialled network (bytes per second, seconds per collective): %s\n",
+                  network.text().c_str());
+    }
+    std::printf(
+        "wait ms: scopes waiting for gathers; rwait ms: waiting for gradient reductions "
+        "(at most %d in flight); exp%%: both, of the step\n",
+        options.max_reductions_in_flight);
+    std::printf("%-32s %4s %9s %9s %9s %8s %9s %8s %10s %8s %9s %10s %9s %5s %8s %8s %5s\n", "mode",
+                "prec", "step (ms)", "/no_shard", "1 rank/it", "peak MB", "/no_shard", "state MB",
+                "state form", "RSS+ MB", "sent MB", "formula MB", "sent/form", "exact", "wait ms",
+                "rwait ms", "exp%");
   }
   for (std::size_t k = 0; k < count; ++k) {
     const Way& way = rows[k];
@@ -629,6 +674,10 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"formula_precision", name_of(way.precision())},
         {"prefetch", way.prefetch},
         {"max_gathered_units", options.max_gathered_units},
+        {"max_reductions_in_flight",
+         way.waits_for_reductions ? 0 : options.max_reductions_in_flight},
+        {"network",
+         network.on() && !way.free_network ? nlohmann::json(network.text()) : nlohmann::json()},
         {"collective_check", way.checked},
         {"ranks", world},
         {"shard_group_size", way.shard_group_size},
@@ -647,6 +696,9 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"scopes_ready_on_entry", x[2]},
         {"scopes", x[3]},
         {"gather_wait_s_per_step", x[4]},
+        {"reduce_wait_s_per_step", x[21]},
+        {"exposed_communication_fraction", (x[4] + x[21]) / medians[k]},
+        {"reductions_incomplete_at_finish_per_step", x[22]},
         {"sent_bytes_per_step",
          {{"gather", bytes(x[5])},
           {"gradient", bytes(x[6])},
@@ -678,11 +730,12 @@ void run(const StepOptions& options, const CommonOptions& common) {
         std::snprintf(ratio, sizeof ratio, "%.3f", x[8] / x[13]);
       }
       std::printf(
-          "%-32s %4s %9.2f %9.3f %9.3f %8.2f %9.3f %8.2f %10.2f %8s %9.2f %10.2f %9s %5s %8.2f\n",
+          "%-32s %4s %9.2f %9.3f %9.3f %8.2f %9.3f %8.2f %10.2f %8s %9.2f %10.2f %9s %5s %8.2f "
+          "%8.2f %5.1f\n",
           way.name.c_str(), way.precision_name(), medians[k] * 1e3, medians[k] / medians[baseline],
           one_rank_s / medians[k], x[0] / 1e6, x[0] / base[0], x[1] / 1e6, x[15] / 1e6, added,
           x[8] / 1e6, x[13] / 1e6, ratio, agree[2 * k] == 1 && agree[2 * k + 1] == 1 ? "yes" : "no",
-          x[4] * 1e3);
+          x[4] * 1e3, x[21] * 1e3, 100 * (x[4] + x[21]) / medians[k]);
     });
   }
   if (group.rank() == 0 && !common.json) {
@@ -746,6 +799,17 @@ void add_step(CLI::App& app, const CommonOptions& common) {
                   "how far prefetching runs ahead")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
+  sub->add_option("--reductions-in-flight", options->max_reductions_in_flight,
+                  "gradient reductions in flight at once (the runtime option "
+                  "max_reductions_in_flight); 0 waits for each when its backward scope closes")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  sub->add_option("--network", options->network,
+                  "a network to dial in, BANDWIDTH,LATENCY (bytes per second, seconds per "
+                  "collective; e.g. 25e9,5e-6): every collective completes no earlier than such a "
+                  "link would deliver it (CollectiveOptions::network, docs/collectives.md); adds "
+                  "the rows 'full_shard reductions waited' (--reductions-in-flight 0) and "
+                  "'full_shard network off'");
   sub->add_option("--shard-group-size", options->shard_group_size,
                   "also every mode hybrid-sharded: shard within groups of G consecutive ranks, "
                   "ranks / G replicas (0 or the number of ranks: not)")

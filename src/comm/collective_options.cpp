@@ -47,6 +47,13 @@ CollectiveOptions CollectiveOptions::from_environment() {
       options.timeout_s = seconds;
     }
   }
+  if (const char* value = std::getenv("FSDP_NETWORK")) {
+    try {
+      options.network = parse_network(value);
+    } catch (const Error& error) {
+      add_problem(options, std::string("FSDP_NETWORK: ") + error.message());
+    }
+  }
   return options;
 }
 

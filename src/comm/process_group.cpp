@@ -4,6 +4,7 @@
 
 #include "argument_check.hpp"
 #include "communicator.hpp"
+#include "dialled_backend.hpp"
 #include "mpi_backend.hpp"
 
 namespace fsdp {
@@ -22,10 +23,26 @@ const char* name_of(ReduceOp op) {
   return "invalid";
 }
 
+namespace {
+
+// The MPI backend, behind the dialled network when one is given. A network out of range is
+// raised with the environment's problems, on every rank of the group, as the group is made.
+std::shared_ptr<Backend> mpi_backend(MPI_Comm comm, CollectiveOptions options) {
+  const DialledNetwork& network = options.network;
+  if (!(network.bytes_per_s >= 0 && network.latency_s >= 0)) {
+    options.environment_error += (options.environment_error.empty() ? "" : "; ") +
+                                 std::string("CollectiveOptions::network ") + network.text() +
+                                 " out of range: give bytes_per_s > 0 (0: off) and latency_s >= 0";
+  }
+  std::shared_ptr<Backend> mpi =
+      std::make_shared<MpiBackend>(detail::Communicator::duplicate(comm, "ProcessGroup"), options);
+  return network.on() ? detail::dialled_backend(std::move(mpi), network) : mpi;
+}
+
+}  // namespace
+
 ProcessGroup::ProcessGroup(MPI_Comm comm, const CollectiveOptions& options)
-    : ProcessGroup(std::make_shared<MpiBackend>(
-                       detail::Communicator::duplicate(comm, "ProcessGroup"), options),
-                   options.stage_host_buffers) {}
+    : ProcessGroup(mpi_backend(comm, options), options.stage_host_buffers) {}
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend, const CollectiveOptions& options)
     : ProcessGroup(std::move(backend), options.stage_host_buffers) {}

@@ -6,6 +6,7 @@ namespace fsdp {
 
 template <class T>
 double grad_norm(ShardedModel<T>& model) {
+  model.wait_for_gradients();
   double local = 0.0;
   const bool counts_replicated = model.group().rank() == 0;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {

@@ -22,6 +22,7 @@ LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
 
 template <class T>
 bool LossScaler::unscale_and_check(ShardedModel<T>& model) {
+  model.wait_for_gradients();
   const T inverse = static_cast<T>(1.0 / state_.scale);
   int found = 0;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {

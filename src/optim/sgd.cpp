@@ -4,6 +4,7 @@ namespace fsdp {
 
 template <class T>
 void require_grads(ShardedModel<T>& model, const char* optimizer) {
+  model.wait_for_gradients();  // reductions still in flight complete the pieces first
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     if (!model.unit(u).has_grads()) {
       throw Error(std::string(optimizer) + " step with no gradient for unit '" +

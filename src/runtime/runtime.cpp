@@ -8,6 +8,20 @@
 #include "fsdp/core/text.hpp"
 
 namespace fsdp {
+
+RuntimeStats RuntimeStats::since(const RuntimeStats& before) const {
+  RuntimeStats d = *this;
+  d.scopes -= before.scopes;
+  d.gathers -= before.gathers;
+  d.prefetched -= before.prefetched;
+  d.ready_on_entry -= before.ready_on_entry;
+  d.wait_s -= before.wait_s;
+  d.reduce_s -= before.reduce_s;
+  d.reductions -= before.reductions;
+  d.incomplete_at_finish -= before.incomplete_at_finish;
+  return d;
+}
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -28,6 +42,8 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
   }
   configuration.flag("prefetch", options_.prefetch)
       .integer("max_gathered_units", options_.max_gathered_units)
+      .integer("max_gathered_units_backward", options_.max_gathered_units_backward)
+      .integer("max_reductions_in_flight", options_.max_reductions_in_flight)
       .text("keep_gathered_until_backward",
             join(std::vector<std::string>(options_.keep_gathered_until_backward.begin(),
                                           options_.keep_gathered_until_backward.end())));
@@ -39,6 +55,14 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
   require(options_.max_gathered_units >= 1,
           "RuntimeOptions::max_gathered_units must be >= 1, got " +
               std::to_string(options_.max_gathered_units));
+  require(options_.max_gathered_units_backward >= 0,
+          "RuntimeOptions::max_gathered_units_backward must be >= 1, or 0 for "
+          "max_gathered_units; got " +
+              std::to_string(options_.max_gathered_units_backward));
+  require(options_.max_reductions_in_flight >= 0,
+          "RuntimeOptions::max_reductions_in_flight must be >= 0 (0: each reduction is waited "
+          "for when its backward scope closes), got " +
+              std::to_string(options_.max_reductions_in_flight));
   const std::vector<std::string>& names = model_.unit_names();
   for (std::size_t i = 0; i < order_.size(); ++i) {
     const std::string& name = order_[i];
@@ -195,6 +219,14 @@ void Runtime<T>::progress() {
       unit->test_gather();
     }
   }
+  model_.progress_reductions();
+}
+
+template <class T>
+int Runtime<T>::gather_limit() const {
+  return phase_ == Phase::backward && options_.max_gathered_units_backward > 0
+             ? options_.max_gathered_units_backward
+             : options_.max_gathered_units;
 }
 
 template <class T>
@@ -233,7 +265,7 @@ void Runtime<T>::prefetch() {
     if (units_[i]->state() != UnitState::sharded) {
       continue;
     }
-    if (busy < options_.max_gathered_units) {
+    if (busy < gather_limit()) {
       start_gather(i);
       ++stats_.prefetched;
       ++busy;
@@ -358,9 +390,26 @@ void Runtime<T>::end_backward(const std::string& unit) {
     prefetch();
     if (gradient_sync_) {
       const ProfilingRegion region("fsdp::reduce_gradients", unit);
-      const auto start = std::chrono::steady_clock::now();
-      units_[index]->reduce_scatter_grads();
-      stats_.reduce_s += seconds_since(start);
+      const auto most = static_cast<std::size_t>(options_.max_reductions_in_flight);
+      // Only the waits count in reduce_s: starting (copies, casts) is compute.
+      const auto waiting = [&](auto&& wait) {
+        const auto start = std::chrono::steady_clock::now();
+        wait();
+        stats_.reduce_s += seconds_since(start);
+      };
+      waiting([&] {
+        while (most > 0 && model_.reductions_in_flight() >= most) {
+          model_.wait_oldest_reduction();
+        }
+      });
+      model_.reduce_scatter_grads_async(*units_[index]);
+      ++stats_.reductions;
+      if (most == 0) {
+        waiting([&] { model_.wait_for_gradients(); });
+      }
+      stats_.most_reductions_in_flight =
+          std::max(stats_.most_reductions_in_flight,
+                   static_cast<std::int64_t>(model_.reductions_in_flight()));
     }
     progress();
   });
@@ -384,6 +433,11 @@ void Runtime<T>::finish_step() {
   }
   losing_the_step_on_failure("finish_step", "", [&] {
     const ProfilingRegion region("fsdp::finish_step");
+    model_.progress_reductions();
+    stats_.incomplete_at_finish += static_cast<std::int64_t>(model_.reductions_incomplete());
+    const auto start = std::chrono::steady_clock::now();
+    model_.wait_for_gradients();  // before clipping and the optimizer read the pieces
+    stats_.reduce_s += seconds_since(start);
     for (ShardedUnit<T>* unit : units_) {
       if (unit->state() == UnitState::gathering) {
         unit->wait_gather();
@@ -392,6 +446,8 @@ void Runtime<T>::finish_step() {
     }
     phase_ = Phase::forward;
     done_ = 0;
+    last_step_ = stats_.since(step_start_);
+    step_start_ = stats_;
   });
 }
 

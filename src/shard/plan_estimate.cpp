@@ -217,6 +217,8 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
               " does not divide the plan's world size " + std::to_string(world) +
               " (HSDP keeps world size / group size copies of each shard group; 0 "
               "means one group of the whole world)");
+  require(options.reductions_in_flight >= 0,
+          "reductions in flight must be >= 0, got " + std::to_string(options.reductions_in_flight));
   const int n = options.shard_group_size == 0 ? world : options.shard_group_size;
   const std::int64_t others = n - 1;
   const std::int64_t replicas = world / n;
@@ -234,6 +236,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   // r % n of group r / n), so the sums are over the n positions of one group.
   detail::RankSums<RankEstimate> positions(n);
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> units;  // elements, bytes
+  std::map<std::string, std::int64_t> reducing;  // bytes a unit's reduction in flight holds
   // Mixed precision where parameters stay whole for the step (shard_grad_op, shard_optimizer):
   // fsdp computes in fp32, so it keeps no 16-bit copy between steps (the fp32 master pieces are
   // in K) and holds every parameter widened to 4 bytes from its forward to its backward; its
@@ -349,6 +352,12 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
                   "unit '" + parameter.unit() + "'");
       add_checked(result.accumulated_gradient_bytes,
                   options.accumulates_whole_gradients ? gradient : 0, "the whole gradients");
+      const bool reduced_piece =
+          where.placement == Placement::sharded && !mode.all_reduce_gradients;
+      add_checked(reducing[parameter.unit()],
+                  (options.accumulates_whole_gradients ? 0 : gradient) +
+                      (reduced_piece ? block * held_gradient_bytes : 0),
+                  "unit '" + parameter.unit() + "'");
     }
   }
   for (const auto& [name, unit] : units) {  // ordered: the first of equal units by name
@@ -366,9 +375,16 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
                                    ? "one unit's parameters and every unit's gradients"
                                    : "every unit's gradients";
   }
+  for (const auto& [name, bytes] : reducing) {
+    result.reduction_in_flight_bytes = std::max(result.reduction_in_flight_bytes, bytes);
+  }
+  multiply_checked(result.reduction_in_flight_bytes, options.reductions_in_flight,
+                   "the reductions in flight");
   result.widened_parameter_bytes = widened_bytes;
   add_checked(result.gathered_working_set_bytes, widened_bytes, "the working set");
   add_checked(result.gathered_working_set_bytes, result.accumulated_gradient_bytes,
+              "the working set");
+  add_checked(result.gathered_working_set_bytes, result.reduction_in_flight_bytes,
               "the working set");
 
   const auto runs = positions.runs(

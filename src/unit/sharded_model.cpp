@@ -70,6 +70,12 @@ ShardedModel<T>::ShardedModel(ProcessGroup group, ShardingPlan plan,
     units_.push_back(std::unique_ptr<ShardedUnit<T>>(new ShardedUnit<T>(
         unit, group_, unit_plan, members[unit], tracker_, pool_, options.unit, false)));
   }
+  if (replicas_ && replicas_->size() > 1) {
+    replica_reductions_ = replicas_->split(0, replicas_->rank());
+    for (const auto& unit : units_) {
+      unit->replica_reductions_ = replica_reductions_;
+    }
+  }
   std::int64_t largest = 0;
   for (const auto& unit : units_) {
     largest = std::max(largest, unit->full_bytes());
@@ -154,6 +160,7 @@ void ShardedModel<T>::init_with(
 
 template <class T>
 void ShardedModel<T>::zero_grad() {
+  wait_for_gradients();
   for (auto& unit : units_) {
     unit->zero_grad();
   }
@@ -163,6 +170,62 @@ template <class T>
 bool ShardedModel<T>::has_grads() const {
   return std::all_of(units_.begin(), units_.end(),
                      [](const auto& unit) { return unit->has_grads(); });
+}
+
+template <class T>
+void ShardedModel<T>::reduce_scatter_grads_async(ShardedUnit<T>& unit) {
+  const auto queued = std::find(reducing_.begin(), reducing_.end(), &unit);
+  if (queued != reducing_.end()) {
+    const auto through = queued - reducing_.begin() + 1;
+    for (std::ptrdiff_t i = 0; i < through; ++i) {
+      wait_oldest_reduction();
+    }
+  }
+  unit.reduce_scatter_grads_async();
+  reducing_.push_back(&unit);
+}
+
+template <class T>
+std::size_t ShardedModel<T>::reductions_incomplete() const {
+  return static_cast<std::size_t>(std::count_if(reducing_.begin(), reducing_.end(),
+                                                [](const auto* unit) { return unit->reducing(); }));
+}
+
+template <class T>
+void ShardedModel<T>::progress_reductions() {
+  // Only a reduction whose elders issued all their collectives may issue its own next ones.
+  bool may_issue = true;
+  for (ShardedUnit<T>* unit : reducing_) {
+    unit->test_reduction(may_issue);
+    may_issue = may_issue && unit->reduction_issued();
+  }
+}
+
+template <class T>
+void ShardedModel<T>::wait_oldest_reduction() {
+  if (reducing_.empty()) {
+    return;
+  }
+  ShardedUnit<T>* oldest = reducing_.front();
+  reducing_.pop_front();
+  oldest->wait_reduction();
+}
+
+template <class T>
+void ShardedModel<T>::wait_for_gradients() {
+  std::exception_ptr first;
+  while (!reducing_.empty()) {
+    try {
+      wait_oldest_reduction();
+    } catch (...) {
+      if (!first) {
+        first = std::current_exception();
+      }
+    }
+  }
+  if (first) {
+    std::rethrow_exception(first);
+  }
 }
 
 template class ShardedModel<float>;

@@ -146,6 +146,7 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
       gather_group_(group_),
       mode_(options.mode),
       replicas_(options.replicas),
+      replica_reductions_(options.replicas),
       param_dtype_(options.param_dtype),
       reduce_dtype_(options.reduce_dtype),
       tracker_(std::move(tracker)),
@@ -351,6 +352,7 @@ void ShardedUnit<T>::make_resident_gradients() {
 template <class T>
 ShardedUnit<T>::~ShardedUnit() {
   // Transfers in flight write into buffers about to be freed: let them finish first.
+  release_reduction();
   for (Work& work : in_flight_) {
     try {
       work.wait();
@@ -495,6 +497,14 @@ DeviceView<std::uint16_t> ShardedUnit<T>::half_buffer(const std::string& label,
   half_buffers_.emplace_back(tracker_, MemoryCategory::communication, name_ + "." + label, count,
                              false);
   return half_buffers_.back().view();
+}
+
+template <class T>
+DeviceView<std::uint16_t> ShardedUnit<T>::reduction_half_buffer(const std::string& label,
+                                                                std::int64_t count) {
+  reduction_.half_buffers.emplace_back(tracker_, MemoryCategory::communication, name_ + "." + label,
+                                       count, false);
+  return reduction_.half_buffers.back().view();
 }
 
 // Mixed precision: every piece is rounded to 16 bits while it is copied into the send buffer, and
@@ -762,6 +772,9 @@ void ShardedUnit<T>::release() {
 
 template <class T>
 typename ShardedUnit<T>::View ShardedUnit<T>::full_gradients() {
+  if (keeps_gradients() && reducing()) {
+    wait_reduction();  // the resident whole gradients are the reduction's buffer
+  }
   if (!full_grads_.allocated() && grad_layout_.full_grad_numel > 0) {
     full_grads_ = pool_->acquire(MemoryCategory::full_gradients, name_ + ".grads",
                                  grad_layout_.full_grad_numel, true);
@@ -771,9 +784,18 @@ typename ShardedUnit<T>::View ShardedUnit<T>::full_gradients() {
 
 template <class T>
 void ShardedUnit<T>::reduce_scatter_grads() {
+  reduce_scatter_grads_async();
+  wait_reduction();
+}
+
+template <class T>
+void ShardedUnit<T>::reduce_scatter_grads_async() {
   require(state_ != UnitState::gathering,
           "reduce_scatter_grads of unit '" + name_ +
               "' while its gather is in flight; wait for the gather first");
+  if (reducing()) {
+    wait_reduction();
+  }
   // shard_optimizer's gradient pieces live inside the whole gradients that the next backward
   // adds into, so a second reduction would mix averaged and local values.
   require(!(keeps_gradients() && has_grads_),
@@ -782,52 +804,131 @@ void ShardedUnit<T>::reduce_scatter_grads() {
               "whole gradients and reduce once per optimizer step",
           ErrorKind::state);
   const int n = group_.size();
-  const View grads = full_gradients();  // zeros if this rank wrote none
-  std::vector<Work> works;
-  std::vector<TrackedView<T>> staging;  // outputs, added into the gradient pieces at the end
+  Reduction& r = reduction_;
+  r.grads = full_gradients();  // zeros if this rank wrote none
+  if (!keeps_gradients()) {
+    r.owned_grads = std::move(full_grads_);  // the reduction's now; grad() starts new ones
+  }
+  const View& grads = r.grads;
+  std::vector<Work>& works = r.works;
+  std::vector<TrackedView<T>>& staging = r.staging;  // outputs, added into the pieces at the end
   staging.reserve(1 + grad_layout_.direct.size());
+  r.stage = ReductionStage::group;
 
-  TrackedView<T> packed_send;
-  if (reduces_in_half()) {
-    reduce_dtype_ == DType::bf16 ? reduce_in_half<bfloat16>(grads, staging)
-                                 : reduce_in_half<float16>(grads, staging);
-  } else {
-    if (!grad_layout_.packed.empty()) {
-      // Pack: rank r's chunk holds, for every packed parameter, the gradient of the piece r owns.
-      packed_send = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
-                                   grad_layout_.packed_numel * n, true);
-      copy_segments(space_, grad_layout_.pack, grads, packed_send.view());
-      staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
-                                       grad_layout_.packed_numel, false));
-      works.push_back(group_.reduce_scatter_async(packed_send.view(), staging.back().view(),
-                                                  ReduceOp::avg, space_));
+  try {
+    if (reduces_in_half()) {
+      start_half_reduction();
+    } else {
+      if (!grad_layout_.packed.empty()) {
+        // Pack: rank r's chunk holds, for every packed parameter, the gradient of the piece r
+        // owns.
+        r.packed_send = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
+                                       grad_layout_.packed_numel * n, true);
+        copy_segments(space_, grad_layout_.pack, grads, r.packed_send.view());
+        staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
+                                         grad_layout_.packed_numel, false));
+        works.push_back(group_.reduce_scatter_async(r.packed_send.view(), staging.back().view(),
+                                                    ReduceOp::avg, space_));
+      }
+      for (std::size_t i : grad_layout_.direct) {
+        // The padded full gradient is laid out as N pieces already: reduce-scatter it in place.
+        const ShardedParameter<T>& p = grad_parameter(i);
+        const std::int64_t padded = p.grad_layout_.piece.padded;
+        staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
+        works.push_back(group_.reduce_scatter_async(slice(grads, p.grad_layout_.grad_offset, n * padded),
+                                                    staging.back().view(), ReduceOp::avg, space_));
+      }
+      for (const OwnerGroupLayout& g : grad_layout_.owners) {
+        const View group_grads = slice(grads, g.grad_offset, g.numel);
+        works.push_back(
+            group_.reduce_async(group_grads, group_grads, ReduceOp::avg, g.owner, space_));
+      }
+      if (!grad_layout_.replicated.empty()) {
+        works.push_back(
+            group_.all_reduce_async(slice(grads, grad_layout_.replicated_grad_offset,
+                                          grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset),
+                                    ReduceOp::avg, space_));
+      }
     }
-    for (std::size_t i : grad_layout_.direct) {
-      // The padded full gradient is laid out as N pieces already: reduce-scatter it in place.
-      const ShardedParameter<T>& p = grad_parameter(i);
-      const std::int64_t padded = p.grad_layout_.piece.padded;
-      staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
-      works.push_back(
-          group_.reduce_scatter_async(slice(grads, p.grad_layout_.grad_offset, n * padded),
-                                      staging.back().view(), ReduceOp::avg, space_));
-    }
-    for (const OwnerGroupLayout& g : grad_layout_.owners) {
-      const View group_grads = slice(grads, g.grad_offset, g.numel);
-      works.push_back(
-          group_.reduce_async(group_grads, group_grads, ReduceOp::avg, g.owner, space_));
-    }
-    if (!grad_layout_.replicated.empty()) {
-      works.push_back(group_.all_reduce_async(
-          slice(grads, grad_layout_.replicated_grad_offset,
-                grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset),
-          ReduceOp::avg, space_));
-    }
-    wait_all(works);
+  } catch (...) {
+    release_reduction();  // nothing reached the pieces: the gradients are lost
+    reduction_ = Reduction{};
+    throw;
   }
-  if (replicas_ && replicas_->size() > 1) {
-    average_over_replicas(staging, grads);
-  }
+}
 
+template <class T>
+bool ShardedUnit<T>::test_reduction(bool may_issue) {
+  Reduction& r = reduction_;
+  if (r.stage == ReductionStage::none || r.stage == ReductionStage::failed) {
+    return r.stage == ReductionStage::none;
+  }
+  try {
+    bool done = true;
+    for (Work& work : r.works) {
+      done = work.test() && done;
+    }
+    if (!done || (!may_issue && !reduction_issued())) {
+      return false;
+    }
+    return advance_reduction();
+  } catch (...) {
+    r.error = std::current_exception();
+    release_reduction();
+    r.stage = ReductionStage::failed;
+    return false;
+  }
+}
+
+template <class T>
+void ShardedUnit<T>::wait_reduction() {
+  Reduction& r = reduction_;
+  if (r.stage != ReductionStage::failed) {
+    try {
+      while (r.stage != ReductionStage::none) {
+        wait_all(r.works);
+        advance_reduction();
+      }
+      return;
+    } catch (...) {
+      r.error = std::current_exception();
+      release_reduction();
+    }
+  }
+  const std::exception_ptr error = r.error;
+  reduction_ = Reduction{};
+  std::rethrow_exception(error);
+}
+
+template <class T>
+bool ShardedUnit<T>::advance_reduction() {
+  Reduction& r = reduction_;
+  r.works.clear();
+  if (r.stage == ReductionStage::group) {
+    for (const auto& [from, to] : r.widen) {
+      reduce_dtype_ == DType::bf16 ? widen_into<bfloat16>(space_, from, to)
+                                   : widen_into<float16>(space_, from, to);
+    }
+    if (!r.widen.empty()) {
+      space_.fence();  // the 16-bit buffers may go
+      r.widen.clear();
+      r.half_buffers.clear();
+    }
+    if (averages_over_replicas()) {
+      average_over_replicas(r.staging, r.grads, r.works);
+      r.stage = ReductionStage::replicas;
+      return false;
+    }
+  }
+  finish_reduction();
+  return true;
+}
+
+template <class T>
+void ShardedUnit<T>::finish_reduction() {
+  Reduction& r = reduction_;
+  const View& grads = r.grads;
+  const std::vector<TrackedView<T>>& staging = r.staging;
   if (keeps_gradients()) {
     reduce_into_resident_gradients(staging);
   } else {
@@ -856,34 +957,59 @@ void ShardedUnit<T>::reduce_scatter_grads() {
     }
   }
   space_.fence();  // the additions read staging and grads, which go back to the pool now
-  for (TrackedView<T>& buffer : staging) {
-    pool_->give_back(buffer);
-  }
-  pool_->give_back(packed_send);
-  if (!keeps_gradients()) {
-    pool_->give_back(full_grads_);
-  }
+  release_reduction();
+  reduction_ = Reduction{};
   has_grads_ = true;
 }
 
-// Mixed precision: the same collectives as reduce_scatter_grads on 16-bit copies of the
-// gradients (reduce_dtype); the results are widened into staging and, for owners and replicated
-// parameters, back into grads, where the additions into the fp32 pieces read them.
+// The buffers of the reduction in flight go back to the pool, once every collective that writes
+// into them is done: when it finished, or failed (its gradients are lost then).
+template <class T>
+void ShardedUnit<T>::release_reduction() {
+  Reduction& r = reduction_;
+  for (Work& work : r.works) {
+    try {
+      work.wait();
+    } catch (const std::exception&) {
+      // The first failure is the one the caller sees.
+    }
+  }
+  r.works.clear();
+  r.widen.clear();
+  r.half_buffers.clear();
+  for (TrackedView<T>& buffer : r.staging) {
+    pool_->give_back(buffer);
+  }
+  r.staging.clear();
+  pool_->give_back(r.packed_send);
+  pool_->give_back(r.owned_grads);
+  r.grads = View();
+}
+
+// Mixed precision: the same collectives as reduce_scatter_grads_async on 16-bit copies of the
+// gradients (reduce_dtype); advance_reduction widens the results into staging and, for owners and
+// replicated parameters, back into grads, where the additions into the fp32 pieces read them.
+template <class T>
+void ShardedUnit<T>::start_half_reduction() {
+  reduce_dtype_ == DType::bf16 ? reduce_in_half<bfloat16>() : reduce_in_half<float16>();
+}
+
 template <class T>
 template <class H>
-void ShardedUnit<T>::reduce_in_half(const View& grads, std::vector<TrackedView<T>>& staging) {
+void ShardedUnit<T>::reduce_in_half() {
   const int n = group_.size();
-  half_buffers_.clear();
-  std::vector<Work> works;
-  std::vector<std::pair<DeviceView<std::uint16_t>, View>> results;  // widened after the wait
-  TrackedView<T> packed;
+  Reduction& r = reduction_;
+  const View& grads = r.grads;
+  std::vector<TrackedView<T>>& staging = r.staging;
+  std::vector<Work>& works = r.works;
+  auto& results = r.widen;  // widened after the collectives complete
   if (!grad_layout_.packed.empty()) {
-    packed = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
-                            grad_layout_.packed_numel * n, true);
-    copy_segments(space_, grad_layout_.pack, grads, packed.view());
-    const auto send = half_buffer("rs_send16", grad_layout_.packed_numel * n);
-    narrow_into<H>(space_, packed.view(), send);
-    const auto recv = half_buffer("rs_recv16", grad_layout_.packed_numel);
+    r.packed_send = pool_->acquire(MemoryCategory::communication, name_ + ".rs_send",
+                                   grad_layout_.packed_numel * n, true);
+    copy_segments(space_, grad_layout_.pack, grads, r.packed_send.view());
+    const auto send = reduction_half_buffer("rs_send16", grad_layout_.packed_numel * n);
+    narrow_into<H>(space_, r.packed_send.view(), send);
+    const auto recv = reduction_half_buffer("rs_recv16", grad_layout_.packed_numel);
     staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
                                      grad_layout_.packed_numel, false));
     works.push_back(
@@ -893,9 +1019,9 @@ void ShardedUnit<T>::reduce_in_half(const View& grads, std::vector<TrackedView<T
   for (std::size_t i : grad_layout_.direct) {
     const ShardedParameter<T>& p = grad_parameter(i);
     const std::int64_t padded = p.grad_layout_.piece.padded;
-    const auto send = half_buffer(p.name() + ".rs_send16", n * padded);
+    const auto send = reduction_half_buffer(p.name() + ".rs_send16", n * padded);
     narrow_into<H>(space_, slice(grads, p.grad_layout_.grad_offset, n * padded), send);
-    const auto recv = half_buffer(p.name() + ".rs_recv16", padded);
+    const auto recv = reduction_half_buffer(p.name() + ".rs_recv16", padded);
     staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
     works.push_back(
         group_.reduce_scatter_async(as_half<H>(send), as_half<H>(recv), ReduceOp::avg, space_));
@@ -903,7 +1029,7 @@ void ShardedUnit<T>::reduce_in_half(const View& grads, std::vector<TrackedView<T
   }
   for (const OwnerGroupLayout& g : grad_layout_.owners) {
     const View group_grads = slice(grads, g.grad_offset, g.numel);
-    const auto buffer = half_buffer("reduce16", g.numel);
+    const auto buffer = reduction_half_buffer("reduce16", g.numel);
     narrow_into<H>(space_, group_grads, buffer);
     works.push_back(group_.reduce_async(as_half<H>(buffer), as_half<H>(buffer), ReduceOp::avg,
                                         g.owner, space_));
@@ -912,21 +1038,14 @@ void ShardedUnit<T>::reduce_in_half(const View& grads, std::vector<TrackedView<T
     }
   }
   if (!grad_layout_.replicated.empty()) {
-    const View replicated =
-        slice(grads, grad_layout_.replicated_grad_offset,
-              grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset);
-    const auto buffer = half_buffer("all_reduce16", static_cast<std::int64_t>(replicated.size()));
+    const View replicated = slice(grads, grad_layout_.replicated_grad_offset,
+                                  grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset);
+    const auto buffer =
+        reduction_half_buffer("all_reduce16", static_cast<std::int64_t>(replicated.size()));
     narrow_into<H>(space_, replicated, buffer);
     works.push_back(group_.all_reduce_async(as_half<H>(buffer), ReduceOp::avg, space_));
     results.emplace_back(buffer, replicated);
   }
-  wait_all(works);
-  for (const auto& [from, to] : results) {
-    widen_into<H>(space_, from, to);
-  }
-  space_.fence();
-  half_buffers_.clear();
-  pool_->give_back(packed);
 }
 
 // Hybrid sharding: every piece this rank reduced (the chunks in staging, the whole parameters it
@@ -934,24 +1053,22 @@ void ShardedUnit<T>::reduce_in_half(const View& grads, std::vector<TrackedView<T
 // issue the same collectives in the same order.
 template <class T>
 void ShardedUnit<T>::average_over_replicas(const std::vector<TrackedView<T>>& staging,
-                                           const View& grads) {
-  std::vector<Work> works;
+                                           const View& grads, std::vector<Work>& works) {
   for (const TrackedView<T>& chunk : staging) {
-    works.push_back(replicas_->all_reduce_async(chunk.view(), ReduceOp::avg, space_));
+    works.push_back(replica_reductions_->all_reduce_async(chunk.view(), ReduceOp::avg, space_));
   }
   for (const OwnerGroupLayout& g : grad_layout_.owners) {
     if (g.owner == group_.rank()) {
-      works.push_back(
-          replicas_->all_reduce_async(slice(grads, g.grad_offset, g.numel), ReduceOp::avg, space_));
+      works.push_back(replica_reductions_->all_reduce_async(slice(grads, g.grad_offset, g.numel),
+                                                            ReduceOp::avg, space_));
     }
   }
   if (!grad_layout_.replicated.empty()) {
-    works.push_back(replicas_->all_reduce_async(
+    works.push_back(replica_reductions_->all_reduce_async(
         slice(grads, grad_layout_.replicated_grad_offset,
               grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset),
         ReduceOp::avg, space_));
   }
-  wait_all(works);
 }
 
 // shard_optimizer: the averaged chunks (staging, in the order reduce_scatter_grads issued them)
@@ -976,6 +1093,9 @@ void ShardedUnit<T>::reduce_into_resident_gradients(const std::vector<TrackedVie
 
 template <class T>
 void ShardedUnit<T>::zero_grad() {
+  if (reducing()) {
+    wait_reduction();  // its result would land in the zeroed pieces
+  }
   if (keeps_gradients() && full_grads_.allocated()) {
     Kokkos::deep_copy(space_, full_grads_.view(), T(0));
   } else if (full_grads_.allocated()) {

@@ -4,6 +4,7 @@
 // and hands a failed gather to the caller with the units still usable.
 #include <boost/test/unit_test.hpp>
 #include <chrono>
+#include <optional>
 
 #include "../unit/reference_training.hpp"
 #include "error_message.hpp"
@@ -140,6 +141,139 @@ BOOST_AUTO_TEST_CASE(scopes_with_prefetch_match_unsharded_training) {
       }
     }
   }
+}
+
+// Closing a backward scope starts its unit's gradient reduction and returns; at most
+// RuntimeOptions::max_reductions_in_flight are in flight at once. The runtime's count (a reduction
+// counts until the runtime waits for it, so it is the same on every rank and independent of
+// timing) reaches the limit and never passes it, finish_step leaves none in flight, and training
+// matches unsharded training at every limit (0: each reduction is waited for at once).
+BOOST_AUTO_TEST_CASE(reductions_in_flight_stay_within_their_limit) {
+  OptimizerSetup setup;
+  setup.kind = "adam";
+  setup.adam.lr = 0.05;
+  const int steps = 3;
+  for (const Strategy& strategy : strategies()) {
+    for (int limit : {0, 1, 2, 3}) {
+      ShardedModel<double> model = make_model(strategy);
+      RuntimeOptions options;
+      options.max_reductions_in_flight = limit;
+      Runtime<double> runtime(model, kOrder, options);
+      Adam<double> adam(setup.adam);
+      Reference<double> reference;
+      for (int step = 0; step < steps; ++step) {
+        scoped_step(runtime, model);
+        BOOST_TEST(model.reductions_in_flight() == 0u);  // finish_step waited for them
+        BOOST_TEST(model.has_grads());
+        adam.step(model);
+        model.zero_grad();
+        reference.train_step(setup);
+      }
+      const RuntimeStats& stats = runtime.stats();
+      BOOST_TEST(stats.reductions == steps * 3);
+      BOOST_TEST(stats.most_reductions_in_flight == std::min(limit, 3),
+                 strategy.name << " limit " << limit);
+      BOOST_TEST(stats.incomplete_at_finish <= steps * std::min(limit, 3));
+      const double difference = largest_relative_difference(model, reference);
+      BOOST_TEST(difference <= 1e-6, strategy.name << " limit " << limit << ": " << difference);
+    }
+  }
+  RuntimeOptions negative;
+  negative.max_reductions_in_flight = -1;
+  ShardedModel<double> model = make_model(strategies().front());
+  BOOST_CHECK_EXCEPTION(Runtime<double>(model, kOrder, negative), Error,
+                        error_of(ErrorKind::usage, "max_reductions_in_flight must be >= 0"));
+}
+
+// A reduction in flight that fails (rank 0 reduces l0 while the other ranks reduce l1, whose
+// pieces have another size; collective checks on) raises nothing while it is polled, and raises
+// at the wait on every rank; the model then reduces and trains as before.
+// The backward's prefetch depth is its own (RuntimeOptions::max_gathered_units_backward): 1 unit
+// at a time in the forward, and 3 in the backward when it says so (decisions that depend on the
+// calls only, so the counts are exact).
+// last_step() holds the last step's figures alone.
+BOOST_AUTO_TEST_CASE(the_backward_prefetches_as_deep_as_it_is_told_and_each_step_is_reported) {
+  OptimizerSetup setup;
+  setup.kind = "adam";
+  setup.adam.lr = 0.05;
+  for (const int backward : {0, 3}) {
+    ShardedModel<double> model = make_model(strategies().front());
+    RuntimeOptions options;
+    options.max_gathered_units = 1;
+    options.max_gathered_units_backward = backward;
+    Runtime<double> runtime(model, kOrder, options);
+    BOOST_TEST(runtime.last_step().scopes == 0);
+    Adam<double> adam(setup.adam);
+    Reference<double> reference;
+    for (int step = 0; step < 2; ++step) {
+      const int most = scoped_step(runtime, model);
+      // One unit at a time in the forward; the backward's first scope (the last unit, kept
+      // gathered) starts the other two when it may hold 3 (unit states, not timing).
+      BOOST_TEST(most == std::max(1, backward));
+      const RuntimeStats& last = runtime.last_step();
+      BOOST_TEST(last.scopes == 6);
+      BOOST_TEST(last.reductions == 3);
+      BOOST_TEST(last.ready_on_entry <= last.scopes);
+      BOOST_TEST(last.incomplete_at_finish <= 2);
+      adam.step(model);
+      model.zero_grad();
+      reference.train_step(setup);
+    }
+    BOOST_TEST(runtime.stats().scopes == 12);
+    BOOST_TEST(largest_relative_difference(model, reference) <= 1e-6);
+  }
+  RuntimeOptions negative;
+  negative.max_gathered_units_backward = -1;
+  ShardedModel<double> model = make_model(strategies().front());
+  BOOST_CHECK_EXCEPTION(Runtime<double>(model, kOrder, negative), Error,
+                        error_of(ErrorKind::usage, "max_gathered_units_backward must be >= 1"));
+}
+
+namespace {
+
+// The tiny MLP over a group that checks collectives' signatures (a minute's timeout), for ranks
+// made to disagree: rank 0 uses unit l0 where the others use l1, whose pieces have another size.
+// Empty on one rank, where no rank can disagree.
+std::optional<ShardedModel<double>> model_for_disagreeing_ranks() {
+  if (ProcessGroup(MPI_COMM_WORLD).size() < 2) {
+    BOOST_TEST_MESSAGE("ranks that disagree need 2 ranks or more");
+    return std::nullopt;
+  }
+  CollectiveOptions checked;
+  checked.check_arguments = true;
+  checked.timeout_s = 60;
+  return make_model(strategies()[0], ProcessGroup(MPI_COMM_WORLD, checked));
+}
+
+std::string disagreeing_unit(ShardedModel<double>& model) {
+  return model.group().rank() == 0 ? "l0" : "l1";
+}
+
+bool ranks_disagree(const Error& error) {
+  return error.kind() == ErrorKind::mismatch && message_has("ranks disagree on collective")(error);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_failed_reduction_reaches_every_rank_at_the_wait) {
+  std::optional<ShardedModel<double>> disagreeing = model_for_disagreeing_ranks();
+  if (!disagreeing) {
+    return;
+  }
+  ShardedModel<double>& model = *disagreeing;
+  const std::string mine = disagreeing_unit(model);
+  model.reduce_scatter_grads_async(model.unit(mine));
+  BOOST_TEST(model.reductions_in_flight() == 1u);
+  for (int poll = 0; poll < 100; ++poll) {
+    model.progress_reductions();
+  }
+  BOOST_CHECK_EXCEPTION(model.wait_for_gradients(), Error, ranks_disagree);
+  BOOST_TEST(model.reductions_in_flight() == 0u);
+  BOOST_TEST(!model.unit(mine).reducing());
+  BOOST_TEST(!model.unit(mine).has_grads());
+  Runtime<double> runtime(model, kOrder);
+  scoped_step(runtime, model);
+  BOOST_TEST(model.has_grads());
 }
 
 // Every sharding mode trains through the same scopes, in fp64 (within 1e-12 of unsharded
@@ -403,20 +537,14 @@ void progress_until_it_fails(Runtime<double>& runtime) {
 // when it waits for the gather or polls it; the units stay sharded, and the same runtime gathers,
 // releases and trains afterwards.
 BOOST_AUTO_TEST_CASE(a_failed_gather_reaches_the_caller_and_leaves_the_units_usable) {
-  if (ProcessGroup(MPI_COMM_WORLD).size() < 2) {
-    BOOST_TEST_MESSAGE("ranks that disagree need 2 ranks or more");
+  std::optional<ShardedModel<double>> disagreeing = model_for_disagreeing_ranks();
+  if (!disagreeing) {
     return;
   }
-  CollectiveOptions checked;
-  checked.check_arguments = true;
-  checked.timeout_s = 60;
-  ShardedModel<double> model = make_model(strategies()[0], ProcessGroup(MPI_COMM_WORLD, checked));
+  ShardedModel<double>& model = *disagreeing;
   Runtime<double> runtime(model, kOrder);
-  const std::string mine = model.group().rank() == 0 ? "l0" : "l1";
-  const auto disagreement = [](const Error& error) {
-    return error.kind() == ErrorKind::mismatch &&
-           message_has("ranks disagree on collective")(error);
-  };
+  const std::string mine = disagreeing_unit(model);
+  const auto disagreement = ranks_disagree;
   runtime.gather_multiple_async({mine});
   BOOST_CHECK_EXCEPTION(model.unit(mine).wait_gather(), Error, disagreement);
   BOOST_TEST(units_not_sharded(model) == 0);

@@ -84,6 +84,40 @@ BOOST_AUTO_TEST_CASE(full_sharding_ten_elements_on_four_ranks) {
   BOOST_TEST(mixed.gathered_working_set_bytes == 40);
 }
 
+// Reductions in flight (EstimateOptions::reductions_in_flight): each holds the largest unit's
+// whole gradients (where the mode reduces them from a transient buffer) and its reduced piece.
+// Two units of 12 fp32 elements on 2 ranks: 48 bytes of gradients and a piece of 6 elements.
+BOOST_AUTO_TEST_CASE(reductions_in_flight_add_their_buffers_to_the_working_set) {
+  const ShardingPlan two_units =
+      FullSharding().make_plan({param("a", {12}, "A"), param("b", {12}, "B")}, 2);
+  for (const auto& [mode, gradients, piece] :
+       std::vector<std::tuple<ShardingMode, std::int64_t, std::int64_t>>{
+           {ShardingMode::full_shard, 48, 24},
+           {ShardingMode::shard_grad_op, 48, 24},
+           {ShardingMode::shard_optimizer, 0, 24},  // whole gradients resident, reduced in place
+           {ShardingMode::no_shard, 48, 0}}) {      // all-reduced in place: no piece
+    EstimateOptions options{OptimizerKind::adam, Precision::fp32, mode};
+    const PlanEstimate waited = estimate(two_units, options);
+    const std::int64_t one = gradients + piece;
+    BOOST_TEST_CONTEXT("mode " << name_of(mode)) {
+      BOOST_TEST(waited.reduction_in_flight_bytes == 0);
+      for (int k : {1, 2}) {
+        options.reductions_in_flight = k;
+        const PlanEstimate e = estimate(two_units, options);
+        BOOST_TEST(e.reduction_in_flight_bytes == k * one);
+        BOOST_TEST(e.gathered_working_set_bytes == waited.gathered_working_set_bytes + k * one);
+      }
+      // Accumulating, the whole gradients are counted once already: only the piece is added.
+      options.accumulates_whole_gradients = true;
+      options.reductions_in_flight = 1;
+      BOOST_TEST(estimate(two_units, options).reduction_in_flight_bytes == piece);
+    }
+  }
+  EstimateOptions negative;
+  negative.reductions_in_flight = -1;
+  BOOST_CHECK_THROW(estimate(two_units, negative), Error);
+}
+
 BOOST_AUTO_TEST_CASE(zero3_per_rank_memory_is_16_psi_over_n) {
   // The ZeRO paper's stage 3 with mixed-precision Adam: (2 + 2 + 12) * Psi / N bytes per rank,
   // and 3 * Psi elements of 2 bytes moved per step (times (N-1)/N per rank).

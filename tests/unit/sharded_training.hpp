@@ -80,9 +80,12 @@ void sharded_train_step(ShardedModel<T>& model, const ProcessGroup& data,
       }
     }
   }
+  // Every unit's reduction in flight at once, as a runtime's backward scopes leave them: the
+  // clipping or the optimizer's step waits for them (ShardedModel::wait_for_gradients).
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     model.unit(u).release();
-    model.unit(u).reduce_scatter_grads();
+    model.reduce_scatter_grads_async(model.unit(u));
+    model.progress_reductions();
   }
   if (setup.clip > 0) {
     clip_grad_norm(model, setup.clip);

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "fsdp/comm/dialled_network.hpp"
+
 namespace fsdp {
 
 struct CollectiveOptions {
@@ -23,6 +25,10 @@ struct CollectiveOptions {
   // read device memory: makes the staging path run (and testable) on a machine without a GPU.
   // MPI groups only. FSDP_STAGE_HOST_BUFFERS.
   bool stage_host_buffers = false;
+  // A network you can dial in (dialled_network.hpp): every collective of the group, and of the
+  // groups split from it, which share its link, completes no earlier than this link would deliver
+  // it. Off by default. MPI groups only. FSDP_NETWORK=BANDWIDTH,LATENCY (e.g. 25e9,5e-6).
+  DialledNetwork network;
 
   // What from_environment could not understand, empty when all was well. A process group made
   // with these options raises it as fsdp::Error on every rank of the group, naming the rank: a
@@ -31,8 +37,9 @@ struct CollectiveOptions {
   std::string environment_error;
 
   // The defaults above, overridden by FSDP_CHECK_COLLECTIVES (0/1), FSDP_COLLECTIVE_TIMEOUT_S
-  // (seconds) and FSDP_STAGE_HOST_BUFFERS (0/1). A malformed value keeps the default and is
-  // described in environment_error (what was given and what is accepted).
+  // (seconds), FSDP_STAGE_HOST_BUFFERS (0/1) and FSDP_NETWORK (BANDWIDTH,LATENCY). A malformed
+  // value keeps the default and is described in environment_error (what was given and what is
+  // accepted).
   static CollectiveOptions from_environment();
 };
 

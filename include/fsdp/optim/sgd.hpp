@@ -54,7 +54,8 @@ class Sgd {
 extern template class Sgd<float>;
 extern template class Sgd<double>;
 
-// Throws Error naming the first unit without gradients; used by every optimizer's step().
+// Waits for the gradient reductions in flight (ShardedModel::wait_for_gradients), then throws Error
+// naming the first unit without gradients; used by every optimizer's step().
 template <class T>
 void require_grads(ShardedModel<T>& model, const char* optimizer);
 

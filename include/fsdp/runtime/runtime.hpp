@@ -1,8 +1,9 @@
 // Runtime: FSDP's hooks as scopes the user's code opens around each layer. A forward scope waits
 // for (or starts) its unit's gather and releases the unit when it closes; a backward scope gathers
-// again and reduce-scatters the gradients when it closes. While a unit computes, the gathers of
-// the next units in execution order are in flight (prefetch), within a limit on how many units
-// may be gathered at once.
+// again and starts the reduce-scatter of the gradients when it closes. While a unit computes, the
+// gathers of the next units in execution order are in flight (prefetch), within a limit on how
+// many units may be gathered at once, and so are the reductions of the units before it, within a
+// limit of their own; finish_step completes them.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,17 @@ struct RuntimeOptions {
   // At least 1; with 1 the next gather starts only once the current unit is released, so it
   // overlaps nothing.
   int max_gathered_units = 2;
+  // The same limit while the backward pass runs (its scopes prefetch the units before them), when
+  // the backward should look further ahead or less far than the forward; 0: max_gathered_units.
+  // The forward's last scopes prefetch the first backward units under max_gathered_units.
+  int max_gathered_units_backward = 0;
+  // Gradient reductions in flight at once. Closing a backward scope starts the unit's reduction
+  // (reduce-scatter, hybrid sharding's replica all-reduce, any 16-bit cast) and returns; while K
+  // are in flight it first waits for the oldest. They complete at finish_step (or when the
+  // model's gradients are read: ShardedModel::wait_for_gradients). Each holds its unit's whole
+  // gradients and communication buffers until it completes. 0: closing a backward scope waits for
+  // its reduction, so gradient communication overlaps nothing.
+  int max_reductions_in_flight = 2;
   // Units that stay gathered from their forward scope until their backward scope, like PyTorch's
   // reshard_after_forward=False: no second gather, more memory. The last unit of the forward
   // order always stays gathered: its backward scope comes next.
@@ -46,8 +58,20 @@ struct RuntimeStats {
   std::int64_t gathers = 0;         // gathers started
   std::int64_t prefetched = 0;      // of those, started ahead of their scope
   std::int64_t ready_on_entry = 0;  // scopes whose unit was gathered when they opened
-  double wait_s = 0.0;    // time scopes spent waiting for their unit: communication not hidden
-  double reduce_s = 0.0;  // time end_backward spent reducing gradients (none of it is hidden)
+  double wait_s = 0.0;  // time scopes spent waiting for their unit: communication not hidden
+  // Time end_backward and finish_step spent waiting for gradient reductions (not starting them:
+  // the copies and casts before the collectives are compute): the gradient communication that
+  // was not hidden.
+  double reduce_s = 0.0;
+  std::int64_t reductions = 0;  // gradient reductions started
+  // The most reductions in flight at once (at most RuntimeOptions::max_reductions_in_flight;
+  // the same on every rank: a reduction counts until the runtime waits for it).
+  std::int64_t most_reductions_in_flight = 0;
+  // Reductions whose collectives had not completed when finish_step began (summed over steps).
+  std::int64_t incomplete_at_finish = 0;
+  // The counts above less those of another (a step's: the stats at its finish less those at its
+  // start); most_reductions_in_flight is this one's.
+  RuntimeStats since(const RuntimeStats& before) const;
 };
 
 template <class T>
@@ -147,7 +171,14 @@ class Runtime {
   ProcessGroup& gather_group() { return gathers_ ? *gathers_ : model_.group(); }
 
   const RuntimeStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = RuntimeStats{}; }
+  // What the last finished step (finish_step) did alone: scopes that found their gather done on
+  // entry (ready_on_entry of scopes), reductions still in flight at its finish
+  // (incomplete_at_finish), its waits. Zero before the first step finishes.
+  const RuntimeStats& last_step() const { return last_step_; }
+  void reset_stats() {
+    stats_ = RuntimeStats{};
+    step_start_ = RuntimeStats{};
+  }
   const std::vector<std::string>& order() const { return order_; }
 
  private:
@@ -176,6 +207,9 @@ class Runtime {
   RuntimeOptions options_;
   std::set<std::size_t> tied_owners_;  // units that own a tied parameter
   RuntimeStats stats_;
+  RuntimeStats step_start_;  // stats_ when the current step began
+  RuntimeStats last_step_;
+  int gather_limit() const;  // max_gathered_units of the phase
   Phase phase_ = Phase::forward;
   std::size_t done_ = 0;  // scopes of the current phase closed so far
   int open_ = -1;         // index of the open scope, -1 when none

@@ -49,6 +49,11 @@ struct EstimateOptions {
   // every unit's whole gradients are held from its first backward scope to the reducing step,
   // all at once (accumulated_gradient_bytes), instead of one unit's at a time.
   bool accumulates_whole_gradients = false;
+  // Gradient reductions in flight while a unit computes (RuntimeOptions::max_reductions_in_flight,
+  // 2 in a runtime by default): each holds its unit's whole gradients and its reduced piece until
+  // it completes (reduction_in_flight_bytes). 0: every reduction is waited for when its unit's
+  // backward ends, as the estimates before overlap assumed.
+  int reductions_in_flight = 0;
 };
 
 // Bytes per element of one parameter by role: the K of the ZeRO paper is `optimizer`.
@@ -171,6 +176,11 @@ struct PlanEstimate {
   // not replicated) where the mode reduces them away after each backward scope; included in
   // gathered_working_set_bytes, whose largest unit then counts its parameters only. 0 otherwise.
   std::int64_t accumulated_gradient_bytes = 0;
+  // EstimateOptions::reductions_in_flight times the most one unit's reduction holds: its whole
+  // gradients where the mode reduces them from a transient buffer (not counted again when
+  // accumulating) and the reduced piece of its sharded parameters (the reduce-scatter's output);
+  // included in gathered_working_set_bytes. 0 with no reductions in flight.
+  std::int64_t reduction_in_flight_bytes = 0;
   // The rank with the most persistent bytes (the first of equals).
   const RankEstimate& fullest_rank() const;
   // persistent bytes of the fullest rank + the working set: the peak before activations.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,6 +38,12 @@ class ShardedModel {
   // Hybrid sharding: the ranks holding the same pieces in the other shard groups
   // (UnitOptions::replicas); nullptr without replicas. group() is the shard group.
   ProcessGroup* replicas() { return replicas_ ? &*replicas_ : nullptr; }
+  // Hybrid sharding: the split of replicas() that carries only the units' averages of their
+  // gradients over the replicas (ShardedUnit, reduce_scatter_grads_async); nullptr without
+  // replicas.
+  ProcessGroup* replica_reductions() {
+    return replica_reductions_ ? &*replica_reductions_ : nullptr;
+  }
   ProcessGroup& group() { return group_; }
   std::size_t unit_count() const { return units_.size(); }
   ShardedUnit<T>& unit(std::size_t index) { return *units_.at(index); }
@@ -60,9 +67,32 @@ class ShardedModel {
       const std::function<void(std::int64_t first, T* values, std::int64_t count)>& fill);
 
   // ---- gradients ----
+  // Waits for the reductions in flight first (wait_for_gradients).
   void zero_grad();
   // True when every unit holds reduce-scattered gradients.
   bool has_grads() const;
+
+  // ---- gradient reductions in flight (a runtime's backward scopes start them) ----
+  // Starts unit's gradient reduction (ShardedUnit::reduce_scatter_grads_async) and returns; it
+  // stays in flight until wait_oldest_reduction or wait_for_gradients. The reductions are waited
+  // for in the order they started, and hybrid sharding's replica all-reduces are issued in that
+  // order, so every rank issues the same collectives in the same order. A unit already in flight
+  // is waited for first, with those before it.
+  void reduce_scatter_grads_async(ShardedUnit<T>& unit);
+  // Reductions started and not yet waited for (a reduction that completed on its own counts
+  // until it is waited for: the count is the same on every rank).
+  std::size_t reductions_in_flight() const { return reducing_.size(); }
+  // Of those, the ones whose collectives have not all completed yet (timing: differs by rank).
+  std::size_t reductions_incomplete() const;
+  // Makes progress on the reductions in flight without waiting. Never throws: a failure is kept
+  // and raised by the wait, where every rank meets it.
+  void progress_reductions();
+  // Waits for the oldest reduction in flight (no-op when none); rethrows its failure.
+  void wait_oldest_reduction();
+  // Waits for every reduction in flight, so that every gradient piece is complete; the first
+  // failure is rethrown after all were waited for. The optimizers, grad_norm, clip_grad_norm
+  // and LossScaler call it before they read the pieces; Runtime::finish_step calls it.
+  void wait_for_gradients();
 
   // ---- memory ----
   const MemoryReport& memory() const { return tracker_->report(); }
@@ -75,9 +105,11 @@ class ShardedModel {
   ShardingPlan plan_;
   ShardingMode mode_;
   std::optional<ProcessGroup> replicas_;
+  std::optional<ProcessGroup> replica_reductions_;
   std::shared_ptr<MemoryTracker> tracker_;
   std::shared_ptr<BufferPool<T>> pool_;
   std::vector<std::unique_ptr<ShardedUnit<T>>> units_;
+  std::deque<ShardedUnit<T>*> reducing_;  // reductions in flight, oldest first
   std::vector<std::string> unit_names_;
   std::map<std::string, std::size_t> unit_index_;
   std::map<std::string, std::size_t> unit_of_parameter_;

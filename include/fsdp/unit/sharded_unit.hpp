@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -110,6 +111,28 @@ class ShardedUnit {
   // result to each rank's gradient pieces, then frees the full gradients. A rank that wrote none
   // contributes zeros, so every rank may call it. Works in any state.
   void reduce_scatter_grads();
+  // The same reduction, started and not waited for: the collectives (and any 16-bit cast before
+  // them) are issued and the call returns. The unit's whole gradients move to the reduction, so
+  // grad() starts new ones (shard_optimizer's resident ones: grad() waits for the reduction
+  // first). A reduction in flight holds those gradients and its communication buffers (counted
+  // by the tracker) until it completes. One per unit: a second waits for the first.
+  void reduce_scatter_grads_async();
+  // A reduction was started and not yet completed by wait_reduction() or test_reduction().
+  bool reducing() const { return reduction_.stage != ReductionStage::none; }
+  // Makes progress on the reduction in flight; true once it completed (its result is in the
+  // gradient pieces) or when none is in flight. Never throws: a failure is kept and rethrown by
+  // wait_reduction(), where every rank meets it. may_issue false keeps hybrid sharding's replica
+  // all-reduces, which can start only once the reduce-scatter is done, from being issued now: a
+  // caller with several units reducing lets only the oldest issue, so that every rank issues
+  // them in the same order (ShardedModel does).
+  bool test_reduction(bool may_issue = true);
+  // Every collective of the reduction in flight has been issued (true when none is in flight).
+  bool reduction_issued() const {
+    return reduction_.stage != ReductionStage::group || !averages_over_replicas();
+  }
+  // Completes the reduction in flight (no-op when none); rethrows its failure, after which the
+  // unit has no reduction in flight and its gradients of that reduction are lost.
+  void wait_reduction();
   // True once gradients were reduce-scattered since the last zero_grad().
   bool has_grads() const { return has_grads_; }
   // Zeroes the gradient pieces, and drops whole gradients written and not reduced since.
@@ -147,6 +170,7 @@ class ShardedUnit {
  private:
   friend class ShardedParameter<T>;
   friend class ShardedModel<T>;  // makes its units without a check each (it checked them all)
+                                 // and gives them their replica_reductions_
   ShardedUnit(std::string name, ProcessGroup group, const ShardingPlan& plan,
               const std::vector<std::size_t>& indices, std::shared_ptr<MemoryTracker> tracker,
               std::shared_ptr<BufferPool<T>> pool, const UnitOptions& options,
@@ -176,10 +200,20 @@ class ShardedUnit {
   void start_half_gather();
   template <class H>
   void finish_half_gather();
+  void start_half_reduction();
   template <class H>
-  void reduce_in_half(const View& grads, std::vector<TrackedView<T>>& staging);
+  void reduce_in_half();
+  // A 16-bit buffer of the gather in flight, and of the reduction in flight.
   DeviceView<std::uint16_t> half_buffer(const std::string& label, std::int64_t count);
-  void average_over_replicas(const std::vector<TrackedView<T>>& staging, const View& grads);
+  DeviceView<std::uint16_t> reduction_half_buffer(const std::string& label, std::int64_t count);
+  bool averages_over_replicas() const { return replicas_ && replicas_->size() > 1; }
+  void average_over_replicas(const std::vector<TrackedView<T>>& staging, const View& grads,
+                             std::vector<Work>& works);
+  // The reduction in flight goes on once its collectives completed: 16-bit results widened, then
+  // the replicas' average issued or the result added into the pieces; true when finished.
+  bool advance_reduction();
+  void finish_reduction();
+  void release_reduction();
   void reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging);
 
   std::string name_;
@@ -187,6 +221,10 @@ class ShardedUnit {
   ProcessGroup gather_group_;  // group_, or what gather_over() gave
   ShardingMode mode_ = ShardingMode::full_shard;
   std::optional<ProcessGroup> replicas_;
+  // The replicas' average of the gradients goes over this group: replicas_, or in a model a split
+  // of it that carries nothing else, since each reduction issues it when its reduce-scatter
+  // completes, a point other collectives on replicas_ (agreement checks) do not keep order with.
+  std::optional<ProcessGroup> replica_reductions_;
   DType param_dtype_;
   DType reduce_dtype_;
   // A 16-bit gather's or reduction's buffers, in the order they were made; freed when it ends.
@@ -220,6 +258,22 @@ class ShardedUnit {
   TrackedView<T> packed_full_;                // the packed parameters whole, after copy-out
   std::vector<TrackedView<T>> direct_full_;   // per direct parameter: N padded pieces
   TrackedView<T> full_grads_;
+  // A gradient reduction in flight: started by reduce_scatter_grads_async, in its group's
+  // collectives, then (hybrid sharding) in the replicas' average, until its result is added into
+  // the pieces; failed: abandoned, its error kept for wait_reduction.
+  enum class ReductionStage { none, group, replicas, failed };
+  struct Reduction {
+    ReductionStage stage = ReductionStage::none;
+    std::vector<Work> works;
+    View grads;                           // the whole gradients being reduced
+    TrackedView<T> owned_grads;           // ... unless resident (shard_optimizer)
+    std::vector<TrackedView<T>> staging;  // outputs, added into the gradient pieces at the end
+    TrackedView<T> packed_send;
+    std::vector<TrackedView<std::uint16_t>> half_buffers;           // reduce_dtype copies
+    std::vector<std::pair<DeviceView<std::uint16_t>, View>> widen;  // 16-bit results, widened
+    std::exception_ptr error;
+  };
+  Reduction reduction_;
   bool has_grads_ = false;
   std::int64_t gather_count_ = 0;
   std::int64_t release_count_ = 0;
