@@ -835,8 +835,9 @@ void ShardedUnit<T>::reduce_scatter_grads_async() {
         const ShardedParameter<T>& p = grad_parameter(i);
         const std::int64_t padded = p.grad_layout_.piece.padded;
         staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
-        works.push_back(group_.reduce_scatter_async(slice(grads, p.grad_layout_.grad_offset, n * padded),
-                                                    staging.back().view(), ReduceOp::avg, space_));
+        works.push_back(
+            group_.reduce_scatter_async(slice(grads, p.grad_layout_.grad_offset, n * padded),
+                                        staging.back().view(), ReduceOp::avg, space_));
       }
       for (const OwnerGroupLayout& g : grad_layout_.owners) {
         const View group_grads = slice(grads, g.grad_offset, g.numel);
@@ -844,10 +845,10 @@ void ShardedUnit<T>::reduce_scatter_grads_async() {
             group_.reduce_async(group_grads, group_grads, ReduceOp::avg, g.owner, space_));
       }
       if (!grad_layout_.replicated.empty()) {
-        works.push_back(
-            group_.all_reduce_async(slice(grads, grad_layout_.replicated_grad_offset,
-                                          grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset),
-                                    ReduceOp::avg, space_));
+        works.push_back(group_.all_reduce_async(
+            slice(grads, grad_layout_.replicated_grad_offset,
+                  grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset),
+            ReduceOp::avg, space_));
       }
     }
   } catch (...) {
@@ -1038,8 +1039,9 @@ void ShardedUnit<T>::reduce_in_half() {
     }
   }
   if (!grad_layout_.replicated.empty()) {
-    const View replicated = slice(grads, grad_layout_.replicated_grad_offset,
-                                  grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset);
+    const View replicated =
+        slice(grads, grad_layout_.replicated_grad_offset,
+              grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset);
     const auto buffer =
         reduction_half_buffer("all_reduce16", static_cast<std::int64_t>(replicated.size()));
     narrow_into<H>(space_, replicated, buffer);
