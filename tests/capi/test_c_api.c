@@ -509,8 +509,10 @@ static int failing_fill(int64_t first, void* values, int64_t count, void* user_d
 
 /* A step whose every gradient element is `gradient` on this rank. In the backward scopes every
  * element of every parameter must be full_value (unless NaN). */
-static void constant_gradient_step(fsdp_runtime_t runtime, int dtype, double gradient,
-                                   double full_value) {
+/* trainable: per parameter, 0 for a frozen one, whose fsdp_grad must fail with FSDP_ERROR_STATE
+ * (NULL: every parameter trains). */
+static void constant_gradient_step_of(fsdp_runtime_t runtime, int dtype, double gradient,
+                                      double full_value, const int* trainable) {
   CHECK_OK(fsdp_begin_forward(runtime, "l0"));
   CHECK_OK(fsdp_end_forward(runtime, "l0"));
   CHECK_OK(fsdp_begin_forward(runtime, "l1"));
@@ -524,6 +526,11 @@ static void constant_gradient_step(fsdp_runtime_t runtime, int dtype, double gra
       }
       void *grad = NULL, *full = NULL;
       int64_t numel = 0;
+      if (trainable != NULL && !trainable[i]) {
+        CHECK_CODE(fsdp_grad(runtime, parameter_names[i], &grad, &numel), FSDP_ERROR_STATE);
+        CHECK(strstr(fsdp_last_error(), "frozen") != NULL, "message: %s", fsdp_last_error());
+        continue;
+      }
       CHECK_OK(fsdp_grad(runtime, parameter_names[i], &grad, &numel));
       CHECK_OK(fsdp_full(runtime, parameter_names[i], &full, &numel));
       for (int64_t e = 0; e < numel; ++e) {
@@ -536,6 +543,11 @@ static void constant_gradient_step(fsdp_runtime_t runtime, int dtype, double gra
     CHECK_OK(fsdp_end_backward(runtime, backward_order[u]));
   }
   CHECK_OK(fsdp_finish_step(runtime));
+}
+
+static void constant_gradient_step(fsdp_runtime_t runtime, int dtype, double gradient,
+                                   double full_value) {
+  constant_gradient_step_of(runtime, dtype, gradient, full_value, NULL);
 }
 
 static void test_init_with_and_sgd_rule(void) {
@@ -764,32 +776,7 @@ static void test_frozen_parameters(void) {
     fsdp_optimizer_t sgd = NULL;
     CHECK_OK(fsdp_runtime_create(model, 2, unit_order, 1, 2, &runtime));
     CHECK_OK(fsdp_optimizer_create_sgd(model, 0.25, 0.0, 0.0, 0, 0.0, &sgd));
-    CHECK_OK(fsdp_begin_forward(runtime, "l0"));
-    CHECK_OK(fsdp_end_forward(runtime, "l0"));
-    CHECK_OK(fsdp_begin_forward(runtime, "l1"));
-    CHECK_OK(fsdp_end_forward(runtime, "l1"));
-    const char* backward_order[2] = {"l1", "l0"};
-    for (int u = 0; u < 2; ++u) {
-      CHECK_OK(fsdp_begin_backward(runtime, backward_order[u]));
-      for (int i = 0; i < NPARAM; ++i) {
-        if (strncmp(parameter_names[i], backward_order[u], 2) != 0) {
-          continue;
-        }
-        void* grad = NULL;
-        int64_t numel = 0;
-        if (!trainable[i]) {
-          CHECK_CODE(fsdp_grad(runtime, parameter_names[i], &grad, &numel), FSDP_ERROR_STATE);
-          CHECK(strstr(fsdp_last_error(), "frozen") != NULL, "message: %s", fsdp_last_error());
-          continue;
-        }
-        CHECK_OK(fsdp_grad(runtime, parameter_names[i], &grad, &numel));
-        for (int64_t e = 0; e < numel; ++e) {
-          add(grad, FSDP_FLOAT64, e, world_rank + 1);
-        }
-      }
-      CHECK_OK(fsdp_end_backward(runtime, backward_order[u]));
-    }
-    CHECK_OK(fsdp_finish_step(runtime));
+    constant_gradient_step_of(runtime, FSDP_FLOAT64, world_rank + 1, NAN, trainable);
     CHECK_OK(fsdp_optimizer_step(sgd));
     for (int i = 0; i < NPARAM; ++i) {
       double whole[HIDDEN * IN];
