@@ -1,7 +1,7 @@
 // GptPasses: the activations of a batch of GPT-2 sequences and the forward and backward passes
 // through a runtime's scopes, one unit per scope ("embed", "h<l>", "head", whose tied output head
 // reads and adds to wte.weight in its own scopes). One home for the passes that fsdp-train trains
-// with, fsdp-bench times and the C API's test drives.
+// with, fsdp-bench times and the C API's and Fortran's tests drive.
 //
 // Runtime is fsdp::Runtime<T> or anything with its forward(unit) and backward(unit), returning a
 // scope with full(parameter), grad(parameter) (Views of T) and close().
@@ -51,37 +51,23 @@ class GptPasses {
   const Labels& targets() const { return targets_; }
   std::int64_t capacity() const { return capacity_; }
 
+  // The units in forward order: the embedding, the blocks, the head.
+  std::int64_t unit_count() const { return shape_.layers + 2; }
+  std::string unit_name(std::int64_t unit) const {
+    return unit == 0               ? Shape::embed_unit()
+           : unit <= shape_.layers ? Shape::block_unit(unit - 1)
+                                   : Shape::head_unit();
+  }
+
   // Forward, the softmax cross-entropy and backward of `samples` loaded sequences. The gradient
   // is that of the mean loss over their positions, times loss_scale.
   template <class Runtime>
   LossSums train(Runtime& runtime, std::int64_t samples, double loss_scale) {
-    const std::int64_t t = shape_.seq, rows = samples * t;
     forward(runtime, samples);
-    const LossSums sums =
-        softmax_cross_entropy<T>(logits_, targets_, rows, &d_logits_, rows, loss_scale);
-    {
-      auto scope = runtime.backward(Shape::head_unit());
-      head_backward(shape_, full(scope), grad(scope), scope.full("wte.weight"),
-                    grad(scope)("wte.weight"), stream_.back(), head_cache_, work_, d_logits_, dx_,
-                    samples, t);
-      scope.close();
-    }
-    for (std::int64_t l = shape_.layers; l-- > 0;) {
-      auto scope = runtime.backward(Shape::block_unit(l));
-      const auto layer = static_cast<std::size_t>(l);
-      if (checkpointing()) {
-        // The block's forward again, inside its backward scope, on the input kept from the
-        // forward pass: its parameters are gathered once for both.
-        block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1], caches_[0], work_,
-                      samples, t);
-      }
-      block_backward(shape_, l, full(scope), grad(scope), stream_[layer], cache(l), work_, dx_, dx_,
-                     samples, t);
-      scope.close();
-    }
-    {
-      auto scope = runtime.backward(Shape::embed_unit());
-      embed_backward<T>(shape_, grad(scope), tokens_, dx_, samples, t);
+    const LossSums sums = loss(samples, loss_scale);
+    for (std::int64_t unit = unit_count(); unit-- > 0;) {
+      auto scope = runtime.backward(unit_name(unit));
+      backward_unit(scope, unit, samples);
       scope.close();
     }
     return sums;
@@ -92,6 +78,52 @@ class GptPasses {
   LossSums evaluate(Runtime& runtime, std::int64_t samples) {
     forward(runtime, samples);
     return softmax_cross_entropy<T>(logits_, targets_, samples * shape_.seq, nullptr, 1);
+  }
+
+  // The passes one unit at a time, for a caller that opens and closes the scopes itself (the
+  // Fortran test): forward_unit for units 0, 1, ... in their open forward scopes, then loss, then
+  // backward_unit for the units in reverse order in their open backward scopes. The head's scopes
+  // read (and its backward adds to) the tied wte.weight too.
+  template <class Scope>
+  void forward_unit(Scope& scope, std::int64_t unit, std::int64_t samples) {
+    const std::int64_t t = shape_.seq;
+    if (unit == 0) {
+      embed_forward<T>(shape_, full(scope), tokens_, samples, t, stream_[0]);
+    } else if (unit <= shape_.layers) {
+      const std::int64_t l = unit - 1;
+      const auto layer = static_cast<std::size_t>(l);
+      block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1], cache(l), work_,
+                    samples, t);
+    } else {
+      head_forward(shape_, full(scope), scope.full("wte.weight"), stream_.back(), logits_,
+                   head_cache_, samples, t);
+    }
+  }
+  LossSums loss(std::int64_t samples, double loss_scale) {
+    const std::int64_t rows = samples * shape_.seq;
+    return softmax_cross_entropy<T>(logits_, targets_, rows, &d_logits_, rows, loss_scale);
+  }
+  template <class Scope>
+  void backward_unit(Scope& scope, std::int64_t unit, std::int64_t samples) {
+    const std::int64_t t = shape_.seq;
+    if (unit == 0) {
+      embed_backward<T>(shape_, grad(scope), tokens_, dx_, samples, t);
+    } else if (unit <= shape_.layers) {
+      const std::int64_t l = unit - 1;
+      const auto layer = static_cast<std::size_t>(l);
+      if (checkpointing()) {
+        // The block's forward again, inside its backward scope, on the input kept from the
+        // forward pass: its parameters are gathered once for both.
+        block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1], caches_[0], work_,
+                      samples, t);
+      }
+      block_backward(shape_, l, full(scope), grad(scope), stream_[layer], cache(l), work_, dx_, dx_,
+                     samples, t);
+    } else {
+      head_backward(shape_, full(scope), grad(scope), scope.full("wte.weight"),
+                    grad(scope)("wte.weight"), stream_.back(), head_cache_, work_, d_logits_, dx_,
+                    samples, t);
+    }
   }
 
   // Bytes of activations and scratch (what stays from forward to backward and the buffers the
@@ -135,23 +167,11 @@ class GptPasses {
 
   template <class Runtime>
   void forward(Runtime& runtime, std::int64_t samples) {
-    const std::int64_t t = shape_.seq;
-    {
-      auto scope = runtime.forward(Shape::embed_unit());
-      embed_forward<T>(shape_, full(scope), tokens_, samples, t, stream_[0]);
+    for (std::int64_t unit = 0; unit < unit_count(); ++unit) {
+      auto scope = runtime.forward(unit_name(unit));
+      forward_unit(scope, unit, samples);
       scope.close();
     }
-    for (std::int64_t l = 0; l < shape_.layers; ++l) {
-      auto scope = runtime.forward(Shape::block_unit(l));
-      const auto layer = static_cast<std::size_t>(l);
-      block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1], cache(l), work_,
-                    samples, t);
-      scope.close();
-    }
-    auto scope = runtime.forward(Shape::head_unit());
-    head_forward(shape_, full(scope), scope.full("wte.weight"), stream_.back(), logits_,
-                 head_cache_, samples, t);
-    scope.close();
   }
 
   Shape shape_;

@@ -11,12 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../models/tiny_gpt_shape.hpp"
-#include "device_access.hpp"
-#include "fsdp/optim/optimizer.hpp"
-#include "fsdp/runtime/runtime.hpp"
-#include "fsdp/shard/sharding_strategy.hpp"
-#include "models/gpt_passes.hpp"
+#include "../models/tiny_gpt_training.hpp"
 
 using namespace fsdp_models;
 
@@ -33,13 +28,9 @@ using UnmanagedView =
                        #call << ": " << fsdp_error_name(code_) << ": " << fsdp_last_error()); \
   } while (0)
 
-// Element e of parameter p: LayerNorm weights 1, everything else small and varied.
-double initial_value(const std::string& name, std::size_t p, std::int64_t e) {
-  if (name.find("ln_") != std::string::npos && name.find(".weight") != std::string::npos) {
-    return 1.0;
-  }
-  return 0.02 * static_cast<double>((e * 7 + static_cast<std::int64_t>(p) * 13) % 23 - 11) / 11;
-}
+using fsdp::test::kTinyGptBatch;
+using fsdp::test::kTinyGptSteps;
+using fsdp::test::tiny_gpt_initial_value;
 
 struct FillContext {
   std::string name;
@@ -50,29 +41,9 @@ int fill(std::int64_t first, void* values, std::int64_t count, void* user_data) 
   const auto* context = static_cast<const FillContext*>(user_data);
   auto* out = static_cast<double*>(values);
   for (std::int64_t i = 0; i < count; ++i) {
-    out[i] = initial_value(context->name, context->index, first + i);
+    out[i] = tiny_gpt_initial_value(context->name, context->index, first + i);
   }
   return 0;
-}
-
-// Sequences per rank and step, and the steps.
-constexpr std::int64_t kBatch = 2;
-constexpr int kSteps = 3;
-
-// Every block recomputed inside its backward scope (activation checkpointing).
-using Passes = GptPasses<double>;
-
-// Rank `rank`'s kBatch windows of seq bytes at step `step`.
-void load(Passes& passes, int rank, int step) {
-  auto tokens = Kokkos::create_mirror_view(passes.tokens());
-  auto targets = Kokkos::create_mirror_view(passes.targets());
-  for (std::size_t r = 0; r < tokens.size(); ++r) {
-    const auto byte = static_cast<std::int64_t>((r * 31 + rank * 17 + step * 5) % 256);
-    tokens(r) = byte;
-    targets(r) = (byte * 3 + 1) % 256;
-  }
-  Kokkos::deep_copy(passes.tokens(), tokens);
-  Kokkos::deep_copy(passes.targets(), targets);
 }
 
 // The C API as the runtime GptPasses drives: a scope is fsdp_begin_* .. fsdp_end_*, its
@@ -111,17 +82,6 @@ struct CRuntime {
   CScope backward(const std::string& unit) { return CScope(runtime, unit, true); }
 };
 
-std::vector<std::string> unit_order(const GptShape& shape) {
-  std::vector<std::string> order{GptShape::embed_unit()};
-  for (std::int64_t l = 0; l < shape.layers; ++l) {
-    order.push_back(GptShape::block_unit(l));
-  }
-  order.push_back(GptShape::head_unit());
-  return order;
-}
-
-constexpr double kLr = 1e-2, kWeightDecay = 0.1;
-
 Parameters train_through_the_c_api(const GptShape& shape, int rank) {
   const std::vector<fsdp::ParameterInfo> list = shape.parameters(fsdp::DType::f64);
   fsdp_model_t model = nullptr;
@@ -135,7 +95,7 @@ Parameters train_through_the_c_api(const GptShape& shape, int rank) {
     FillContext context{list[i].name, i};
     CHECK_C(fsdp_model_init_with(model, list[i].name.c_str(), fill, &context));
   }
-  const std::vector<std::string> order = unit_order(shape);
+  const std::vector<std::string> order = fsdp::test::tiny_gpt_unit_order(shape);
   std::vector<const char*> names;
   for (const std::string& unit : order) {
     names.push_back(unit.c_str());
@@ -147,12 +107,13 @@ Parameters train_through_the_c_api(const GptShape& shape, int rank) {
   CHECK_C(fsdp_runtime_create_tied(model, static_cast<int>(names.size()), names.data(), 1, 2, 0,
                                    nullptr, 1, &tied_parameter, &tied_unit, &runtime));
   fsdp_optimizer_t adamw = nullptr;
-  CHECK_C(fsdp_optimizer_create_adamw(model, kLr, 0.9, 0.999, 1e-8, kWeightDecay, &adamw));
-  Passes passes(shape, true, kBatch);
+  CHECK_C(fsdp_optimizer_create_adamw(model, fsdp::test::kTinyGptLr, 0.9, 0.999, 1e-8,
+                                      fsdp::test::kTinyGptWeightDecay, &adamw));
+  fsdp::test::TinyGptPasses passes(shape, true, kTinyGptBatch);
   CRuntime scopes{runtime};
-  for (int step = 0; step < kSteps; ++step) {
-    load(passes, rank, step);
-    passes.train(scopes, kBatch, 1.0);
+  for (int step = 0; step < kTinyGptSteps; ++step) {
+    fsdp::test::load_tiny_gpt_batch(passes, rank, step);
+    passes.train(scopes, kTinyGptBatch, 1.0);
     CHECK_C(fsdp_finish_step(runtime));
     CHECK_C(fsdp_optimizer_step(adamw));
     CHECK_C(fsdp_model_zero_grad(model));
@@ -168,44 +129,6 @@ Parameters train_through_the_c_api(const GptShape& shape, int rank) {
   return whole;
 }
 
-Parameters train_through_the_runtime(const GptShape& shape, int rank) {
-  const std::vector<fsdp::ParameterInfo> list = shape.parameters(fsdp::DType::f64);
-  fsdp::ProcessGroup group(MPI_COMM_WORLD);
-  fsdp::ShardedModel<double> model(group, fsdp::FullSharding().make_plan(list, group.size()));
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    const std::string& name = list[i].name;
-    model.init_with(name, [&](std::int64_t first, double* values, std::int64_t count) {
-      for (std::int64_t k = 0; k < count; ++k) {
-        values[k] = initial_value(name, i, first + k);
-      }
-    });
-  }
-  fsdp::RuntimeOptions options;
-  options.tied_parameters = {{"wte.weight", {GptShape::head_unit()}}};
-  fsdp::Runtime<double> runtime(model, unit_order(shape), options);
-  fsdp::OptimizerSettings settings;
-  settings.lr = kLr;
-  settings.weight_decay = kWeightDecay;
-  fsdp::Optimizer<double> adamw("adamw", settings);
-  Passes passes(shape, true, kBatch);
-  for (int step = 0; step < kSteps; ++step) {
-    load(passes, rank, step);
-    passes.train(runtime, kBatch, 1.0);
-    runtime.finish_step();
-    adamw.step(model);
-    model.zero_grad();
-  }
-  Parameters whole;
-  for (const fsdp::ParameterInfo& p : list) {
-    fsdp::ShardedUnit<double>& unit = model.unit_of(p.name);
-    unit.gather();
-    const auto values = fsdp::test::on_host(model.parameter(p.name).full());
-    whole.emplace_back(values.data(), values.data() + values.size());
-    unit.release();
-  }
-  return whole;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(the_c_api_trains_a_transformer_as_the_runtime_does) {
@@ -214,16 +137,16 @@ BOOST_AUTO_TEST_CASE(the_c_api_trains_a_transformer_as_the_runtime_does) {
   const GptShape shape = fsdp::test::tiny_gpt_shape();
   const std::vector<fsdp::ParameterInfo> list = shape.parameters(fsdp::DType::f64);
   const Parameters through_c = train_through_the_c_api(shape, rank);
-  const Parameters through_cpp = train_through_the_runtime(shape, rank);
+  const Parameters through_cpp = fsdp::test::train_tiny_gpt_through_the_runtime(shape, rank);
   BOOST_TEST_REQUIRE(through_c.size() == list.size());
   double moved = 0;
   for (std::size_t p = 0; p < list.size(); ++p) {
     BOOST_TEST_CONTEXT(list[p].name) {
       BOOST_TEST(through_c[p] == through_cpp[p], boost::test_tools::per_element());
       for (std::size_t e = 0; e < through_c[p].size(); ++e) {
-        moved =
-            std::max(moved, std::abs(through_c[p][e] -
-                                     initial_value(list[p].name, p, static_cast<std::int64_t>(e))));
+        moved = std::max(
+            moved, std::abs(through_c[p][e] -
+                            tiny_gpt_initial_value(list[p].name, p, static_cast<std::int64_t>(e))));
       }
     }
   }
