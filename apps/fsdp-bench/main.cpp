@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "../common/kokkos_session.hpp"
+#include "../common/mpi_start.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "../common/wrapped_help.hpp"
@@ -51,8 +52,9 @@ void emit(const CommonOptions& common, int rank, const nlohmann::json& result,
 }  // namespace fsdp::bench
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  if (!fsdp_apps::start_mpi(&argc, &argv, "fsdp-bench")) {
+    return 1;
+  }
   // One BLAS thread per rank: MPI runs a rank per core (OPENBLAS_NUM_THREADS overrides it).
   fsdp_models::limit_blas_threads(1);
   int rank = 0;

@@ -12,6 +12,7 @@
 
 #include "../common/finite_number.hpp"
 #include "../common/mesh_options.hpp"
+#include "../common/mpi_start.hpp"
 #include "../common/not_input.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
@@ -177,10 +178,8 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
   // Without mpiexec this is a singleton MPI job of one rank.
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-    std::fprintf(stderr, "fsdp-solve: MPI_Init_thread failed\n");
+  if (!fsdp_apps::start_mpi(&argc, &argv, "fsdp-solve")) {
     return 1;
   }
   int rank = 0;

@@ -16,6 +16,7 @@
 
 #include "../common/finite_number.hpp"
 #include "../common/kokkos_session.hpp"
+#include "../common/mpi_start.hpp"
 #include "../common/output_written.hpp"
 #include "../common/usage_exit.hpp"
 #include "../common/whole_number.hpp"
@@ -93,9 +94,7 @@ int run(fsdp::ProcessGroup& group, const fsdp_train::TrainOptions& options,
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-    std::fprintf(stderr, "fsdp-train: MPI_Init_thread failed\n");
+  if (!fsdp_apps::start_mpi(&argc, &argv, "fsdp-train")) {
     return 1;
   }
   int rank = 0, size = 1;

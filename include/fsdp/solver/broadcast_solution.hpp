@@ -9,8 +9,9 @@
 
 namespace fsdp::solver {
 
-// Collective over group. Runs solve() on `root` only, serializes the solution and broadcasts it;
-// every rank returns an identical Solution. If solve() throws on the root, every rank throws
+// Collective over group. Runs solve() on `root` only, which returns it as solved; the root
+// serializes it (Solution::to_json) for the other ranks, which return it as read back: the same
+// Solution (doubles round-trip exactly). If solve() throws on the root, every rank throws
 // fsdp::Error "fsdp: rank <root> could not compute the solution: <the root's message>" (no rank
 // is left waiting; see on_root).
 Solution solve_on_root(ProcessGroup& group, const std::function<Solution()>& solve, int root = 0);
