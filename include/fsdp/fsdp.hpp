@@ -7,6 +7,7 @@
 #include "fsdp/config.hpp"
 
 // core: errors, element types, where buffers live
+#include "fsdp/core/ceil_div.hpp"
 #include "fsdp/core/checked_size.hpp"
 #include "fsdp/core/device_math.hpp"
 #include "fsdp/core/dtype.hpp"

@@ -10,6 +10,7 @@
 
 #include "collective_guard.hpp"
 #include "fsdp/comm/transport.hpp"
+#include "fsdp/core/ceil_div.hpp"
 #include "fsdp/core/error.hpp"
 #include "mpi_types.hpp"
 
@@ -405,7 +406,7 @@ std::size_t piece_elements(std::size_t bytes_per_element) {
 // Pieces of `piece` elements that cover count elements: at least one, so that an empty reduction
 // is still issued (every rank takes part in it).
 std::size_t pieces_of(std::size_t count, std::size_t piece) {
-  return std::max<std::size_t>(1, (count + piece - 1) / piece);
+  return std::max<std::size_t>(1, ceil_div(count, piece));
 }
 
 }  // namespace

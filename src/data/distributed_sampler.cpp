@@ -6,8 +6,8 @@
 
 #include "fsdp/comm/configuration_agreement.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/core/ceil_div.hpp"
 #include "fsdp/core/error.hpp"
-#include "fsdp/shard/shard_range.hpp"
 
 namespace fsdp {
 

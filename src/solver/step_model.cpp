@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "checked_int.hpp"
+#include "fsdp/core/ceil_div.hpp"
 #include "fsdp/core/error.hpp"
 #include "op_table.hpp"
 
@@ -232,7 +233,7 @@ std::int64_t StepModel::layout_elements(int v, const ShardingSpec& spec) const {
       }
     }
     const std::int64_t size = node.shape[static_cast<std::size_t>(d)];
-    elements = checked_mul(elements, (size + cuts - 1) / cuts,
+    elements = checked_mul(elements, ceil_div(size, cuts),
                            [&] { return "the elements of '" + node.id + "' on one device"; });
   }
   return elements;

@@ -10,10 +10,12 @@
 #include <numeric>
 #include <vector>
 
+#include "fsdp/core/ceil_div.hpp"
+
 namespace fsdp::ring {
 
 inline std::int64_t block(std::size_t count, int n) {
-  return (static_cast<std::int64_t>(count) + n - 1) / n;
+  return ceil_div(static_cast<std::int64_t>(count), std::int64_t{n});
 }
 // n - 1 steps, each forwarding one rank's chunk of count elements.
 inline std::int64_t all_gather(std::size_t count, int n) {

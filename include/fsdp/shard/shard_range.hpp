@@ -4,17 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
+
+#include "fsdp/core/ceil_div.hpp"
 
 namespace fsdp {
-
-// ceil(a / b) for a >= 0 and b >= 1 (and a + b - 1 representable). One integer type for both,
-// so that a signed count never meets an unsigned one silently.
-template <class Int>
-constexpr Int ceil_div(Int a, Int b) {
-  static_assert(std::is_integral_v<Int>, "ceil_div is for integers");
-  return (a + b - 1) / b;
-}
 
 // Rank r's piece of a parameter of numel elements cut into world_size pieces: elements
 // [offset, offset + size) of the flattened parameter.
