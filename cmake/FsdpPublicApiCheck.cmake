@@ -1,7 +1,8 @@
 # Run by CTest (cmake -P) with -DSOURCE_DIR=... -DCHECK=...: the public API and its documentation
 # cannot drift apart.
 #   CHECK=umbrella     every header under include/fsdp/ is included by fsdp/fsdp.hpp, or named
-#                      there on a line "// left out: fsdp/<header>" that says why.
+#                      there on a line "// left out: fsdp/<header>" that says why; a module with
+#                      an umbrella of its own (fsdp/solver.hpp) has its headers included there.
 #   CHECK=c_functions  every function declared in include/fsdp/fsdp.h is named in
 #                      docs/c-fortran.md.
 foreach(var SOURCE_DIR CHECK)
@@ -19,14 +20,24 @@ if(CHECK STREQUAL "umbrella")
     if(header STREQUAL "fsdp/fsdp.hpp")
       continue()
     endif()
-    if(NOT umbrella MATCHES "\n#include \"${pattern}\"\n" AND
-       NOT umbrella MATCHES "\n// left out: ${pattern} ")
-      list(APPEND missing "${header}")
+    # A module with an umbrella of its own (fsdp/solver.hpp: a library of its own) keeps its
+    # headers there; fsdp/fsdp.hpp names that umbrella on a "left out" line.
+    set(owner "fsdp/fsdp.hpp")
+    set(text "${umbrella}")
+    if(header MATCHES "^fsdp/([a-z_]+)/")
+      if(EXISTS "${SOURCE_DIR}/include/fsdp/${CMAKE_MATCH_1}.hpp")
+        set(owner "fsdp/${CMAKE_MATCH_1}.hpp")
+        file(READ "${SOURCE_DIR}/include/${owner}" text)
+      endif()
+    endif()
+    if(NOT text MATCHES "\n#include \"${pattern}\"\n" AND
+       NOT text MATCHES "\n// left out: ${pattern} ")
+      list(APPEND missing "${header} (from ${owner})")
     endif()
   endforeach()
   if(missing)
     list(JOIN missing ", " missing)
-    message(FATAL_ERROR "fsdp/fsdp.hpp does not include ${missing}: include each, or say on a "
+    message(FATAL_ERROR "umbrella headers do not include ${missing}: include each, or say on a "
                         "line '// left out: <header> (why)' why not")
   endif()
   list(LENGTH headers count)
