@@ -264,6 +264,15 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_flag("--no-prefetch", o.no_prefetch,
                  "gather each unit only when its scope opens (no overlap)");
+    app.add_option("--backward-prefetch-limit", o.backward_prefetch_limit,
+                   "units gathered at once while the backward pass runs (0: --prefetch-limit)")
+        ->check(CLI::Range(0, 1 << 20))
+        ->capture_default_str();
+    app.add_option("--reductions-in-flight", o.reductions_in_flight,
+                   "gradient reductions left in flight after each backward scope (0: wait for "
+                   "each)")
+        ->check(CLI::Range(0, 1 << 20))
+        ->capture_default_str();
     app.add_option("--eval-fraction", o.eval_fraction,
                    "share of the samples held out for evaluation (the last ones)")
         ->check(fsdp_apps::finite_number(0, 1))

@@ -186,6 +186,8 @@ fsdp::Runtime<T> make_runtime(fsdp::ShardedModel<T>& model, const TrainedModel<T
   fsdp::RuntimeOptions options;
   options.prefetch = !o.no_prefetch;
   options.max_gathered_units = o.prefetch_limit;
+  options.max_gathered_units_backward = o.backward_prefetch_limit;
+  options.max_reductions_in_flight = o.reductions_in_flight;
   options.tied_parameters = trained.tied_parameters();
   return fsdp::Runtime<T>(model, trained.order(), options);
 }

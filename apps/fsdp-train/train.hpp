@@ -56,9 +56,11 @@ struct TrainOptions {
   // Each rank's share of a step in this many forward and backward passes, reduced once.
   int grad_accumulation = 1;
   std::uint64_t seed = 0;
-  double clip = 0.0;         // 0: no clipping
-  int prefetch_limit = 2;    // units gathered at once (RuntimeOptions::max_gathered_units)
-  bool no_prefetch = false;  // gather each unit only when its scope opens
+  double clip = 0.0;                // 0: no clipping
+  int prefetch_limit = 2;           // units gathered at once (RuntimeOptions::max_gathered_units)
+  bool no_prefetch = false;         // gather each unit only when its scope opens
+  int backward_prefetch_limit = 0;  // RuntimeOptions::max_gathered_units_backward
+  int reductions_in_flight = 2;     // RuntimeOptions::max_reductions_in_flight
   double eval_fraction = 0.2;
   bool json = false;
   bool check = false;

@@ -206,6 +206,14 @@ int fsdp_finish_step(fsdp_runtime_t runtime);
  * of the model's gradients until then. Between steps only (FSDP_ERROR_ORDER otherwise);
  * collective: ranks that pass different values all get FSDP_ERROR_MISMATCH. */
 int fsdp_runtime_set_requires_gradient_sync(fsdp_runtime_t runtime, int sync);
+/* Overlap (docs/runtime.md), from the next step on: the units gathered at once while the backward
+ * pass runs (max_gathered_units_backward; 0: the max_gathered_units the runtime was made with)
+ * and the gradient reductions left in flight after fsdp_end_backward (max_reductions_in_flight,
+ * default 2; 0: each fsdp_end_backward waits for its unit's). A negative value is
+ * FSDP_ERROR_LIBRARY. Between steps only (FSDP_ERROR_ORDER otherwise); collective: ranks that
+ * pass different values all get FSDP_ERROR_MISMATCH. */
+int fsdp_runtime_set_overlap(fsdp_runtime_t runtime, int max_gathered_units_backward,
+                             int max_reductions_in_flight);
 /* Inside an open scope, for a parameter of its unit: the whole parameter (read only) and, in a
  * backward scope only, its whole gradient, to add this rank's gradient into (zero on the
  * first backward of a step). numel elements of the model's dtype, valid until the scope ends. */

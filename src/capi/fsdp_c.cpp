@@ -822,6 +822,15 @@ int fsdp_runtime_set_requires_gradient_sync(fsdp_runtime_t runtime, int sync) {
   });
 }
 
+int fsdp_runtime_set_overlap(fsdp_runtime_t runtime, int max_gathered_units_backward,
+                             int max_reductions_in_flight) {
+  return guarded("fsdp_runtime_set_overlap", [&] {
+    on_runtime(runtime, [&](auto& r) {
+      r.set_overlap(max_gathered_units_backward, max_reductions_in_flight);
+    });
+  });
+}
+
 namespace {
 
 // The whole parameter, or its whole gradient, of the open scope's unit.

@@ -95,7 +95,7 @@ module fsdp
   public :: fsdp_model_zero_grad, fsdp_model_copy_parameter, fsdp_model_destroy
   public :: fsdp_runtime_create, fsdp_begin_forward, fsdp_end_forward, fsdp_begin_backward
   public :: fsdp_end_backward, fsdp_finish_step, fsdp_full, fsdp_grad, fsdp_progress
-  public :: fsdp_runtime_set_requires_gradient_sync
+  public :: fsdp_runtime_set_requires_gradient_sync, fsdp_runtime_set_overlap
   public :: fsdp_runtime_destroy, fsdp_runtime_stats
   public :: fsdp_grad_norm, fsdp_clip_grad_norm
   public :: fsdp_memory_bytes, fsdp_memory_reset_peaks, fsdp_memory_category_name
@@ -315,6 +315,12 @@ module fsdp
       type(c_ptr), value :: runtime
       integer(c_int), value :: sync
     end function c_runtime_set_requires_gradient_sync
+    integer(c_int) function c_runtime_set_overlap(runtime, backward_units, reductions) &
+        bind(c, name='fsdp_runtime_set_overlap')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime
+      integer(c_int), value :: backward_units, reductions
+    end function c_runtime_set_overlap
     integer(c_int) function c_full(runtime, parameter, values, numel) bind(c, name='fsdp_full')
       import :: c_int, c_ptr, c_char, c_int64_t
       type(c_ptr), value :: runtime
@@ -988,6 +994,18 @@ contains
     integer, intent(out) :: ierr
     ierr = int(c_runtime_set_requires_gradient_sync(runtime%handle, merge(1_c_int, 0_c_int, sync)))
   end subroutine fsdp_runtime_set_requires_gradient_sync
+
+  ! Overlap from the next step on (fsdp_runtime_set_overlap in fsdp.h): the units gathered at
+  ! once in backward (0: max_gathered_units) and the gradient reductions left in flight after
+  ! fsdp_end_backward (default 2; 0: wait for each). Between steps; collective.
+  subroutine fsdp_runtime_set_overlap(runtime, max_gathered_units_backward, &
+                                      max_reductions_in_flight, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    integer, intent(in) :: max_gathered_units_backward, max_reductions_in_flight
+    integer, intent(out) :: ierr
+    ierr = int(c_runtime_set_overlap(runtime%handle, int(max_gathered_units_backward, c_int), &
+                                     int(max_reductions_in_flight, c_int)))
+  end subroutine fsdp_runtime_set_overlap
 
   ! Inside the open scope of the parameter's unit: the whole parameter, flattened (remap it with
   ! `w(1:m, 1:n) => values`). Read only; valid until the scope ends.

@@ -28,6 +28,19 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The overlap limits a constructor or set_overlap takes (ErrorKind::usage for a value out of
+// range).
+void require_overlap_limits(int max_gathered_units_backward, int max_reductions_in_flight) {
+  require(max_gathered_units_backward >= 0,
+          "RuntimeOptions::max_gathered_units_backward must be >= 1, or 0 for "
+          "max_gathered_units; got " +
+              std::to_string(max_gathered_units_backward));
+  require(max_reductions_in_flight >= 0,
+          "RuntimeOptions::max_reductions_in_flight must be >= 0 (0: each reduction is waited "
+          "for when its backward scope closes), got " +
+              std::to_string(max_reductions_in_flight));
+}
+
 }  // namespace
 
 template <class T>
@@ -55,14 +68,7 @@ Runtime<T>::Runtime(ShardedModel<T>& model, std::vector<std::string> order, Runt
   require(options_.max_gathered_units >= 1,
           "RuntimeOptions::max_gathered_units must be >= 1, got " +
               std::to_string(options_.max_gathered_units));
-  require(options_.max_gathered_units_backward >= 0,
-          "RuntimeOptions::max_gathered_units_backward must be >= 1, or 0 for "
-          "max_gathered_units; got " +
-              std::to_string(options_.max_gathered_units_backward));
-  require(options_.max_reductions_in_flight >= 0,
-          "RuntimeOptions::max_reductions_in_flight must be >= 0 (0: each reduction is waited "
-          "for when its backward scope closes), got " +
-              std::to_string(options_.max_reductions_in_flight));
+  require_overlap_limits(options_.max_gathered_units_backward, options_.max_reductions_in_flight);
   const std::vector<std::string>& names = model_.unit_names();
   for (std::size_t i = 0; i < order_.size(); ++i) {
     const std::string& name = order_[i];
@@ -452,17 +458,35 @@ void Runtime<T>::finish_step() {
 }
 
 template <class T>
-void Runtime<T>::set_requires_gradient_sync(bool sync) {
-  check_usable("set_requires_gradient_sync");
+void Runtime<T>::require_between_steps(const char* operation) const {
+  check_usable(operation);
   if (open_ >= 0 || done_ != 0) {
-    throw Error(ErrorKind::order, std::string("set_requires_gradient_sync inside a step (") +
+    throw Error(ErrorKind::order, std::string(operation) + " inside a step (" +
                                       (open_ >= 0 ? "the " + open_scope_text() + " is open"
                                                   : std::to_string(done_) + " scopes done") +
                                       "); call it between steps, after finish_step");
   }
+}
+
+template <class T>
+void Runtime<T>::set_requires_gradient_sync(bool sync) {
+  require_between_steps("set_requires_gradient_sync");
   require_same_configuration(Configuration("gradient sync").flag("requires_gradient_sync", sync),
                              model_.group(), model_.replicas());
   gradient_sync_ = sync;
+}
+
+template <class T>
+void Runtime<T>::set_overlap(int max_gathered_units_backward, int max_reductions_in_flight) {
+  require_between_steps("set_overlap");
+  require_same_configuration(
+      Configuration("overlap limits")
+          .integer("max_gathered_units_backward", max_gathered_units_backward)
+          .integer("max_reductions_in_flight", max_reductions_in_flight),
+      model_.group(), model_.replicas());
+  require_overlap_limits(max_gathered_units_backward, max_reductions_in_flight);
+  options_.max_gathered_units_backward = max_gathered_units_backward;
+  options_.max_reductions_in_flight = max_reductions_in_flight;
 }
 
 template <class T>

@@ -743,6 +743,49 @@ static void test_gradient_accumulation(void) {
   }
 }
 
+/* Overlap limits from the next step on: with every reduction waited for (0) and then with 3 in
+ * flight, one SGD step at lr 0.25 of gradients rank + 1 moves every element by exactly 0.25 (N + 1)
+ * / 2. A negative limit, a call inside a step and ranks that disagree are refused. */
+static void test_overlap(void) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  fsdp_runtime_t runtime = NULL;
+  fsdp_optimizer_t sgd = NULL;
+  fsdp_model_t model = index_model_with_sgd(0.25, &runtime, &sgd);
+  const int limits[2][2] = {{0, 0}, {1, 3}};
+  for (int k = 0; k < 2; ++k) {
+    CHECK_OK(fsdp_runtime_set_overlap(runtime, limits[k][0], limits[k][1]));
+    constant_gradient_step(runtime, FSDP_FLOAT64, world_rank + 1, NAN);
+    CHECK_OK(fsdp_optimizer_step(sgd));
+    CHECK_OK(fsdp_model_zero_grad(model));
+  }
+  double whole[HIDDEN * IN];
+  CHECK_OK(fsdp_model_copy_parameter(model, "l0.w", whole));
+  for (int e = 0; e < HIDDEN * IN; ++e) {
+    const double want = 0.5 * e - 2 * 0.25 * (world + 1) / 2.0;
+    CHECK(whole[e] == want, "l0.w[%d] = %.17g after 2 steps, expected %.17g", e, whole[e], want);
+  }
+  CHECK_CODE(fsdp_runtime_set_overlap(runtime, 0, -1), FSDP_ERROR_LIBRARY);
+  CHECK(strstr(fsdp_last_error(), "max_reductions_in_flight") != NULL, "message: %s",
+        fsdp_last_error());
+  CHECK_OK(fsdp_begin_forward(runtime, "l0"));
+  CHECK_CODE(fsdp_runtime_set_overlap(runtime, 0, 1), FSDP_ERROR_ORDER);
+  CHECK_OK(fsdp_end_forward(runtime, "l0"));
+  CHECK_OK(fsdp_begin_forward(runtime, "l1"));
+  CHECK_OK(fsdp_end_forward(runtime, "l1"));
+  CHECK_OK(fsdp_finish_step(runtime));
+  if (world > 1) {
+    CHECK_CODE(fsdp_runtime_set_overlap(runtime, 0, world_rank == 1 ? 1 : 2), FSDP_ERROR_MISMATCH);
+  }
+  CHECK_CODE(fsdp_runtime_set_overlap(NULL, 0, 1), FSDP_ERROR_INVALID_ARGUMENT);
+  fsdp_optimizer_destroy(sgd);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: overlap limits: ok\n");
+  }
+}
+
 /* Frozen parameters (fsdp_model_set_trainable 0): l0.w and l1.b keep their values exactly through
  * a plain SGD step in every mode while the others move by lr times the average gradient
  * (N + 1) / 2; fsdp_grad of a frozen one fails with FSDP_ERROR_STATE. */
@@ -1631,6 +1674,7 @@ int main(int argc, char** argv) {
   test_init_with_and_sgd_rule();
   test_lr_schedule();
   test_gradient_accumulation();
+  test_overlap();
   test_frozen_parameters();
   test_errors();
   test_checkpoints();

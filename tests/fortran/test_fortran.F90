@@ -762,6 +762,11 @@ contains
     call api_step(runtime, 4)
     call fsdp_optimizer_step(plain, ierr)
     call check_ok(ierr, 'the step after accumulating')
+    ! The reference pass waits for each reduction (fsdp_runtime_set_overlap): the same bits.
+    call fsdp_runtime_set_overlap(other_runtime, 1, 0, ierr)
+    call check_ok(ierr, 'fsdp_runtime_set_overlap(1, 0)')
+    call fsdp_runtime_set_overlap(other_runtime, 1, -1, ierr)
+    call check_code(ierr, FSDP_ERROR_LIBRARY, 'fsdp_runtime_set_overlap with a negative limit')
     call api_step(other_runtime, 4, scale=2d0)
     call fsdp_optimizer_step(other_plain, ierr)
     call check_ok(ierr, 'the step of doubled gradients')

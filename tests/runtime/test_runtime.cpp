@@ -185,6 +185,41 @@ BOOST_AUTO_TEST_CASE(reductions_in_flight_stay_within_their_limit) {
                         error_of(ErrorKind::usage, "max_reductions_in_flight must be >= 0"));
 }
 
+// set_overlap changes the limits from the next step on (the C API's and Fortran's way to them):
+// the reductions in flight follow the new limit, and a call inside a step, a value out of range or
+// ranks that disagree are refused on every rank, leaving the limits as they were.
+BOOST_AUTO_TEST_CASE(set_overlap_changes_the_limits_between_steps) {
+  ShardedModel<double> model = make_model(strategies().front());
+  Runtime<double> runtime(model, kOrder);
+  for (int limit : {0, 1, 3}) {  // rising: the stats keep the most in flight over the steps
+    runtime.set_overlap(2, limit);
+    BOOST_TEST(runtime.options().max_gathered_units_backward == 2);
+    BOOST_TEST(runtime.options().max_reductions_in_flight == limit);
+    scoped_step(runtime, model);
+    BOOST_TEST(runtime.stats().most_reductions_in_flight == limit, "limit " << limit);
+    model.zero_grad();
+  }
+  runtime.begin_forward("l0");
+  BOOST_CHECK_EXCEPTION(runtime.set_overlap(0, 1), Error,
+                        error_of(ErrorKind::order, "the forward scope of 'l0' is open"));
+  runtime.end_forward("l0");
+  for (const std::string unit : {"l1", "l2"}) {
+    runtime.begin_forward(unit);
+    runtime.end_forward(unit);
+  }
+  runtime.finish_step();  // an evaluation step
+  BOOST_CHECK_EXCEPTION(runtime.set_overlap(0, -1), Error,
+                        error_of(ErrorKind::usage, "max_reductions_in_flight must be >= 0"));
+  BOOST_CHECK_EXCEPTION(runtime.set_overlap(-2, 1), Error,
+                        error_of(ErrorKind::usage, "max_gathered_units_backward must be >= 1"));
+  if (model.group().size() > 1) {
+    BOOST_CHECK_EXCEPTION(runtime.set_overlap(0, model.group().rank() == 1 ? 1 : 2), Error,
+                          error_of(ErrorKind::mismatch, "max_reductions_in_flight"));
+  }
+  BOOST_TEST(runtime.options().max_reductions_in_flight == 3);
+  BOOST_TEST(runtime.options().max_gathered_units_backward == 2);
+}
+
 // A reduction in flight that fails (rank 0 reduces l0 while the other ranks reduce l1, whose
 // pieces have another size; collective checks on) raises nothing while it is polled, and raises
 // at the wait on every rank; the model then reduces and trains as before.

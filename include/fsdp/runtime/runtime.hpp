@@ -151,6 +151,14 @@ class Runtime {
   void set_requires_gradient_sync(bool sync);
   bool requires_gradient_sync() const { return gradient_sync_; }
 
+  // RuntimeOptions::max_gathered_units_backward and max_reductions_in_flight from the next step
+  // on (for C and Fortran, whose runtimes are made with the defaults, and for a code that tunes
+  // the overlap while it trains). Between steps only (ErrorKind::order otherwise); a value out of
+  // range is ErrorKind::usage, as in the constructor. Collective over the model's group and
+  // replicas: every rank passes the same values, else every rank throws ErrorKind::mismatch.
+  void set_overlap(int max_gathered_units_backward, int max_reductions_in_flight);
+  const RuntimeOptions& options() const { return options_; }
+
   // Outside the scopes: starts the gathers of the given units that are sharded (those gathering
   // or gathered are left alone), all in flight together, and releases gathered units. Every name
   // is checked before anything starts. A gather that fails reaches the caller and leaves the
@@ -185,6 +193,8 @@ class Runtime {
   enum class Phase { forward, backward };
   std::size_t index_of(const std::string& unit, const char* operation) const;
   void check_usable(const char* operation) const;
+  // check_usable, and no scope open or done (ErrorKind::order): the settings between steps.
+  void require_between_steps(const char* operation) const;
   // The index of unit, whose scope of phase must be the open one (end_forward, end_backward).
   std::size_t index_of_open(const std::string& unit, Phase phase, const char* operation) const;
   std::string open_scope_text() const;
