@@ -186,10 +186,18 @@ BOOST_AUTO_TEST_CASE(damaged_hdf5_plans_are_reported_never_parsed) {
   BOOST_TEST(good.compare(0, 8, "fsdpplan") == 0);
   const std::string damaged = dir.file("damaged.h5");
   const IoErrorWithAnyOf damage{{"damaged.h5' is damaged", "damaged.h5' is not an fsdp"}};
-  // One bit of every byte (bit i % 8 of byte i).
-  for (std::size_t i = 0; i < good.size(); ++i) {
+  // One bit of every byte: bit i % 8 of byte i. Every damaged byte takes the same path (the
+  // checksum refuses it before HDF5 reads anything), so the sanitizer build, where this loop took
+  // 11 of the program's 13 s, damages every 16th byte (bit (i / 16) % 8 of byte i) and still walks
+  // that path throughout.
+#if defined(__SANITIZE_ADDRESS__)
+  const std::size_t stride = 16;
+#else
+  const std::size_t stride = 1;
+#endif
+  for (std::size_t i = 0; i < good.size(); i += stride) {
     std::string bytes = good;
-    bytes[i] = static_cast<char>(bytes[i] ^ (1 << (i % 8)));
+    bytes[i] = static_cast<char>(bytes[i] ^ (1 << ((i / stride) % 8)));
     write_bytes(damaged, bytes);
     BOOST_CHECK_EXCEPTION(load_plan(damaged), Error, damage);
   }
