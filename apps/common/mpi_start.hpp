@@ -10,8 +10,8 @@ namespace fsdp_apps {
 
 // Run without mpiexec or srun (a singleton), Open MPI starts an orted daemon for the process;
 // ess_singleton_isolated leaves it out, at the cost of MPI_Comm_spawn, which fsdp never calls:
-// `fsdp-solve --version` took 0.58-0.69 s here and takes 0.37 s without it. A value the user set
-// wins; other MPIs ignore the variable.
+// `fsdp-solve --version` took 0.58-0.69 s here and takes 0.34-0.37 s without it. A value the user
+// set wins; other MPIs ignore the variable.
 inline void isolate_singleton() {
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
                         std::getenv("PMIX_RANK") != nullptr || std::getenv("PMI_RANK") != nullptr;

@@ -222,11 +222,7 @@ BenchModel bench_model(const StepOptions& options) {
       throw CLI::ValidationError("--heads", problem);
     }
     model.parameters = shape.parameters(DType::f32);
-    model.order.push_back(GptShape::embed_unit());
-    for (std::int64_t l = 0; l < shape.layers; ++l) {
-      model.order.push_back(GptShape::block_unit(l));
-    }
-    model.order.push_back(GptShape::head_unit());
+    model.order = shape.units();
     model.tied = {{"wte.weight", {GptShape::head_unit()}}};
     model.kept_units = {GptShape::embed_unit(), GptShape::head_unit()};
     std::snprintf(size, sizeof size, " (%.1f MB fp32)",

@@ -74,14 +74,7 @@ class TrainedGpt : public TrainedModel<T> {
   std::vector<fsdp::ParameterInfo> parameters(fsdp::DType dtype) const override {
     return shape_.parameters(dtype);
   }
-  std::vector<std::string> order() const override {
-    std::vector<std::string> units{fsdp_models::GptShape::embed_unit()};
-    for (std::int64_t l = 0; l < shape_.layers; ++l) {
-      units.push_back(fsdp_models::GptShape::block_unit(l));
-    }
-    units.push_back(fsdp_models::GptShape::head_unit());
-    return units;
-  }
+  std::vector<std::string> order() const override { return shape_.units(); }
   std::map<std::string, std::set<std::string>> tied_parameters() const override {
     return {{"wte.weight", {fsdp_models::GptShape::head_unit()}}};
   }

@@ -58,6 +58,18 @@ struct GptShape {
   static std::string embed_unit() { return "embed"; }
   static std::string block_unit(std::int64_t layer) { return "h" + std::to_string(layer); }
   static std::string head_unit() { return "head"; }
+  // The units in forward order: the embedding, the blocks, the head (unit(0) .. unit(layers + 1)).
+  std::int64_t unit_count() const { return layers + 2; }
+  std::string unit(std::int64_t index) const {
+    return index == 0 ? embed_unit() : index <= layers ? block_unit(index - 1) : head_unit();
+  }
+  std::vector<std::string> units() const {
+    std::vector<std::string> order;
+    for (std::int64_t u = 0; u < unit_count(); ++u) {
+      order.push_back(unit(u));
+    }
+    return order;
+  }
   // "h<layer>.<name>", e.g. block_parameter(3, "attn.c_attn.weight").
   static std::string block_parameter(std::int64_t layer, const std::string& name) {
     return block_unit(layer) + "." + name;

@@ -51,13 +51,9 @@ class GptPasses {
   const Labels& targets() const { return targets_; }
   std::int64_t capacity() const { return capacity_; }
 
-  // The units in forward order: the embedding, the blocks, the head.
-  std::int64_t unit_count() const { return shape_.layers + 2; }
-  std::string unit_name(std::int64_t unit) const {
-    return unit == 0               ? Shape::embed_unit()
-           : unit <= shape_.layers ? Shape::block_unit(unit - 1)
-                                   : Shape::head_unit();
-  }
+  // The units in forward order (GptShape::unit).
+  std::int64_t unit_count() const { return shape_.unit_count(); }
+  std::string unit_name(std::int64_t unit) const { return shape_.unit(unit); }
 
   // Forward, the softmax cross-entropy and backward of `samples` loaded sequences. The gradient
   // is that of the mean loss over their positions, times loss_scale.

@@ -95,7 +95,7 @@ Parameters train_through_the_c_api(const GptShape& shape, int rank) {
     FillContext context{list[i].name, i};
     CHECK_C(fsdp_model_init_with(model, list[i].name.c_str(), fill, &context));
   }
-  const std::vector<std::string> order = fsdp::test::tiny_gpt_unit_order(shape);
+  const std::vector<std::string> order = shape.units();
   std::vector<const char*> names;
   for (const std::string& unit : order) {
     names.push_back(unit.c_str());

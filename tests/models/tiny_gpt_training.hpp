@@ -47,15 +47,6 @@ inline void load_tiny_gpt_batch(TinyGptPasses& passes, int rank, int step) {
   Kokkos::deep_copy(passes.targets(), targets);
 }
 
-inline std::vector<std::string> tiny_gpt_unit_order(const fsdp_models::GptShape& shape) {
-  const TinyGptPasses passes(shape, true, 1);
-  std::vector<std::string> order;
-  for (std::int64_t u = 0; u < passes.unit_count(); ++u) {
-    order.push_back(passes.unit_name(u));
-  }
-  return order;
-}
-
 // The whole of every parameter after the steps, in the order of shape.parameters().
 inline std::vector<std::vector<double>> train_tiny_gpt_through_the_runtime(
     const fsdp_models::GptShape& shape, int rank) {
@@ -72,7 +63,7 @@ inline std::vector<std::vector<double>> train_tiny_gpt_through_the_runtime(
   }
   RuntimeOptions options;
   options.tied_parameters = {{"wte.weight", {fsdp_models::GptShape::head_unit()}}};
-  Runtime<double> runtime(model, tiny_gpt_unit_order(shape), options);
+  Runtime<double> runtime(model, shape.units(), options);
   OptimizerSettings settings;
   settings.lr = kTinyGptLr;
   settings.weight_decay = kTinyGptWeightDecay;
