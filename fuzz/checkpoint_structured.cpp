@@ -15,6 +15,8 @@
 #include "fsdp/data/sampler_state.hpp"
 #include "fsdp/io/checkpoint.hpp"
 #include "fsdp/io/tensor_checksum.hpp"
+#include "fsdp/shard/sharding_plan.hpp"
+#include "fsdp/shard/sharding_strategy.hpp"
 #include "hdf5_builder.hpp"
 #include "kokkos_for_fuzzing.hpp"
 #include "open_hdf5_objects.hpp"
@@ -95,6 +97,28 @@ BuiltTensor build_tensor(FuzzInput& in, hid_t group, const std::string& prefix) 
   return tensor;
 }
 
+// A plan of the model tensors built, as fsdp writes one; "{}" when they make no valid plan (an
+// extent of 0, two of one name).
+std::string plan_of(const std::vector<BuiltTensor>& tensors) {
+  std::vector<fsdp::ParameterInfo> parameters;
+  for (const BuiltTensor& tensor : tensors) {
+    if (tensor.name.rfind("model/", 0) != 0) {
+      continue;
+    }
+    fsdp::ParameterInfo parameter;
+    parameter.name = tensor.name.substr(6);
+    parameter.shape.assign(tensor.dataset.dims.begin(), tensor.dataset.dims.end());
+    parameter.dtype =
+        tensor.dataset.stored == fsdp_fuzz::Stored::f64le ? fsdp::DType::f64 : fsdp::DType::f32;
+    parameters.push_back(parameter);
+  }
+  try {
+    return fsdp::plan_to_json(fsdp::FullSharding().make_plan(parameters, 2));
+  } catch (const fsdp::Error&) {
+    return "{}";
+  }
+}
+
 // The tensors as built; *variable_strings: whether any string attribute was built variable-length.
 std::vector<BuiltTensor> build_checkpoint(FuzzInput& in, hid_t file, bool* variable_strings) {
   Handle root(built(H5Gopen2(file, "/", H5P_DEFAULT)), H5Gclose);
@@ -111,7 +135,6 @@ std::vector<BuiltTensor> build_checkpoint(FuzzInput& in, hid_t file, bool* varia
   fsdp_fuzz::build_number_attribute<std::int32_t>(in, r, "world_size", H5T_STD_I32LE,
                                                   H5T_NATIVE_INT32, 2);
   *variable_strings |= fsdp_fuzz::build_string_attribute(in, r, "strategy", "full");
-  *variable_strings |= fsdp_fuzz::build_string_attribute(in, r, "plan", "{}");
   *variable_strings |=
       fsdp_fuzz::build_string_attribute(in, r, "checksum_algorithm", fsdp::kChecksumAlgorithm);
   if (in.flag()) {
@@ -158,6 +181,10 @@ std::vector<BuiltTensor> build_checkpoint(FuzzInput& in, hid_t file, bool* varia
       tensors.push_back(build_tensor(in, model.get(), "model/"));
     }
   }
+  // The plan last, listing the model tensors built (verify refuses a checkpoint that lacks a
+  // tensor its plan lists, so a plan of nothing would make every file fail there, before its
+  // checksums are judged).
+  *variable_strings |= fsdp_fuzz::build_string_attribute(in, r, "plan", plan_of(tensors));
   return tensors;
 }
 
