@@ -1106,6 +1106,15 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
   const bool has_dir = !o.checkpoint_dir.empty();
   fsdp::require(has_dir || (o.checkpoint_every == 0 && !o.resume && o.keep_last == 0),
                 "--checkpoint-every, --keep-last and --resume need --checkpoint-dir");
+  // A save of its step would replace it, --keep-last remove it, and --check reads it again at
+  // the end.
+  fsdp::require(!has_dir || o.init_from.empty() ||
+                    !fsdp::CheckpointDirectory::manages(o.checkpoint_dir, o.init_from),
+                "--init-from '" + o.init_from + "' is a file of --checkpoint-dir '" +
+                    o.checkpoint_dir +
+                    "', which this run's saves replace and --keep-last removes: copy it out of "
+                    "the directory first, give another --checkpoint-dir, or continue that run "
+                    "with --resume");
   fsdp::require(
       o.checkpoint_every >= 0 && o.keep_last >= 0 && o.stop_after >= 0 && o.time_budget >= 0,
       "--checkpoint-every, --keep-last, --stop-after and --time-budget must be >= 0");

@@ -46,6 +46,14 @@ std::int64_t step_of(const std::string& name) {
   return error == std::errc() && end == digits.data() + digits.size() ? step : -1;
 }
 
+// A temporary of a save that may not have finished (temporary_beside: "<target>.XXXXXX.tmp"; the
+// older fixed "<target>.tmp" too), removed when a directory is opened.
+bool is_leftover_temporary(const std::string& name) {
+  return ends_with(name, kTemporary) &&
+         (name.compare(0, std::string(kPrefix).size(), kPrefix) == 0 ||
+          name.compare(0, std::string(kLatest).size() + 1, std::string(kLatest) + ".") == 0);
+}
+
 }  // namespace
 
 CheckpointDirectory::CheckpointDirectory(ProcessGroup group, std::string path, int keep_last)
@@ -64,10 +72,7 @@ CheckpointDirectory::CheckpointDirectory(ProcessGroup group, std::string path, i
     // Temporaries of saves that never finished: their checkpoints were never published.
     for (const auto& entry : fs::directory_iterator(path_)) {
       const std::string name = entry.path().filename().string();
-      // (temporary_beside: "<target>.XXXXXX.tmp"; the older fixed "<target>.tmp" too)
-      if (ends_with(name, kTemporary) &&
-          (name.compare(0, std::string(kPrefix).size(), kPrefix) == 0 ||
-           name.compare(0, std::string(kLatest).size() + 1, std::string(kLatest) + ".") == 0)) {
+      if (is_leftover_temporary(name)) {
         fs::remove(entry.path(), error);
         if (error) {
           throw Error(ErrorKind::io, "cannot remove the leftover temporary '" +
@@ -105,6 +110,16 @@ std::vector<std::string> CheckpointDirectory::checkpoints() const {
     out.push_back(std::move(file));
   }
   return out;
+}
+
+bool CheckpointDirectory::manages(const std::string& directory, const std::string& file) {
+  std::error_code error;
+  const fs::path real = fs::canonical(file, error);
+  if (error || !same_file(real.parent_path().string(), directory)) {
+    return false;
+  }
+  const std::string name = real.filename().string();
+  return step_of(name) >= 0 || name == kLatest || is_leftover_temporary(name);
 }
 
 std::string CheckpointDirectory::find_latest(const std::string& directory) {

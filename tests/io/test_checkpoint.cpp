@@ -1015,4 +1015,35 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_directory_keeps_the_last_k_and_points_at_the_n
       error_of(ErrorKind::io, "names 'checkpoint-00000030.h5', which is missing"));
 }
 
+// The files a run must not take as input once it saves into the directory: those its saves
+// replace or remove, by any name that leads to them.
+BOOST_AUTO_TEST_CASE(a_checkpoint_directory_says_which_files_it_replaces_or_removes) {
+  ScratchDirectory dir;  // collective
+  if (world().rank() != 0) {
+    return;
+  }
+  const std::string run = dir.file("run");
+  BOOST_REQUIRE(mkdir(run.c_str(), 0755) == 0);
+  for (const char* name : {"checkpoint-00000007.h5", "latest", "latest.Ab12Cd.tmp", "pretrained.h5",
+                           "checkpoint-x.h5"}) {
+    std::ofstream(run + "/" + name) << "x\n";
+  }
+  const std::string elsewhere = dir.file("checkpoint-00000007.h5");
+  std::ofstream(elsewhere) << "x\n";
+  BOOST_REQUIRE(symlink((run + "/checkpoint-00000007.h5").c_str(), dir.file("link.h5").c_str()) ==
+                0);
+  BOOST_REQUIRE(symlink(run.c_str(), dir.file("run-link").c_str()) == 0);
+  BOOST_TEST(CheckpointDirectory::manages(run, run + "/checkpoint-00000007.h5"));
+  BOOST_TEST(CheckpointDirectory::manages(run, run + "/./checkpoint-00000007.h5"));
+  BOOST_TEST(CheckpointDirectory::manages(run, dir.file("link.h5")));
+  BOOST_TEST(CheckpointDirectory::manages(dir.file("run-link"), run + "/checkpoint-00000007.h5"));
+  BOOST_TEST(CheckpointDirectory::manages(run, run + "/latest"));
+  BOOST_TEST(CheckpointDirectory::manages(run, run + "/latest.Ab12Cd.tmp"));
+  BOOST_TEST(!CheckpointDirectory::manages(run, run + "/pretrained.h5"));
+  BOOST_TEST(!CheckpointDirectory::manages(run, run + "/checkpoint-x.h5"));
+  BOOST_TEST(!CheckpointDirectory::manages(run, elsewhere));
+  BOOST_TEST(!CheckpointDirectory::manages(run, run + "/checkpoint-00000008.h5"));  // missing
+  BOOST_TEST(!CheckpointDirectory::manages(dir.file("missing"), elsewhere));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

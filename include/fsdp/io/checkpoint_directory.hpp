@@ -40,6 +40,13 @@ class CheckpointDirectory {
   // created and nothing is removed.
   static std::string find_latest(const std::string& directory);
 
+  // Serial, for tools: whether file (links followed) is one that a CheckpointDirectory of
+  // directory replaces or removes: a checkpoint file (checkpoint-<step>.h5, replaced by a save
+  // of its step and removed by keep_last), "latest", or a leftover temporary. A run must not
+  // read such a file after it has started saving there (fsdp-train refuses it as --init-from).
+  // False when file or directory does not exist.
+  static bool manages(const std::string& directory, const std::string& file);
+
   // Serial: every checkpoint file in the directory, oldest step first.
   std::vector<std::string> checkpoints() const;
 
