@@ -19,14 +19,19 @@ namespace fsdp {
 namespace {
 
 constexpr int kNoticeTag = 7301;
-// The signature checks' messages: a tag of their own for each of kChecksInFlight consecutive
-// collectives, so that no check's message can be taken for another's.
+// The signature checks' messages: a tag of their own for each of 4 * kChecksInFlight consecutive
+// collectives, so that no check's message can be taken for another's. A rank's unfinished check
+// can meet another rank's message of a later collective only from a rank that many ahead, and no
+// rank gets 2 * kChecksInFlight ahead of another's unfinished check (each rank has fewer than
+// kChecksInFlight unfinished, and a check finishes only once every rank has started it). A
+// folded check (start_check) probes for any message with its tag, not only its partner's.
 constexpr int kCheckTags = 8192;
 
 int check_tag(const OperationId& id) {
-  return kCheckTags + static_cast<int>(id.sequence % CollectiveGuard::kChecksInFlight);
+  return kCheckTags + static_cast<int>(id.sequence % (4 * CollectiveGuard::kChecksInFlight));
 }
 constexpr int kMaxRanksNamed = 8;
+constexpr unsigned kFoldedPollsPerProbe = 16;
 
 using Clock = std::chrono::steady_clock;
 
@@ -85,6 +90,29 @@ CollectiveCall uneven_call(Collective collective, const std::vector<std::size_t>
   }
   call.layout = hash >> 1;  // fits the int64 of the signature exchange
   return call;
+}
+
+namespace {
+
+std::int64_t signature_field(const SignatureCheck& check, int rank, std::size_t field) {
+  return check.signatures[SignatureCheck::kFields * static_cast<std::size_t>(rank) + field];
+}
+
+}  // namespace
+
+CollectiveCall signature_call(const SignatureCheck& check, int rank) {
+  CollectiveCall call;
+  call.collective = static_cast<Collective>(signature_field(check, rank, 0));
+  call.dtype = static_cast<DType>(signature_field(check, rank, 1));
+  call.count = signature_field(check, rank, SignatureCheck::kCountField);
+  call.root = signature_field(check, rank, 3);
+  call.reduce = signature_field(check, rank, 4);
+  call.layout = static_cast<std::uint64_t>(signature_field(check, rank, 5));
+  return call;
+}
+
+bool signature_complains(const SignatureCheck& check, int rank) {
+  return signature_field(check, rank, SignatureCheck::kComplaintField) != 0;
 }
 
 CollectiveGuard::CollectiveGuard(MPI_Comm comm, const CollectiveOptions& options)
@@ -187,7 +215,8 @@ std::string CollectiveGuard::describe(const CollectiveCall& call) const {
 }
 
 std::unique_ptr<SignatureCheck> CollectiveGuard::start_check(const CollectiveCall& call,
-                                                             const std::string& problem) {
+                                                             const std::string& problem,
+                                                             bool folded) {
   ensure_usable(call.collective);
   auto check = std::make_unique<SignatureCheck>();
   check->id = OperationId{call.collective, next_sequence_++};
@@ -207,26 +236,74 @@ std::unique_ptr<SignatureCheck> CollectiveGuard::start_check(const CollectiveCal
       static_cast<std::int64_t>(call.layout),
       problem.empty() ? 0 : 1};
   std::copy(std::begin(signature), std::end(signature), check->signature);
+  if (folded) {
+    check->stage = SignatureCheck::Stage::folded;
+  } else {
+    start_minimum(*check);
+  }
+  return check;
+}
 
+void CollectiveGuard::start_minimum(SignatureCheck& check) {
   // The cheap check, on by default in every build: the least and the greatest hash of the
   // signature over the ranks, in one minimum of two words (min of (h, ~h) is (least h, ~greatest
   // h)). O(log N) steps of 16 bytes whatever the group size; the full exchange (poll) runs only
   // when they differ, to say how.
   std::uint64_t hash = detail::kFnvOffsetBasis;
   for (std::size_t i = 0; i < SignatureCheck::kFields; ++i) {
-    const bool per_rank = i == SignatureCheck::kCountField && count_may_differ(call.collective);
-    hash = detail::fnv1a_word(per_rank ? 0 : static_cast<std::uint64_t>(signature[i]), hash);
+    const bool per_rank = i == SignatureCheck::kCountField && count_may_differ(check.id.collective);
+    hash = detail::fnv1a_word(per_rank ? 0 : static_cast<std::uint64_t>(check.signature[i]), hash);
   }
   const std::int64_t range[2] = {static_cast<std::int64_t>(hash), ~static_cast<std::int64_t>(hash)};
-  check->range =
-      std::make_unique<detail::PairwiseMinimum>(comm_.get(), check_tag(check->id), range);
-  check->stage = SignatureCheck::Stage::comparing;
-  return check;
+  check.range = std::make_unique<detail::PairwiseMinimum>(comm_.get(), check_tag(check.id), range);
+  check.stage = SignatureCheck::Stage::comparing;
+}
+
+void CollectiveGuard::settle_folded(SignatureCheck& check,
+                                    const std::vector<CollectiveCall>& calls) {
+  check.stage = SignatureCheck::Stage::done;
+  if (std::all_of(calls.begin(), calls.end(),
+                  [&](const CollectiveCall& call) { return call == calls.front(); })) {
+    return;
+  }
+  // They differ: every rank's signature, for the message and for the ranks that sent blocks.
+  check.signatures.assign(SignatureCheck::kFields * calls.size(), 0);
+  for (std::size_t r = 0; r < calls.size(); ++r) {
+    const CollectiveCall& c = calls[r];
+    const std::int64_t fields[SignatureCheck::kFields] = {static_cast<std::int64_t>(c.collective),
+                                                          static_cast<std::int64_t>(c.dtype),
+                                                          c.count,
+                                                          c.root,
+                                                          c.reduce,
+                                                          static_cast<std::int64_t>(c.layout),
+                                                          0};
+    std::copy(std::begin(fields), std::end(fields),
+              check.signatures.begin() + static_cast<std::ptrdiff_t>(SignatureCheck::kFields * r));
+  }
+  check.failure = difference(check);
 }
 
 bool CollectiveGuard::poll(SignatureCheck& check) {
   if (check.stage == SignatureCheck::Stage::done) {
     return true;
+  }
+  if (check.stage == SignatureCheck::Stage::folded) {
+    // Another rank checks this collective the ordinary way (it announced it, or called another
+    // collective): join it, since it waits for this rank's words. Looked for at every 16th poll
+    // only: a probe that finds nothing costs as much as a poll of the exchange itself, and that
+    // case is the rare one. Where the other rank checks the ordinary way, this rank's words leave
+    // up to 16 polls later.
+    if (++check.folded_polls % kFoldedPollsPerProbe != 0) {
+      return false;
+    }
+    int arrived = 0;
+    mpi::check(
+        MPI_Iprobe(MPI_ANY_SOURCE, check_tag(check.id), comm_.get(), &arrived, MPI_STATUS_IGNORE),
+        "MPI_Iprobe (collective argument check)", comm_.rank());
+    if (!arrived) {
+      return false;  // or settle_folded() decides
+    }
+    start_minimum(check);
   }
   if (check.stage == SignatureCheck::Stage::comparing) {
     if (!check.range->poll()) {
@@ -291,13 +368,9 @@ void CollectiveGuard::abandon(std::unique_ptr<SignatureCheck> check) {
 // rank's): the rank's own complaint, or who called what. Null when they differ only where they
 // may (per-rank counts).
 std::exception_ptr CollectiveGuard::difference(const SignatureCheck& check) const {
-  const std::vector<std::int64_t>& all = check.signatures;
-  auto field = [&](int r, std::size_t i) {
-    return all[SignatureCheck::kFields * static_cast<std::size_t>(r) + i];
-  };
   std::vector<int> complaining;
   for (int r = 0; r < comm_.size(); ++r) {
-    if (field(r, SignatureCheck::kComplaintField) != 0) {
+    if (signature_complains(check, r)) {
       complaining.push_back(r);
     }
   }
@@ -314,13 +387,10 @@ std::exception_ptr CollectiveGuard::difference(const SignatureCheck& check) cons
   const bool uneven = count_may_differ(check.id.collective);
   std::map<std::string, std::vector<int>> ranks_by_call;
   for (int r = 0; r < comm_.size(); ++r) {
-    CollectiveCall c;
-    c.collective = static_cast<Collective>(field(r, 0));
-    c.dtype = static_cast<DType>(field(r, 1));
-    c.count = uneven ? 0 : field(r, 2);
-    c.root = field(r, 3);
-    c.reduce = field(r, 4);
-    c.layout = static_cast<std::uint64_t>(field(r, 5));
+    CollectiveCall c = signature_call(check, r);
+    if (uneven) {
+      c.count = 0;
+    }
     ranks_by_call[describe(c)].push_back(r);
   }
   if (ranks_by_call.size() <= 1) {

@@ -81,7 +81,9 @@ struct SignatureCheck {
   static constexpr std::size_t kFields = 7;
   static constexpr std::size_t kCountField = 2;
   static constexpr std::size_t kComplaintField = 6;
-  enum class Stage { comparing, explaining, done };
+  // folded: an all_gather by exchange on 2 ranks, whose blocks say whether the ranks agree
+  // (CollectiveGuard::settle_folded), until the other rank's ordinary check shows up.
+  enum class Stage { folded, comparing, explaining, done };
 
   OperationId id;
   std::string problem;  // this rank's complaint about its own arguments, empty when none
@@ -91,8 +93,14 @@ struct SignatureCheck {
   std::vector<std::int64_t> signatures;    // every rank's, once the hashes differed
   MPI_Request request = MPI_REQUEST_NULL;  // their all-gather, while explaining
   Stage stage = Stage::done;
+  unsigned folded_polls = 0;   // polls while folded
   std::exception_ptr failure;  // once done: why the collective must not start, or null
 };
+
+// Rank r's call as check.signatures holds it, and whether rank r found its own arguments invalid:
+// once the hashes differed, when the signatures were gathered (they are empty otherwise).
+CollectiveCall signature_call(const SignatureCheck& check, int rank);
+bool signature_complains(const SignatureCheck& check, int rank);
 
 // Where the guards of groups with the same ranks in the same order (a group and its congruent
 // splits, such as a runtime's group for gathers) post their timeout notices, so that a rank stuck
@@ -116,6 +124,8 @@ class CollectiveGuard {
   static constexpr std::int64_t kChecksInFlight = 256;
 
   const CollectiveOptions& options() const { return options_; }
+  // The number start_check() gives the next collective.
+  std::int64_t next_sequence() const { return next_sequence_; }
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
 
@@ -124,8 +134,20 @@ class CollectiveGuard {
   // (problem is this rank's complaint from ArgumentCheck, empty when none). The check runs while
   // the caller goes on; poll() advances it. With checks off a local problem throws here, on this
   // rank only, and the check returned is already done.
+  //
+  // folded (for an all_gather by exchange on a group of 2 ranks, whose blocks carry its
+  // signature: gather_exchange.hpp) sends nothing: the caller settles the check with
+  // settle_folded() once the other rank's block has shown its call, and poll() turns it into an
+  // ordinary check if the other rank's words arrive instead (a rank that announced the
+  // collective, or called another). With 2 ranks the other rank's words reach this one directly.
   std::unique_ptr<SignatureCheck> start_check(const CollectiveCall& call,
-                                              const std::string& problem);
+                                              const std::string& problem, bool folded = false);
+  // Ends a folded check from every rank's call (calls[r] is rank r's), with a failure when they
+  // differ. Only while check.stage is folded.
+  void settle_folded(SignatureCheck& check, const std::vector<CollectiveCall>& calls);
+  // Turns a folded check into an ordinary one (its words leave now): for the caller that learned
+  // from a block that the other rank checks the ordinary way.
+  void join(SignatureCheck& check) { start_minimum(check); }
   // Advances check; true once it is done, when check.failure says whether the collective may
   // start: null, or the fsdp::Error that every rank holds for it (a mismatch, or a rank's invalid
   // arguments). Throws only for MPI's own errors.
@@ -157,6 +179,8 @@ class CollectiveGuard {
   void break_group(const std::string& reason);
 
  private:
+  // Sends the check's words (its stage becomes comparing).
+  void start_minimum(SignatureCheck& check);
   std::exception_ptr difference(const SignatureCheck& check) const;
   [[noreturn]] void fail_after_timeout(const OperationId& id);
 

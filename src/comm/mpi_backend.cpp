@@ -12,6 +12,7 @@
 #include "fsdp/comm/transport.hpp"
 #include "fsdp/core/ceil_div.hpp"
 #include "fsdp/core/error.hpp"
+#include "gather_exchange.hpp"
 #include "mpi_types.hpp"
 
 namespace fsdp {
@@ -26,8 +27,12 @@ struct MpiGroupState {
   // operations started: each piece starts when the one before it completes, which may be after
   // later collectives started on comm, and every rank must start comm's collectives in the
   // same order.
+  // The all_gathers by exchange (gather_exchange.hpp) send their blocks on it too: point-to-point
+  // messages never match a collective's.
   detail::Communicator lane_comm;
   std::deque<MpiOperation*> lane;  // started piecewise operations not completed, in start order
+  // Operations whose exchange (or drain, after a failed check) is moving, in issue order.
+  std::vector<MpiOperation*> exchanging;
   // Whether buffers can be packed by host code: MPI that is not CUDA-aware is given host
   // memory only (Transport); a CUDA-aware one may be given device pointers.
   bool packs_on_host = !mpi_is_cuda_aware();
@@ -48,8 +53,10 @@ struct MpiGroupState {
         lane_comm(detail::Communicator::duplicate(comm.get(), "ProcessGroup")) {}
   ~MpiGroupState();
 
-  // Starts, in order, the operations whose checks have finished, and moves the lane on.
+  // Starts, in order, the operations whose checks have finished, and moves the lane and the
+  // exchanges on.
   void start_checked();
+  void advance_exchanges();
   // Completes the lane's front operation's piece in flight if MPI says it is done, and issues
   // the next piece: of the same operation, or the first of the next one.
   void advance_lane();
@@ -68,7 +75,10 @@ using Issue = std::function<int(MPI_Request*, std::size_t piece)>;
 
 // One collective: its signature check, then its MPI requests, one piece at a time (most
 // operations have one), plus what must happen when it completes (the division of avg) and what
-// must live until then (all_gather_v's int count arrays, the pieces' packing buffer).
+// must live until then (all_gather_v's int count arrays, the pieces' packing buffer). An
+// all_gather by exchange instead moves its bytes from the start, beside its check, and completes
+// once both have; after a failed check, an operation receives the blocks that ranks gathering by
+// exchange sent it (a drain) before it raises the check's failure.
 //
 // The caller does not wait for the check: the collective is started by whichever poll of this
 // group (test or wait of any of its operations) finds the check finished. A rank that runs
@@ -79,20 +89,29 @@ class MpiOperation final : public PendingOperation {
  public:
   MpiOperation(std::shared_ptr<MpiGroupState> state, std::unique_ptr<SignatureCheck> check,
                const char* mpi_name, Issue issue, std::size_t pieces,
-               std::function<void()> on_complete, std::shared_ptr<void> scratch)
+               std::function<void()> on_complete, std::shared_ptr<void> scratch,
+               std::unique_ptr<detail::GatherExchange> exchange = {})
       : state_(std::move(state)),
         check_(std::move(check)),
         mpi_name_(mpi_name),
         issue_(std::move(issue)),
         pieces_(pieces),
         on_complete_(std::move(on_complete)),
-        scratch_(std::move(scratch)) {}
+        scratch_(std::move(scratch)),
+        exchange_(std::move(exchange)) {
+    if (exchange_) {
+      state_->exchanging.push_back(this);
+    }
+  }
 
   ~MpiOperation() override {
     // Only after a failed wait (a timeout) can an operation go before it started or completed.
     for (auto* queue : {&state_->unstarted, &state_->lane}) {
       queue->erase(std::remove(queue->begin(), queue->end(), this), queue->end());
     }
+    auto& exchanging = state_->exchanging;
+    exchanging.erase(std::remove(exchanging.begin(), exchanging.end(), this), exchanging.end());
+    detail::GatherExchange::abandon(std::move(exchange_));
     state_->guard.abandon(std::move(check_));
   }
 
@@ -103,9 +122,24 @@ class MpiOperation final : public PendingOperation {
   // Called in the order the operations were issued.
   void start() {
     started_ = true;
-    failure_ = check_->failure;
-    if (failure_) {
+    if (check_->failure) {
       issue_ = nullptr;
+      // Blocks that ranks gathering by exchange sent this rank must be received all the same,
+      // or they would stay unmatched on a group that remains in use.
+      const std::vector<bool> senders = detail::exchange_senders(*check_, state_->comm.size());
+      if (exchange_) {
+        exchange_->settle(senders);
+      } else if (std::find(senders.begin(), senders.end(), true) != senders.end()) {
+        exchange_ = detail::GatherExchange::drain(state_->lane_comm, check_->id.sequence, senders);
+        state_->exchanging.push_back(this);
+      }
+      if (!exchange_ || exchange_->done()) {
+        end_exchange();
+      }
+    } else if (exchange_) {
+      if (exchange_->done()) {
+        end_exchange();
+      }
     } else if (pieces_ == 1) {
       issue_next_piece();
     } else {
@@ -135,6 +169,31 @@ class MpiOperation final : public PendingOperation {
     return true;
   }
 
+  // For the group's list of exchanges: moves this operation's exchange on. True once it is done
+  // (the operation completes, or keeps its failure for test and wait, if its check has too).
+  bool advance_exchange() {
+    try {
+      const bool done = exchange_->poll();
+      if (check_->stage == SignatureCheck::Stage::folded && exchange_->matched_all()) {
+        if (exchange_->all_folded()) {
+          state_->guard.settle_folded(*check_, exchange_->calls());
+        } else {
+          state_->guard.join(*check_);
+        }
+      }
+      if (!done) {
+        return false;
+      }
+    } catch (...) {
+      failure_ = std::current_exception();
+      return true;
+    }
+    if (started_) {
+      end_exchange();
+    }
+    return true;
+  }
+
   bool test() override {
     // Every poll of the group also starts the collectives issued after this one whose checks have
     // finished: a runtime that waits for one gather while the next is prefetched would otherwise
@@ -143,8 +202,8 @@ class MpiOperation final : public PendingOperation {
     if (failure_) {
       std::rethrow_exception(failure_);
     }
-    if (!started_) {
-      return false;
+    if (!started_ || exchange_) {
+      return done_;  // an exchange ends in advance_exchange() or start()
     }
     if (!done_ && pieces_ == 1 && test_request()) {
       complete();
@@ -159,6 +218,18 @@ class MpiOperation final : public PendingOperation {
   }
 
  private:
+  // Once both the check and the exchange (or drain) are done: the check's failure, a block of
+  // the wrong size (checks off, or two signatures with the same hash), or the result.
+  void end_exchange() {
+    if (check_->failure) {
+      failure_ = check_->failure;
+    } else if (exchange_ && !exchange_->problem().empty()) {
+      failure_ = std::make_exception_ptr(Error(ErrorKind::mismatch, exchange_->problem()));
+    } else {
+      complete();
+    }
+  }
+
   void complete() {
     done_ = true;
     if (on_complete_) {
@@ -197,6 +268,7 @@ class MpiOperation final : public PendingOperation {
   std::size_t issued_ = 0;
   std::function<void()> on_complete_;
   std::shared_ptr<void> scratch_;
+  std::unique_ptr<detail::GatherExchange> exchange_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::exception_ptr failure_;
   bool started_ = false;
@@ -255,7 +327,17 @@ void MpiGroupState::advance_lane() {
   }
 }
 
+void MpiGroupState::advance_exchanges() {
+  // advance_exchange() leaves the list alone: operations leave it here, or when destroyed.
+  exchanging.erase(
+      std::remove_if(exchanging.begin(), exchanging.end(),
+                     [](MpiOperation* operation) { return operation->advance_exchange(); }),
+      exchanging.end());
+}
+
 void MpiGroupState::start_checked() {
+  // The exchanges first: on 2 ranks their blocks may finish their checks.
+  advance_exchanges();
   while (!unstarted.empty() && guard.poll(unstarted.front()->check())) {
     MpiOperation* operation = unstarted.front();
     unstarted.pop_front();
@@ -285,6 +367,45 @@ std::unique_ptr<PendingOperation> start(const std::shared_ptr<MpiGroupState>& st
   state->unstarted.push_back(operation.get());
   // Issuing is a poll too: earlier collectives whose checks have finished start now, and with
   // checks off this one starts straight away.
+  state->start_checked();
+  return operation;
+}
+
+// An all_gather by exchange: its blocks leave now, beside its check, instead of once the check
+// has passed (gather_exchange.hpp). What can refuse the collective (a broken group, no room for
+// a check that does not come, an announcement it breaks) refuses it before a block leaves.
+std::unique_ptr<PendingOperation> start_exchange(const std::shared_ptr<MpiGroupState>& state,
+                                                 const CollectiveCall& call, const void* send,
+                                                 void* recv) {
+  CollectiveGuard& guard = state->guard;
+  guard.ensure_usable(call.collective);
+  auto exchange_for = [&](std::int64_t sequence, bool folded) {
+    return std::make_unique<detail::GatherExchange>(state->lane_comm, sequence, call, folded, send,
+                                                    recv, state->packs_on_host);
+  };
+  std::unique_ptr<SignatureCheck> check;
+  std::unique_ptr<detail::GatherExchange> exchange;
+  if (state->expected.empty()) {
+    // The blocks leave before the check's words, which have the shorter way to go; on 2 ranks
+    // they are the check (folded).
+    state->make_room_for_a_check();
+    const bool folded = guard.options().check_arguments && guard.size() == 2;
+    exchange = exchange_for(guard.next_sequence(), folded);
+    try {
+      check = guard.start_check(call, "", folded);
+    } catch (...) {
+      detail::GatherExchange::abandon(std::move(exchange));
+      guard.break_group("an all_gather's blocks were sent but its check failed to start");
+      throw;
+    }
+  } else {
+    check = state->check_for(call, "");  // announced: its check has been running
+    exchange = exchange_for(check->id.sequence, false);
+  }
+  auto operation =
+      std::make_unique<MpiOperation>(state, std::move(check), "all_gather exchange", nullptr, 1,
+                                     nullptr, nullptr, std::move(exchange));
+  state->unstarted.push_back(operation.get());
   state->start_checked();
   return operation;
 }
@@ -334,7 +455,11 @@ MPI_Comm MpiBackend::mpi_comm() const {
 std::unique_ptr<PendingOperation> MpiBackend::all_gather(const void* send, void* recv,
                                                          std::size_t count, DType dtype,
                                                          const std::string& problem) {
-  return start(state_, all_gather_call(count, dtype), problem, "MPI_Iallgather",
+  const CollectiveCall call = all_gather_call(count, dtype);
+  if (problem.empty() && detail::gathers_by_exchange(call, size())) {
+    return start_exchange(state_, call, send, recv);
+  }
+  return start(state_, call, problem, "MPI_Iallgather",
                [=, comm = state_->comm.get()](MPI_Request* request, std::size_t) {
                  const int n = static_cast<int>(count);
                  return MPI_Iallgather(send, n, mpi::datatype_of(dtype), recv, n,

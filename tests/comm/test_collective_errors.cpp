@@ -1,6 +1,7 @@
 // Ranks that disagree on a collective's arguments get fsdp::Error on every rank, and the group
-// stays usable because no rank entered the mismatched collective. Bad local arguments are clear
-// errors, found by ProcessGroup and the same for every backend.
+// stays usable because no rank entered the mismatched collective (or, for the small all_gathers
+// that go by exchange, every block sent was received). Bad local arguments are clear errors,
+// found by ProcessGroup and the same for every backend.
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <climits>
@@ -74,6 +75,91 @@ BOOST_AUTO_TEST_CASE(the_caller_does_not_wait_for_the_other_ranks_check) {
   for (int r = 0; r < group.size(); ++r) {
     BOOST_TEST(recv[3 * static_cast<std::size_t>(r)] == r);
   }
+}
+
+// A small all_gather on 2 to 4 ranks moves its blocks beside its signature check, not after it
+// (gather_exchange.hpp), so it completes on the ranks that poll while rank 0, which issued it,
+// sits in MPI_Barrier without polling the group. When the collective started only after its
+// check, the others waited for rank 0's start until the group's timeout. (Blocks of 64 bytes
+// go eagerly: Open MPI completes their sends without the receiver.)
+BOOST_AUTO_TEST_CASE(a_small_all_gather_needs_no_poll_from_the_other_ranks) {
+  CollectiveOptions options;
+  options.timeout_s = 20;  // what the test fails by, if it does
+  ProcessGroup group(MPI_COMM_WORLD, options);
+  const int rank = group.rank();
+  std::vector<int> send(16, rank), recv(16 * static_cast<std::size_t>(group.size()), -1);
+  Work gather = group.all_gather_async(send.data(), recv.data(), send.size(), DType::i32);
+  if (rank == 0) {
+    BOOST_REQUIRE(MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS);
+    gather.wait();
+  } else {
+    BOOST_CHECK_NO_THROW(gather.wait());
+    BOOST_REQUIRE(MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS);
+  }
+  for (int r = 0; r < group.size(); ++r) {
+    BOOST_TEST(recv[16 * static_cast<std::size_t>(r)] == r);
+  }
+}
+
+// An all_gather by exchange against a collective that is not one (another collective, an
+// all_gather too large to go by exchange, the same bytes of another dtype): every rank raises,
+// every block sent is received, and the next all_gather by exchange gathers the right bytes.
+BOOST_AUTO_TEST_CASE(mismatches_with_an_all_gather_by_exchange_leave_the_group_usable) {
+  ProcessGroup group = checked_world();
+  if (group.size() < 2) {
+    return;
+  }
+  const int rank = group.rank();
+  const std::size_t ranks = static_cast<std::size_t>(group.size());
+  const std::size_t large = (std::size_t{1} << 20) / sizeof(float) + 1;  // one float too many
+  std::vector<float> send(large, 1.0f), recv(large * ranks);
+  auto gathers_right = [&] {
+    std::vector<int> mine(3, rank), all(3 * ranks, -1);
+    group.all_gather(mine.data(), all.data(), mine.size(), DType::i32);
+    for (std::size_t r = 0; r < ranks; ++r) {
+      BOOST_TEST(all[3 * r] == static_cast<int>(r));
+    }
+  };
+  if (rank == 1) {
+    BOOST_CHECK_EXCEPTION(group.broadcast(send.data(), 4, 0), Error,
+                          message_has("rank 1 called broadcast(count=4"));
+  } else {
+    BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), 4), Error,
+                          message_has("rank 1 called broadcast(count=4"));
+  }
+  gathers_right();
+  const std::size_t count = rank == 0 ? large : 4;
+  BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), count), Error,
+                        message_has("rank 0 called all_gather(count=" + std::to_string(large)));
+  gathers_right();
+  const DType dtype = rank == 0 ? DType::i32 : DType::f32;
+  BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), 4, dtype), Error,
+                        message_has("rank 0 called all_gather(count=4, dtype=int32)"));
+  gathers_right();
+}
+
+// With the check off, ranks that disagree on an all_gather's size fail where a block of the
+// wrong size arrives, with what was wrong. MPI_Iallgather, given mismatched sizes, ended such a
+// job with a bare MPI_ERR_TRUNCATE or wrote past the end of a buffer.
+BOOST_AUTO_TEST_CASE(without_the_check_a_block_of_the_wrong_size_is_an_error_not_damage) {
+  CollectiveOptions options;
+  options.check_arguments = false;
+  options.timeout_s = 60;
+  ProcessGroup group(MPI_COMM_WORLD, options);
+  if (group.size() < 2) {
+    return;
+  }
+  const int rank = group.rank();
+  const std::size_t count = rank == 1 ? 5 : 4;
+  std::vector<float> send(count, 1.0f), recv(count * static_cast<std::size_t>(group.size()));
+  const std::string expected =
+      rank == 1 ? "sent a block of 16 bytes of fp32 where this rank's is 20 bytes of fp32"
+                : "rank 1 sent a block of 20 bytes of fp32 where this rank's is 16 bytes of fp32";
+  BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), count), Error,
+                        message_has(expected));
+  std::vector<int> mine(2, rank), all(2 * static_cast<std::size_t>(group.size()), -1);
+  group.all_gather(mine.data(), all.data(), mine.size(), DType::i32);
+  BOOST_TEST(all.back() == group.size() - 1);
 }
 
 BOOST_AUTO_TEST_CASE(dtype_and_operation_mismatch) {
