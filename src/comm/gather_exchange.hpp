@@ -21,7 +21,7 @@
 // Sending before receiving lets the other rank's receive find the block already announced: on 2
 // ranks of the development machine a checked exchange of 64 KiB per rank took 12 to 14 us where
 // a checked MPI_Iallgather took 18 to 28, and the check's share fell from +25 % to 0
-// (docs/performance.md, "The all_gather by exchange").
+// (docs/performance.md, "The collective signature check").
 #pragma once
 
 #include <mpi.h>
