@@ -81,7 +81,7 @@ struct SignatureCheck {
   static constexpr std::size_t kFields = 7;
   static constexpr std::size_t kCountField = 2;
   static constexpr std::size_t kComplaintField = 6;
-  // folded: an all_gather by exchange on 2 ranks, whose blocks say whether the ranks agree
+  // folded: a collective by exchange on 2 ranks, whose blocks say whether the ranks agree
   // (CollectiveGuard::settle_folded), until the other rank's ordinary check shows up.
   enum class Stage { folded, comparing, explaining, done };
 
@@ -135,8 +135,8 @@ class CollectiveGuard {
   // the caller goes on; poll() advances it. With checks off a local problem throws here, on this
   // rank only, and the check returned is already done.
   //
-  // folded (for an all_gather by exchange on a group of 2 ranks, whose blocks carry its
-  // signature: gather_exchange.hpp) sends nothing: the caller settles the check with
+  // folded (for a collective by exchange on a group of 2 ranks, whose blocks carry its
+  // signature: block_exchange.hpp) sends nothing: the caller settles the check with
   // settle_folded() once the other rank's block has shown its call, and poll() turns it into an
   // ordinary check if the other rank's words arrive instead (a rank that announced the
   // collective, or called another). With 2 ranks the other rank's words reach this one directly.

@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "block_exchange.hpp"
 #include "collective_guard.hpp"
 #include "fsdp/comm/transport.hpp"
 #include "fsdp/core/ceil_div.hpp"
 #include "fsdp/core/error.hpp"
-#include "gather_exchange.hpp"
 #include "mpi_types.hpp"
 
 namespace fsdp {
@@ -27,7 +27,7 @@ struct MpiGroupState {
   // operations started: each piece starts when the one before it completes, which may be after
   // later collectives started on comm, and every rank must start comm's collectives in the
   // same order.
-  // The all_gathers by exchange (gather_exchange.hpp) send their blocks on it too: point-to-point
+  // The collectives by exchange (block_exchange.hpp) send their blocks on it too: point-to-point
   // messages never match a collective's.
   detail::Communicator lane_comm;
   std::deque<MpiOperation*> lane;  // started piecewise operations not completed, in start order
@@ -75,10 +75,10 @@ using Issue = std::function<int(MPI_Request*, std::size_t piece)>;
 
 // One collective: its signature check, then its MPI requests, one piece at a time (most
 // operations have one), plus what must happen when it completes (the division of avg) and what
-// must live until then (all_gather_v's int count arrays, the pieces' packing buffer). An
-// all_gather by exchange instead moves its bytes from the start, beside its check, and completes
-// once both have; after a failed check, an operation receives the blocks that ranks gathering by
-// exchange sent it (a drain) before it raises the check's failure.
+// must live until then (all_gather_v's int count arrays, the pieces' packing buffer). A
+// collective by exchange instead moves its bytes from the start, beside its check, and completes
+// once both have; after a failed check, an operation receives the blocks that ranks exchanging
+// sent it (a drain) before it raises the check's failure.
 //
 // The caller does not wait for the check: the collective is started by whichever poll of this
 // group (test or wait of any of its operations) finds the check finished. A rank that runs
@@ -90,7 +90,7 @@ class MpiOperation final : public PendingOperation {
   MpiOperation(std::shared_ptr<MpiGroupState> state, std::unique_ptr<SignatureCheck> check,
                const char* mpi_name, Issue issue, std::size_t pieces,
                std::function<void()> on_complete, std::shared_ptr<void> scratch,
-               std::unique_ptr<detail::GatherExchange> exchange = {})
+               std::unique_ptr<detail::BlockExchange> exchange = {})
       : state_(std::move(state)),
         check_(std::move(check)),
         mpi_name_(mpi_name),
@@ -111,7 +111,7 @@ class MpiOperation final : public PendingOperation {
     }
     auto& exchanging = state_->exchanging;
     exchanging.erase(std::remove(exchanging.begin(), exchanging.end(), this), exchanging.end());
-    detail::GatherExchange::abandon(std::move(exchange_));
+    detail::BlockExchange::abandon(std::move(exchange_));
     state_->guard.abandon(std::move(check_));
   }
 
@@ -124,13 +124,14 @@ class MpiOperation final : public PendingOperation {
     started_ = true;
     if (check_->failure) {
       issue_ = nullptr;
-      // Blocks that ranks gathering by exchange sent this rank must be received all the same,
+      // Blocks that ranks exchanging sent this rank must be received all the same,
       // or they would stay unmatched on a group that remains in use.
-      const std::vector<bool> senders = detail::exchange_senders(*check_, state_->comm.size());
+      const std::vector<bool> senders =
+          detail::exchange_senders(*check_, state_->comm.size(), state_->packs_on_host);
       if (exchange_) {
         exchange_->settle(senders);
       } else if (std::find(senders.begin(), senders.end(), true) != senders.end()) {
-        exchange_ = detail::GatherExchange::drain(state_->lane_comm, check_->id.sequence, senders);
+        exchange_ = detail::BlockExchange::drain(state_->lane_comm, check_->id.sequence, senders);
         state_->exchanging.push_back(this);
       }
       if (!exchange_ || exchange_->done()) {
@@ -268,7 +269,7 @@ class MpiOperation final : public PendingOperation {
   std::size_t issued_ = 0;
   std::function<void()> on_complete_;
   std::shared_ptr<void> scratch_;
-  std::unique_ptr<detail::GatherExchange> exchange_;
+  std::unique_ptr<detail::BlockExchange> exchange_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::exception_ptr failure_;
   bool started_ = false;
@@ -371,20 +372,22 @@ std::unique_ptr<PendingOperation> start(const std::shared_ptr<MpiGroupState>& st
   return operation;
 }
 
-// An all_gather by exchange: its blocks leave now, beside its check, instead of once the check
-// has passed (gather_exchange.hpp). What can refuse the collective (a broken group, no room for
-// a check that does not come, an announcement it breaks) refuses it before a block leaves.
+// An all_gather or reduce_scatter by exchange: its blocks leave now, beside its check, instead of
+// once the check has passed (block_exchange.hpp). What can refuse the collective (a broken group,
+// no room for a check that does not come, an announcement it breaks) refuses it before a block
+// leaves. on_complete: what follows the bytes (the division of avg).
 std::unique_ptr<PendingOperation> start_exchange(const std::shared_ptr<MpiGroupState>& state,
                                                  const CollectiveCall& call, const void* send,
-                                                 void* recv) {
+                                                 void* recv,
+                                                 std::function<void()> on_complete = {}) {
   CollectiveGuard& guard = state->guard;
   guard.ensure_usable(call.collective);
   auto exchange_for = [&](std::int64_t sequence, bool folded) {
-    return std::make_unique<detail::GatherExchange>(state->lane_comm, sequence, call, folded, send,
-                                                    recv, state->packs_on_host);
+    return std::make_unique<detail::BlockExchange>(state->lane_comm, sequence, call, folded, send,
+                                                   recv, state->packs_on_host);
   };
   std::unique_ptr<SignatureCheck> check;
-  std::unique_ptr<detail::GatherExchange> exchange;
+  std::unique_ptr<detail::BlockExchange> exchange;
   if (state->expected.empty()) {
     // The blocks leave before the check's words, which have the shorter way to go; on 2 ranks
     // they are the check (folded).
@@ -394,8 +397,9 @@ std::unique_ptr<PendingOperation> start_exchange(const std::shared_ptr<MpiGroupS
     try {
       check = guard.start_check(call, "", folded);
     } catch (...) {
-      detail::GatherExchange::abandon(std::move(exchange));
-      guard.break_group("an all_gather's blocks were sent but its check failed to start");
+      detail::BlockExchange::abandon(std::move(exchange));
+      guard.break_group(std::string("a ") + name_of(call.collective) +
+                        "'s blocks were sent but its check failed to start");
       throw;
     }
   } else {
@@ -403,8 +407,8 @@ std::unique_ptr<PendingOperation> start_exchange(const std::shared_ptr<MpiGroupS
     exchange = exchange_for(check->id.sequence, false);
   }
   auto operation =
-      std::make_unique<MpiOperation>(state, std::move(check), "all_gather exchange", nullptr, 1,
-                                     nullptr, nullptr, std::move(exchange));
+      std::make_unique<MpiOperation>(state, std::move(check), "block exchange", nullptr, 1,
+                                     std::move(on_complete), nullptr, std::move(exchange));
   state->unstarted.push_back(operation.get());
   state->start_checked();
   return operation;
@@ -456,7 +460,7 @@ std::unique_ptr<PendingOperation> MpiBackend::all_gather(const void* send, void*
                                                          std::size_t count, DType dtype,
                                                          const std::string& problem) {
   const CollectiveCall call = all_gather_call(count, dtype);
-  if (problem.empty() && detail::gathers_by_exchange(call, size())) {
+  if (problem.empty() && detail::goes_by_exchange(call, size(), state_->packs_on_host)) {
     return start_exchange(state_, call, send, recv);
   }
   return start(state_, call, problem, "MPI_Iallgather",
@@ -545,6 +549,9 @@ std::unique_ptr<PendingOperation> MpiBackend::reduce_scatter(const void* send, v
   const std::size_t ranks = static_cast<std::size_t>(state_->comm.size());
   const std::size_t element = size_of(dtype);
   const std::size_t piece = piece_elements(ranks * element);
+  if (problem.empty() && detail::goes_by_exchange(call, size(), state_->packs_on_host)) {
+    return start_exchange(state_, call, send, recv, average_after(*state_, recv, count, dtype, op));
+  }
   if (!state_->packs_on_host || count <= piece) {
     return start(
         state_, call, problem, "MPI_Ireduce_scatter_block",

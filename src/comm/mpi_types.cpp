@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "fsdp/core/error.hpp"
 
@@ -120,6 +121,53 @@ void check(int rc, const char* operation, int rank) {
   }
   std::string where = rank >= 0 ? " on rank " + std::to_string(rank) : std::string();
   throw Error(ErrorKind::communication, std::string(operation) + where + " failed: " + text);
+}
+
+namespace {
+
+template <class T>
+void sum_typed(const void* in, void* inout, std::size_t count) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (std::size_t i = 0; i < count; ++i) {
+    if constexpr (std::is_integral_v<T>) {  // wraps, as MPI's C does, where C++ would overflow
+      using U = std::make_unsigned_t<T>;
+      b[i] = static_cast<T>(static_cast<U>(a[i]) + static_cast<U>(b[i]));
+    } else {
+      b[i] = a[i] + b[i];
+    }
+  }
+}
+
+// The 16-bit operators' own function, in pieces whose length fits its int.
+template <class Half>
+void sum_half(const void* in, void* inout, std::size_t count) {
+  constexpr std::size_t kMostPerCall = 1 << 30;
+  for (std::size_t done = 0; done < count; done += kMostPerCall) {
+    int n = static_cast<int>(std::min(kMostPerCall, count - done));
+    reduce_half<Half, ReduceOp::sum>(const_cast<Half*>(static_cast<const Half*>(in)) + done,
+                                     static_cast<Half*>(inout) + done, &n, nullptr);
+  }
+}
+
+}  // namespace
+
+void sum_into(const void* in, void* inout, std::size_t count, DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return sum_typed<float>(in, inout, count);
+    case DType::f64:
+      return sum_typed<double>(in, inout, count);
+    case DType::bf16:
+      return sum_half<bfloat16>(in, inout, count);
+    case DType::f16:
+      return sum_half<float16>(in, inout, count);
+    case DType::i32:
+      return sum_typed<std::int32_t>(in, inout, count);
+    case DType::i64:
+      return sum_typed<std::int64_t>(in, inout, count);
+  }
+  throw Error("invalid DType value " + std::to_string(static_cast<int>(dtype)));
 }
 
 void scale(void* data, std::size_t count, DType dtype, double factor) {

@@ -20,6 +20,10 @@ MPI_Op op_of(ReduceOp op, DType dtype);
 // Throws fsdp::Error "fsdp: <operation> on rank <r>: <MPI's error text>" unless rc is MPI_SUCCESS.
 void check(int rc, const char* operation, int rank = -1);
 
+// inout[i] = in[i] + inout[i] for count elements (host memory), as MPI_SUM and the 16-bit
+// operators of op_of add: the same bits as MPI's sum of two ranks' values.
+void sum_into(const void* in, void* inout, std::size_t count, DType dtype);
+
 // data[i] *= factor for count elements of a floating dtype (host memory).
 void scale(void* data, std::size_t count, DType dtype, double factor);
 

@@ -91,7 +91,7 @@ BOOST_AUTO_TEST_CASE(announced_collectives_move_the_right_bytes) {
 }
 
 // On 2 ranks a small all_gather that is not announced has no check message of its own: its
-// blocks carry its signature (gather_exchange.hpp). A rank that announced it checks the ordinary
+// blocks carry its signature (block_exchange.hpp). A rank that announced it checks the ordinary
 // way, and the other joins that check when its words arrive; both gather, in either order.
 BOOST_AUTO_TEST_CASE(an_all_gather_announced_on_one_rank_only) {
   ProcessGroup world = checked_world(20);

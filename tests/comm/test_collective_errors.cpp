@@ -78,7 +78,7 @@ BOOST_AUTO_TEST_CASE(the_caller_does_not_wait_for_the_other_ranks_check) {
 }
 
 // A small all_gather on 2 to 4 ranks moves its blocks beside its signature check, not after it
-// (gather_exchange.hpp), so it completes on the ranks that poll while rank 0, which issued it,
+// (block_exchange.hpp), so it completes on the ranks that poll while rank 0, which issued it,
 // sits in MPI_Barrier without polling the group. When the collective started only after its
 // check, the others waited for rank 0's start until the group's timeout. (Blocks of 64 bytes
 // go eagerly: Open MPI completes their sends without the receiver.)
@@ -138,6 +138,36 @@ BOOST_AUTO_TEST_CASE(mismatches_with_an_all_gather_by_exchange_leave_the_group_u
   gathers_right();
 }
 
+// A reduce_scatter on 2 ranks goes by exchange too (its blocks are its check): another op, or an
+// all_gather of the same bytes, is a mismatch on every rank, and the group reduces right after.
+BOOST_AUTO_TEST_CASE(mismatches_with_a_reduce_scatter_by_exchange_leave_the_group_usable) {
+  ProcessGroup group = checked_world();
+  if (group.size() < 2) {
+    return;
+  }
+  const int rank = group.rank();
+  const std::size_t ranks = static_cast<std::size_t>(group.size());
+  std::vector<float> send(4 * ranks, 1.0f), recv(4 * ranks);
+  auto reduces_right = [&] {
+    std::vector<double> mine(3 * ranks, rank + 1.0), sum(3, -1);
+    group.reduce_scatter(mine.data(), sum.data(), 3, DType::f64, ReduceOp::sum);
+    BOOST_TEST(sum[2] == static_cast<double>(ranks * (ranks + 1) / 2));
+  };
+  const ReduceOp op = rank == 1 ? ReduceOp::avg : ReduceOp::sum;
+  BOOST_CHECK_EXCEPTION(group.reduce_scatter(send.data(), recv.data(), 4, DType::f32, op), Error,
+                        message_has("rank 1 called reduce_scatter(count=4, dtype=fp32, op=avg"));
+  reduces_right();
+  if (rank == 1) {
+    BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), 4), Error,
+                          message_has("rank 1 called all_gather(count=4"));
+  } else {
+    BOOST_CHECK_EXCEPTION(
+        group.reduce_scatter(send.data(), recv.data(), 4, DType::f32, ReduceOp::sum), Error,
+        message_has("rank 1 called all_gather(count=4"));
+  }
+  reduces_right();
+}
+
 // With the check off, ranks that disagree on an all_gather's size fail where a block of the
 // wrong size arrives, with what was wrong. MPI_Iallgather, given mismatched sizes, ended such a
 // job with a bare MPI_ERR_TRUNCATE or wrote past the end of a buffer.
@@ -153,8 +183,10 @@ BOOST_AUTO_TEST_CASE(without_the_check_a_block_of_the_wrong_size_is_an_error_not
   const std::size_t count = rank == 1 ? 5 : 4;
   std::vector<float> send(count, 1.0f), recv(count * static_cast<std::size_t>(group.size()));
   const std::string expected =
-      rank == 1 ? "sent a block of 16 bytes of fp32 where this rank's is 20 bytes of fp32"
-                : "rank 1 sent a block of 20 bytes of fp32 where this rank's is 16 bytes of fp32";
+      rank == 1 ? "sent an all_gather block of 16 bytes of fp32 where this rank's is an "
+                  "all_gather block of 20 bytes of fp32"
+                : "rank 1 sent an all_gather block of 20 bytes of fp32 where this rank's is an "
+                  "all_gather block of 16 bytes of fp32";
   BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), count), Error,
                         message_has(expected));
   std::vector<int> mine(2, rank), all(2 * static_cast<std::size_t>(group.size()), -1);
