@@ -1,6 +1,7 @@
 // fsdp-bench checkpoint: save_checkpoint and load_checkpoint throughput against writing and
 // reading the same bytes with plain POSIX I/O in the same run, and a resharded load (written by
-// N ranks, read by N - 1) against a load by the same N - 1 ranks of a file they wrote.
+// N ranks, read by N - 1) against a load by the same N - 1 ranks of a file they wrote; and the
+// time a background save keeps the caller, against the save.
 //
 // Plain I/O: rank 0 creates a new file (each checkpoint is a new file), every rank pwrite()s the
 // bytes of its pieces at their offset in it and fsync()s it (a checkpoint is fsynced before it
@@ -23,6 +24,7 @@
 #include "benchmark.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/io/background_save.hpp"
 #include "fsdp/io/checkpoint.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "fsdp/unit/sharded_model.hpp"
@@ -189,6 +191,7 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
   world.barrier();
   const std::string checkpoint = dir + "/checkpoint.h5";
   const std::string plain = dir + "/plain.bin";
+  const std::string background = dir + "/background.h5";
   const std::vector<ParameterInfo> parameters = model_parameters(o);
   double bytes = 0;
   for (const ParameterInfo& p : parameters) {
@@ -196,7 +199,13 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
   }
 
   std::vector<double> save_s, write_s, load_s, read_s;
+  // A background save: the time it kept the caller (the snapshot and the file's layout), and the
+  // time its finish then waited for the writing, started at once. One BackgroundSave for all the
+  // repeats, as a training run keeps one: the first save allocates the snapshot, later ones
+  // reuse it.
+  std::vector<double> blocked_s, finish_s;
   {
+    BackgroundSave background_save;
     const ShardingPlan plan = make_strategy("full")->make_plan(parameters, n);
     ShardedModel<float> saved(world, plan);
     ShardedModel<float> loaded(world, plan);
@@ -222,6 +231,14 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
         plain_io(plain, pieces, true);
       }));
     };
+    const auto save_in_background = [&] {
+      settle(world, {checkpoint, plain, background});
+      blocked_s.push_back(timed(world, [&] {
+        save_checkpoint_in_background<float>(background_save, background, saved, nullptr,
+                                             CheckpointState{});
+      }));
+      finish_s.push_back(timed(world, [&] { background_save.finish(); }));
+    };
     const auto load = [&] {
       settle(world, {checkpoint, plain});
       load_s.push_back(timed(world, [&] { load_checkpoint<float>(checkpoint, loaded, nullptr); }));
@@ -232,9 +249,9 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
     };
     for (int r = 0; r < o.repeats; ++r) {
       if (r % 2 == 0) {
-        save(), write(), load(), read();
+        save(), save_in_background(), write(), load(), read();
       } else {
-        write(), save(), read(), load();
+        write(), save_in_background(), save(), read(), load();
       }
       require(wrong_elements(loaded) == 0, "checkpoint benchmark: the load read wrong values");
     }
@@ -268,6 +285,7 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
   if (world.rank() == 0 && !o.keep) {
     std::filesystem::remove(checkpoint);
     std::filesystem::remove(plain);
+    std::filesystem::remove(background);
   }
 
   const double save = median(save_s), write = median(write_s);
@@ -282,7 +300,11 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
                            {"load_s", load},
                            {"load_gb_per_s", bytes / load / 1e9},
                            {"posix_read_gb_per_s", bytes / read / 1e9},
-                           {"load_ratio", read / load}};
+                           {"load_ratio", read / load},
+                           {"background_blocked_s", median(blocked_s)},
+                           {"background_first_blocked_s", blocked_s.front()},
+                           {"background_finish_wait_s", median(finish_s)},
+                           {"background_blocked_over_save", median(blocked_s) / save}};
   double same = 0, reshard = 0;
   if (n >= 2) {
     // The readers' medians, from rank 0 (a reader).
@@ -302,6 +324,10 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
                 save, bytes / save / 1e9, bytes / write / 1e9, write / save);
     std::printf("  load %.2f s, %.2f GB/s; POSIX pread %.2f GB/s: ratio %.2f (goal 0.7)\n", load,
                 bytes / load / 1e9, bytes / read / 1e9, read / load);
+    std::printf(
+        "  background save: blocked %.3f s (the first, allocating its snapshot: %.3f s), %.2f "
+        "of the save (goal 0.1); finish waited %.2f s more for the writing\n",
+        median(blocked_s), blocked_s.front(), median(blocked_s) / save, median(finish_s));
     if (n >= 2) {
       std::printf(
           "  %s load the file of %s in %.2f s, their own in %.2f s: %.2fx "

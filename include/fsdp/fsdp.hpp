@@ -51,6 +51,7 @@
 #include "fsdp/shard/sharding_strategy.hpp"
 
 // io: plan files and checkpoints
+#include "fsdp/io/background_save.hpp"
 #include "fsdp/io/checkpoint.hpp"
 #include "fsdp/io/checkpoint_directory.hpp"
 #include "fsdp/io/plan_file.hpp"

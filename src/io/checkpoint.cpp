@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -33,7 +34,9 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -48,6 +51,7 @@
 #include "fsdp/core/profiling_region.hpp"
 #include "fsdp/core/regular_file.hpp"
 #include "fsdp/core/text.hpp"
+#include "fsdp/io/background_save.hpp"
 #include "fsdp/io/hdf5_handle.hpp"
 #include "fsdp/io/hdf5_storage.hpp"
 #include "fsdp/io/publish_file.hpp"
@@ -688,9 +692,9 @@ CheckpointHeader header_for(ShardedModel<T>& model, const Optimizer<T>* optimize
   return header;
 }
 
-// Rank's crash point for the fault-injection test, or -1.
-int crash_rank() {
-  const char* value = std::getenv("FSDP_CHECKPOINT_CRASH_RANK");
+// The rank a fault-injection variable names (FSDP_CHECKPOINT_CRASH_RANK, ..._FAIL_RANK), or -1.
+int rank_named_by(const char* variable) {
+  const char* value = std::getenv(variable);
   return value != nullptr && *value != '\0' ? std::atoi(value) : -1;
 }
 
@@ -938,35 +942,33 @@ void write_at(int fd, const void* data, std::size_t count, std::int64_t offset,
   }
 }
 
-// This rank's elements of every tensor, at the offsets lay_out gave, then synced: once every rank
-// returns, the file is complete on disk and can be published.
-template <class T>
-void write_pieces(const std::string& path, const std::vector<Piece<T>>& pieces,
-                  const std::vector<std::int64_t>& offsets, int rank) {
-  const int crash = crash_rank();
+// Opens the laid-out file, calls write_one(fd, i) for i in [0, count), then syncs and closes it:
+// once every rank returns, the file is complete on disk and can be published. Fault injection for
+// tests, half way through the writes: FSDP_CHECKPOINT_CRASH_RANK=r aborts rank r (as a crashed
+// process would), FSDP_CHECKPOINT_FAIL_RANK=r makes rank r's write fail (as a full disk would).
+void write_into(const std::string& path, std::size_t count, int rank,
+                const std::function<void(int fd, std::size_t i)>& write_one) {
+  const int crash = rank_named_by("FSDP_CHECKPOINT_CRASH_RANK");
+  const int fail = rank_named_by("FSDP_CHECKPOINT_FAIL_RANK");
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) {
     throw Error(ErrorKind::io,
                 "cannot open " + file_text(path) + " to write (" + std::strerror(errno) + ")");
   }
   try {
-    for (std::size_t i = 0; i < pieces.size(); ++i) {
-      if (crash == rank && i == pieces.size() / 2) {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (crash == rank && i == count / 2) {
         std::fprintf(stderr,
                      "fsdp: FSDP_CHECKPOINT_CRASH_RANK=%d: rank %d aborts while writing %s\n",
                      crash, crash, file_text(path).c_str());
         std::abort();
       }
-      const Piece<T>& piece = pieces[i];
-      const std::int64_t count = piece.counted ? piece.count : 0;
-      if (count == 0) {
-        continue;
+      if (fail == rank && i == count / 2) {
+        throw Error(ErrorKind::io, "cannot write into " + file_text(path) +
+                                       " (FSDP_CHECKPOINT_FAIL_RANK=" + std::to_string(fail) +
+                                       ": a failure injected for a test)");
       }
-      // The host copy of what this rank writes (none for a host memory space).
-      const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), piece.view);
-      write_at(fd, host.data(), static_cast<std::size_t>(count) * sizeof(T),
-               offsets[i] + piece.first * static_cast<std::int64_t>(sizeof(T)),
-               "dataset " + piece.tensor, path);
+      write_one(fd, i);
     }
     if (::fsync(fd) != 0) {
       throw Error(ErrorKind::io,
@@ -980,6 +982,140 @@ void write_pieces(const std::string& path, const std::vector<Piece<T>>& pieces,
     throw Error(ErrorKind::io,
                 "cannot close " + file_text(path) + " (" + std::strerror(errno) + ")");
   }
+}
+
+// This rank's elements of every tensor, at the offsets lay_out gave, then synced.
+template <class T>
+void write_pieces(const std::string& path, const std::vector<Piece<T>>& pieces,
+                  const std::vector<std::int64_t>& offsets, int rank) {
+  write_into(path, pieces.size(), rank, [&](int fd, std::size_t i) {
+    const Piece<T>& piece = pieces[i];
+    const std::int64_t count = piece.counted ? piece.count : 0;
+    if (count == 0) {
+      return;
+    }
+    // The host copy of what this rank writes (none for a host memory space).
+    const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), piece.view);
+    write_at(fd, host.data(), static_cast<std::size_t>(count) * sizeof(T),
+             offsets[i] + piece.first * static_cast<std::int64_t>(sizeof(T)),
+             "dataset " + piece.tensor, path);
+  });
+}
+
+// What a save of one shard group writes: the header (with rank 0's state: every rank must write
+// the same attributes) and this rank's pieces, the optimizer's state included once it has
+// stepped. Checked alike on every rank; every unit's kernels have finished.
+template <class T>
+struct SaveContents {
+  CheckpointHeader header;
+  std::vector<std::string> state_names;
+  std::vector<Piece<T>> pieces;
+};
+
+template <class T>
+SaveContents<T> save_contents(ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                              const CheckpointState& state, const std::string& caller) {
+  ProcessGroup& group = model.group();
+  SaveContents<T> c;
+  c.header = header_for(model, optimizer, CheckpointState());
+  {
+    CheckpointHeader with_state;
+    with_state.state = state;
+    std::string text = to_json(with_state).dump();
+    broadcast_string(group, text, 0);
+    c.header.state = header_from_json(Json::parse(text)).state;
+  }
+  if (optimizer != nullptr && c.header.optimizer_steps > 0) {
+    c.state_names = optimizer->state_names();
+  }
+  check_strings(c.header, caller);
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    model.unit(u).execution_space().fence();
+  }
+  c.pieces = pieces_of(model, c.state_names, [&](ShardedParameter<T>& p, std::size_t k) {
+    require(k < p.optimizer_state().size(),
+            caller + ": parameter '" + p.name() + "' has no optimizer state '" + c.state_names[k] +
+                "' although the optimizer has taken " + std::to_string(c.header.optimizer_steps) +
+                " steps",
+            ErrorKind::state);
+    return p.optimizer_state()[k].view();
+  });
+  return c;
+}
+
+// Rank 0 alone creates the temporary (a name of its own beside path), checks that the file fits
+// and lays it out with serial HDF5: the header, every dataset with its checksum (sums), and its
+// place in the file. Then every rank writes its own elements there with pwrite. No rank is ever
+// inside libhdf5 while another's write fails: parallel HDF5 1.10 does not survive a write that
+// fails on some ranks only (a disk that fills after the check below, a quota, an I/O error)
+// and its ranks went on to different collectives and hung in H5Fclose. Now such a failure is
+// this rank's own, and the ranks agree on it before the file is published (publish_together).
+// Returns the temporary and each dataset's offset in it, on every rank.
+template <class T>
+std::pair<std::string, std::vector<std::int64_t>> lay_out_on_root(
+    ShardedModel<T>& model, const std::string& path, const SaveContents<T>& c,
+    const std::vector<std::uint64_t>& sums) {
+  ProcessGroup& group = model.group();
+  const long long file_bytes = file_bytes_of<T>(c.header, model.plan(), c.state_names.size());
+  std::vector<std::int64_t> offsets(c.pieces.size(), -1);
+  std::string tmp = on_root(group, "prepare " + file_text(path), [&] {
+    std::string name = temporary_beside(path);
+    try {
+      require_space(name, file_bytes);
+      offsets = lay_out(name, c.header, c.pieces, sums);
+    } catch (...) {
+      std::remove(name.c_str());
+      throw;
+    }
+    return name;
+  });
+  broadcast_words(group, offsets.data(), offsets.size(), 0);
+  return {std::move(tmp), std::move(offsets)};
+}
+
+// Once every rank has written its part of tmp (failure: this rank's error, or none), the ranks
+// agree on the outcome; then every rank runs collective() and rank 0 runs on_root_first() on the
+// complete file and publishes it to path. The temporary is removed on any error.
+void publish_together(ProcessGroup& group, const std::string& path, const std::string& tmp,
+                      const std::exception_ptr& failure, const std::function<void()>& collective,
+                      const std::function<void()>& on_root_first) {
+  try {
+    raise_on_every_rank(group, "write " + file_text(path), failure);
+    collective();
+    on_root(group, "publish " + file_text(path), [&] {
+      on_root_first();
+      publish_file(tmp, path);
+      return std::string();
+    });
+  } catch (...) {
+    if (group.rank() == 0) {
+      std::remove(tmp.c_str());  // the unfinished file: its name is this save's alone
+    }
+    throw;
+  }
+}
+
+// Rank 0 of a background save: the checksums, known once every rank has summed its pieces, put
+// into the datasets' attributes that lay_out made (the same size: nothing moves in the file).
+void write_checksums(const std::string& tmp, const std::vector<std::string>& tensors,
+                     const std::vector<std::uint64_t>& sums) {
+  hdf5::QuietErrorStack quiet;
+  const hdf5::Checker file(tmp, file_text(tmp));
+  Handle fapl = access_list(file, MPI_COMM_NULL);
+  file.check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
+                    "H5Pset_libver_bounds", "the file access list");
+  Handle handle(file.check(H5Fopen(tmp.c_str(), H5F_ACC_RDWR, fapl.get()), "H5Fopen", "the file"),
+                H5Fclose);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string what = "the checksum of dataset " + tensors[i];
+    Handle dataset(file.check(H5Dopen2(handle.get(), tensors[i].c_str(), H5P_DEFAULT), "H5Dopen2",
+                              "dataset " + tensors[i]),
+                   H5Dclose);
+    Handle attribute(file.check(H5Aopen(dataset.get(), "checksum", H5P_DEFAULT), "H5Aopen", what),
+                     H5Aclose);
+    file.check_status(H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &sums[i]), "H5Awrite", what);
+  }
+  file.check_status(handle.close(), "H5Fclose", "the file");
 }
 
 }  // namespace
@@ -1016,73 +1152,241 @@ template <class T>
 void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
                          const Optimizer<T>* optimizer, const CheckpointState& state) {
   ProcessGroup& group = model.group();
-  CheckpointHeader header = header_for(model, optimizer, CheckpointState());
-  {
-    // Rank 0's state is the one saved: every rank must write the same attributes.
-    CheckpointHeader with_state;
-    with_state.state = state;
-    std::string text = to_json(with_state).dump();
-    broadcast_string(group, text, 0);
-    header.state = header_from_json(Json::parse(text)).state;
-  }
-  std::vector<std::string> state_names;
-  if (optimizer != nullptr && header.optimizer_steps > 0) {
-    state_names = optimizer->state_names();
-  }
-  check_strings(header, "save_checkpoint");
-  for (std::size_t u = 0; u < model.unit_count(); ++u) {
-    model.unit(u).execution_space().fence();
-  }
-  const auto pieces = pieces_of(model, state_names, [&](ShardedParameter<T>& p, std::size_t k) {
-    require(k < p.optimizer_state().size(),
-            "save_checkpoint: parameter '" + p.name() + "' has no optimizer state '" +
-                state_names[k] + "' although the optimizer has taken " +
-                std::to_string(header.optimizer_steps) + " steps",
-            ErrorKind::state);
-    return p.optimizer_state()[k].view();
-  });
-  const std::vector<std::uint64_t> sums = checksums(group, pieces);
-
-  const long long file_bytes = file_bytes_of<T>(header, model.plan(), state_names.size());
-  // Rank 0 alone creates the temporary (a name of its own beside path), checks that the file fits
-  // and lays it out with serial HDF5: the header, every dataset with its checksum, and its place
-  // in the file. Then every rank writes its own elements there with pwrite. No rank is ever
-  // inside libhdf5 while another's write fails: parallel HDF5 1.10 does not survive a write that
-  // fails on some ranks only (a disk that fills after the check below, a quota, an I/O error)
-  // and its ranks went on to different collectives and hung in H5Fclose. Now such a failure is
-  // this rank's own, and the ranks agree on it before the file is published.
-  std::vector<std::int64_t> offsets(pieces.size(), -1);
-  const std::string tmp = on_root(group, "prepare " + file_text(path), [&] {
-    std::string name = temporary_beside(path);
-    try {
-      require_space(name, file_bytes);
-      offsets = lay_out(name, header, pieces, sums);
-    } catch (...) {
-      std::remove(name.c_str());
-      throw;
-    }
-    return name;
-  });
-  broadcast_words(group, offsets.data(), offsets.size(), 0);
-
+  const SaveContents<T> c = save_contents(model, optimizer, state, "save_checkpoint");
+  const std::vector<std::uint64_t> sums = checksums(group, c.pieces);
+  const auto [tmp, offsets] = lay_out_on_root(model, path, c, sums);
   std::exception_ptr failure;
   try {
-    write_pieces(tmp, pieces, offsets, group.rank());
+    write_pieces(tmp, c.pieces, offsets, group.rank());
   } catch (...) {
     failure = std::current_exception();
   }
-  try {
-    raise_on_every_rank(group, "write " + file_text(path), failure);
-    on_root(group, "publish " + file_text(path), [&] {
-      publish_file(tmp, path);
-      return std::string();
-    });
-  } catch (...) {
-    if (group.rank() == 0) {
-      std::remove(tmp.c_str());  // the unfinished file: its name is this save's alone
+  publish_together(
+      group, path, tmp, failure, [] {}, [] {});
+}
+
+// ---- save in the background ----
+
+struct BackgroundSave::Job {
+  // One piece of this rank, in the snapshot: count elements (0 for a piece this rank does not
+  // write) at byte `at`, of flat index first of the tensor, going to byte `offset` of the file.
+  struct Run {
+    std::size_t at = 0;
+    std::int64_t count = 0;
+    std::int64_t first = 0;
+    std::int64_t offset = -1;
+  };
+  std::optional<ProcessGroup> group;     // the shard group whose ranks write the file
+  std::optional<ProcessGroup> replicas;  // hybrid sharding: the ranks told the outcome
+  bool writes = false;                   // this rank's shard group writes (the first replica)
+  bool pending = false;
+  std::string path;
+  std::string tmp;
+  int rank = 0;
+  std::unique_ptr<char[]> snapshot;  // kept for the next save
+  std::size_t capacity = 0;
+  std::size_t element_bytes = 0;
+  std::vector<std::string> tensors;  // every piece's dataset, in the same order on every rank
+  std::vector<Run> runs;
+  std::vector<std::uint64_t> sums;  // this rank's share of each tensor's checksum
+  std::uint64_t (*checksum)(const char* data, std::int64_t count, std::int64_t first) = nullptr;
+  std::thread thread;
+  std::atomic<bool> ended{false};
+  std::exception_ptr failure;  // of the thread
+
+  // The thread: sums and writes every run, syncs the file. Only POSIX I/O and host arithmetic
+  // on the snapshot, which nothing else touches until the thread is joined.
+  void write() {
+    try {
+      write_into(tmp, runs.size(), rank, [&](int fd, std::size_t i) {
+        const Run& run = runs[i];
+        if (run.count == 0) {
+          return;
+        }
+        const char* data = snapshot.get() + run.at;
+        sums[i] = checksum(data, run.count, run.first);
+        write_at(fd, data, static_cast<std::size_t>(run.count) * element_bytes, run.offset,
+                 "dataset " + tensors[i], tmp);
+      });
+    } catch (...) {
+      failure = std::current_exception();
     }
-    throw;
+    ended.store(true, std::memory_order_release);
   }
+
+  void join() {
+    if (thread.joinable()) {
+      thread.join();
+    }
+  }
+};
+
+namespace {
+
+template <class T>
+std::uint64_t host_checksum(const char* data, std::int64_t count, std::int64_t first) {
+  const T* values = reinterpret_cast<const T*>(data);
+  std::uint64_t sum = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    sum += checksum_term<T>(first + i, values[i]);
+  }
+  return sum;
+}
+
+// The writers' part of save_checkpoint_in_background: contents, snapshot, layout, thread.
+template <class T>
+void start_writing(BackgroundSave::Job& job, ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                   const CheckpointState& state) {
+  ProcessGroup& group = model.group();
+  const SaveContents<T> c = save_contents(model, optimizer, state, "save_checkpoint_in_background");
+  const std::size_t n = c.pieces.size();
+  std::size_t bytes = 0;
+  for (const Piece<T>& piece : c.pieces) {
+    bytes += piece.counted ? static_cast<std::size_t>(piece.count) * sizeof(T) : 0;
+  }
+  if (job.capacity < bytes) {
+    job.snapshot.reset();  // the old one goes before the new one comes
+    job.snapshot.reset(new char[bytes]);
+    job.capacity = bytes;
+  }
+  job.tensors.assign(n, std::string());
+  job.runs.assign(n, BackgroundSave::Job::Run());
+  job.sums.assign(n, 0);
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Piece<T>& piece = c.pieces[i];
+    job.tensors[i] = piece.tensor;
+    if (!piece.counted || piece.count == 0) {
+      continue;
+    }
+    BackgroundSave::Job::Run& run = job.runs[i];
+    run.at = at;
+    run.count = piece.count;
+    run.first = piece.first;
+    const Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> copy(
+        reinterpret_cast<T*>(job.snapshot.get() + at), static_cast<std::size_t>(piece.count));
+    Kokkos::deep_copy(copy, piece.view);
+    at += static_cast<std::size_t>(piece.count) * sizeof(T);
+  }
+  // The checksums are not known yet: the file is laid out with zeros, which finish replaces.
+  auto [tmp, offsets] = lay_out_on_root(model, job.path, c, std::vector<std::uint64_t>(n, 0));
+  for (std::size_t i = 0; i < n; ++i) {
+    job.runs[i].offset = offsets[i] + job.runs[i].first * static_cast<std::int64_t>(sizeof(T));
+  }
+  job.tmp = std::move(tmp);
+  job.rank = group.rank();
+  job.element_bytes = sizeof(T);
+  job.checksum = &host_checksum<T>;
+  job.failure = nullptr;
+  job.ended.store(false);
+  job.thread = std::thread([&job] { job.write(); });
+}
+
+}  // namespace
+
+BackgroundSave::BackgroundSave() = default;
+
+BackgroundSave::~BackgroundSave() {
+  if (job_ && job_->pending) {
+    job_->join();
+    if (job_->writes && job_->rank == 0 && !job_->tmp.empty()) {
+      std::remove(job_->tmp.c_str());
+    }
+  }
+}
+
+bool BackgroundSave::pending() const {
+  return job_ && job_->pending;
+}
+
+const std::string& BackgroundSave::path() const {
+  static const std::string none;
+  return job_ ? job_->path : none;
+}
+
+std::int64_t BackgroundSave::snapshot_bytes() const {
+  return job_ ? static_cast<std::int64_t>(job_->capacity) : 0;
+}
+
+bool BackgroundSave::try_finish() {
+  if (!pending()) {
+    return true;
+  }
+  Job& job = *job_;
+  int ended = !job.writes || job.ended.load(std::memory_order_acquire) ? 1 : 0;
+  job.group->all_reduce(&ended, 1, ReduceOp::min);
+  if (job.replicas) {
+    job.replicas->all_reduce(&ended, 1, ReduceOp::min);
+  }
+  if (ended == 0) {
+    return false;
+  }
+  finish();
+  return true;
+}
+
+void BackgroundSave::finish() {
+  if (!pending()) {
+    return;
+  }
+  const ProfilingRegion region("fsdp::finish_background_save");
+  Job& job = *job_;
+  job.pending = false;  // whatever happens now, this save is over
+  std::exception_ptr outcome;
+  if (job.writes) {
+    job.join();
+    try {
+      ProcessGroup& group = *job.group;
+      publish_together(
+          group, job.path, job.tmp, job.failure,
+          [&] { all_reduce_wrapping_sums(group, job.sums.data(), job.sums.size()); },
+          [&] { write_checksums(job.tmp, job.tensors, job.sums); });
+    } catch (...) {
+      outcome = std::current_exception();
+    }
+    job.tmp.clear();
+  }
+  if (job.replicas) {
+    raise_on_every_rank(*job.replicas, "save " + file_text(job.path), outcome);
+  } else if (outcome) {
+    std::rethrow_exception(outcome);
+  }
+}
+
+template <class T>
+void save_checkpoint_in_background(BackgroundSave& save, const std::string& path,
+                                   ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                                   const CheckpointState& state) {
+  const ProfilingRegion region("fsdp::save_checkpoint_in_background");
+  save.finish();
+  if (!save.job_) {
+    save.job_ = std::make_unique<BackgroundSave::Job>();
+  }
+  BackgroundSave::Job& job = *save.job_;
+  ProcessGroup* replicas = model.replicas();
+  job.group = model.group();
+  job.replicas.reset();
+  if (replicas != nullptr && replicas->size() > 1) {
+    job.replicas = *replicas;
+  }
+  job.writes = !job.replicas || job.replicas->rank() == 0;
+  job.path = path;
+  job.tmp.clear();
+  std::exception_ptr outcome;
+  if (job.writes) {
+    try {
+      start_writing(job, model, optimizer, state);
+    } catch (...) {
+      outcome = std::current_exception();
+    }
+  }
+  // The writers failed together, before any thread started, or none did.
+  if (job.replicas) {
+    raise_on_every_rank(*job.replicas, "save " + file_text(path), outcome);
+  } else if (outcome) {
+    std::rethrow_exception(outcome);
+  }
+  job.pending = true;
 }
 
 template <class T>
@@ -1437,6 +1741,12 @@ template long long checkpoint_file_bytes<float>(ShardedModel<float>&, const Opti
                                                 const CheckpointState&);
 template long long checkpoint_file_bytes<double>(ShardedModel<double>&, const Optimizer<double>*,
                                                  const CheckpointState&);
+template void save_checkpoint_in_background<float>(BackgroundSave&, const std::string&,
+                                                   ShardedModel<float>&, const Optimizer<float>*,
+                                                   const CheckpointState&);
+template void save_checkpoint_in_background<double>(BackgroundSave&, const std::string&,
+                                                    ShardedModel<double>&, const Optimizer<double>*,
+                                                    const CheckpointState&);
 template CheckpointHeader load_checkpoint<float>(const std::string&, ShardedModel<float>&,
                                                  Optimizer<float>*);
 template CheckpointHeader load_checkpoint<double>(const std::string&, ShardedModel<double>&,

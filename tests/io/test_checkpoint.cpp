@@ -23,6 +23,7 @@
 #include "fsdp/comm/broadcast_string.hpp"
 #include "fsdp/comm/hybrid_groups.hpp"
 #include "fsdp/core/text.hpp"
+#include "fsdp/io/background_save.hpp"
 #include "fsdp/io/checkpoint.hpp"
 #include "fsdp/io/checkpoint_directory.hpp"
 #include "fsdp/io/plan_file.hpp"
@@ -552,6 +553,148 @@ BOOST_AUTO_TEST_CASE(a_hybrid_sharded_model_saves_once_and_loads_anywhere) {
   // A failure on the writing shard group reaches the replicas that did not write.
   BOOST_CHECK_EXCEPTION(save_checkpoint("/nonexistent-directory/hybrid.h5", hybrid, &adam, state),
                         Error, [](const Error& e) { return e.kind() == ErrorKind::io; });
+}
+
+// The checksums a file's header lists, by tensor.
+std::map<std::string, std::uint64_t> listed_checksums(const std::string& path) {
+  std::map<std::string, std::uint64_t> sums;
+  for (const CheckpointTensor& tensor : read_checkpoint_header(path).tensors) {
+    sums[tensor.name] = tensor.checksum;
+  }
+  return sums;
+}
+
+// A background save holds what the model held when it returned, whatever the model does next:
+// the file equals a synchronous save's (every checksum), verifies, and loads bit for bit; it
+// appears only when the save is finished. Plain and hybrid sharding.
+BOOST_AUTO_TEST_CASE(a_background_save_writes_the_model_as_it_was_when_the_save_returned) {
+  ScratchDirectory dir;
+  const int n = world().size();
+  for (const bool hybrid : {false, true}) {
+    BOOST_TEST_CONTEXT((hybrid ? "hybrid" : "full")) {
+      const int shards = hybrid && n % 2 == 0 ? n / 2 : n;
+      HybridGroups groups = make_hybrid_groups(world(), shards);
+      ShardedModelOptions options;
+      if (hybrid) {
+        options.unit.mode = ShardingMode::shard_grad_op;
+        options.unit.replicas = groups.replicate;
+      }
+      ShardedModel<double> model(
+          groups.shard, agree_on_plan(*strategy("hybrid"), parameters(), groups.shard), options);
+      Optimizer<double> adam("adam", settings());
+      fill_model(model, adam);
+      CheckpointState state;
+      state.step = 17;
+      state.metadata["kind"] = "background";
+      const std::string path = dir.file(hybrid ? "background-hybrid.h5" : "background.h5");
+      const std::string reference = dir.file(hybrid ? "sync-hybrid.h5" : "sync.h5");
+      save_checkpoint(reference, model, &adam, state);
+
+      BackgroundSave save;
+      BOOST_TEST(!save.pending());
+      BOOST_TEST(save.try_finish());  // nothing pending
+      save_checkpoint_in_background(save, path, model, &adam, state);
+      BOOST_TEST(save.pending());
+      BOOST_TEST(save.path() == path);
+      // The model moves on at once: new values in every piece and state.
+      for (const ParameterInfo& info : model.plan().parameters()) {
+        ShardedParameter<double>& p = model.parameter(info.name);
+        fill(p.shard(), 7, info.name, p.shard_offset());
+        for (auto& s : p.optimizer_state()) {
+          fill(s.view(), 8, info.name, p.shard_offset());
+        }
+      }
+      BOOST_TEST(wrong_elements(model, true) > 0);
+      // Not published before the save is finished: path is not there yet.
+      world().barrier();
+      BOOST_TEST(!std::filesystem::exists(path));
+      save.finish();
+      BOOST_TEST(!save.pending());
+      // Only the first replica writes (and holds a snapshot).
+      const bool writes = !hybrid || groups.replicate.rank() == 0;
+      BOOST_TEST((save.snapshot_bytes() > 0) == writes);
+      if (world().rank() == 0) {
+        BOOST_CHECK_NO_THROW(verify_checkpoint(path));
+        BOOST_TEST((listed_checksums(path) == listed_checksums(reference)));
+      }
+      auto loaded = make_model<double>(world(), "full");
+      Optimizer<double> loaded_adam("adam", settings());
+      const CheckpointHeader header = load_checkpoint(path, loaded, &loaded_adam);
+      BOOST_TEST(header.state.step == 17);
+      BOOST_TEST(header.state.metadata.at("kind") == "background");
+      BOOST_TEST(wrong_elements(loaded, true) == 0);
+      BOOST_TEST(loaded_adam.step_count() == 3);
+    }
+  }
+}
+
+// try_finish never waits and answers alike on every rank; a second save finishes the first,
+// reuses its snapshot memory, and both files hold what they should.
+BOOST_AUTO_TEST_CASE(try_finish_agrees_and_the_next_save_finishes_the_previous_one) {
+  ScratchDirectory dir;
+  auto model = make_model<double>(world(), "full");
+  Optimizer<double> adam("adam", settings());
+  fill_model(model, adam);
+  BackgroundSave save;
+  CheckpointState state;
+  state.step = 1;
+  save_checkpoint_in_background(save, dir.file("one.h5"), model, &adam, state);
+  const std::int64_t snapshot = save.snapshot_bytes();
+  state.step = 2;
+  save_checkpoint_in_background(save, dir.file("two.h5"), model, &adam, state);
+  BOOST_TEST(std::filesystem::exists(dir.file("one.h5")));  // finished by the second save
+  BOOST_TEST(save.snapshot_bytes() == snapshot);
+  int polls = 0;
+  while (!save.try_finish()) {
+    ++polls;  // every rank polls the same number of times, or the all-reduces would not match
+  }
+  int most = polls;
+  world().all_reduce(&most, 1, ReduceOp::max);
+  BOOST_TEST(most == polls);
+  BOOST_TEST(!save.pending());
+  for (const char* name : {"one.h5", "two.h5"}) {
+    auto loaded = make_model<double>(world(), "layerwise");
+    Optimizer<double> loaded_adam("adam", settings());
+    load_checkpoint(dir.file(name), loaded, &loaded_adam);
+    BOOST_TEST(wrong_elements(loaded, true) == 0, name);
+  }
+}
+
+// A rank whose background write fails: finish throws on every rank, the path keeps the previous
+// checkpoint, and no temporary is left behind; the next save works.
+BOOST_AUTO_TEST_CASE(a_failed_background_write_reaches_every_rank_and_publishes_nothing) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("kept.h5");
+  auto model = make_model<double>(world(), "full");
+  Optimizer<double> adam("adam", settings());
+  fill_model(model, adam);
+  CheckpointState state;
+  state.step = 5;
+  save_checkpoint(path, model, &adam, state);
+  BackgroundSave save;
+  state.step = 6;
+  const std::string failing = std::to_string(world().size() - 1);
+  BOOST_REQUIRE(setenv("FSDP_CHECKPOINT_FAIL_RANK", failing.c_str(), 1) == 0);
+  save_checkpoint_in_background(save, path, model, &adam, state);
+  BOOST_CHECK_EXCEPTION(save.finish(), Error, [&](const Error& e) {
+    return e.kind() == ErrorKind::io &&
+           std::string(e.message()).find("FSDP_CHECKPOINT_FAIL_RANK=" + failing) !=
+               std::string::npos;
+  });
+  BOOST_REQUIRE(unsetenv("FSDP_CHECKPOINT_FAIL_RANK") == 0);
+  BOOST_TEST(!save.pending());
+  BOOST_TEST(read_checkpoint_header(path).state.step == 5);
+  world().barrier();
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    files.push_back(entry.path().filename().string());
+  }
+  BOOST_TEST(files == std::vector<std::string>{"kept.h5"}, join(files));
+  world().barrier();
+  state.step = 7;
+  save_checkpoint_in_background(save, path, model, &adam, state);
+  save.finish();
+  BOOST_TEST(read_checkpoint_header(path).state.step == 7);
 }
 
 BOOST_AUTO_TEST_CASE(a_mismatched_model_hears_every_difference_and_keeps_its_values) {

@@ -64,7 +64,8 @@ struct CheckpointHeader {
 // Every rank throws the same Error (kind io) when the file cannot be written.
 //
 // Fault injection for tests: when FSDP_CHECKPOINT_CRASH_RANK=r is set, rank r aborts (as a
-// crashed process would) after writing half of its tensors.
+// crashed process would) after writing half of its tensors; FSDP_CHECKPOINT_FAIL_RANK=r makes
+// rank r's write fail there instead (Error, kind io, on every rank).
 template <class T>
 void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Optimizer<T>* optimizer,
                      const CheckpointState& state);
