@@ -305,6 +305,10 @@ int main(int argc, char** argv) {
     app.add_option("--keep-last", o.keep_last, "keep only this many newest checkpoints (0: all)")
         ->check(CLI::NonNegativeNumber)
         ->needs(dir);
+    app.add_flag("--sync-checkpoints", o.sync_checkpoints,
+                 "write every checkpoint before training goes on (by default those of "
+                 "--checkpoint-every are written in the background and published when written)")
+        ->needs(dir);
     app.add_flag("--resume", o.resume,
                  "continue from the newest checkpoint in --checkpoint-dir (on any number of ranks "
                  "that divides --batch-size); start from step 0 when there is none")

@@ -262,9 +262,12 @@ class StopClock {
   StopClock(fsdp::ProcessGroup& group, double budget, double start)
       : group_(group), budget_(budget), last_(start), start_(start) {}
   void saved(double seconds) {
-    slowest_save_ = std::max(slowest_save_, seconds);
+    save_took(seconds);
     last_ = MPI_Wtime();  // the save is not a step
   }
+  // A save in the background, from its start to its publication: longer than a save alone (it
+  // shared the cores with the steps meanwhile), so the budget keeps room for one at least as long.
+  void save_took(double seconds) { slowest_save_ = std::max(slowest_save_, seconds); }
   bool must_stop() {
     if (budget_ <= 0) {
       return false;
@@ -418,7 +421,20 @@ class Run {
     bool stopped = false, out_of_time = false;
     StopClock clock(group_, o_.time_budget, start);
     ProgressBar progress(rank_ == 0 && !o_.json);
-    const auto save = [&](const fsdp::SamplerState& position) {
+    // The save being written in the background, and when it started.
+    std::optional<fsdp::CheckpointState> in_background;
+    double background_start = 0;
+    const auto published = [&](const std::string& file) {
+      if (file.empty()) {
+        return;
+      }
+      clock.save_took(MPI_Wtime() - background_start);
+      progress.clear();
+      print_checkpoint(file, *in_background, checkpoints->snapshot_bytes());
+      in_background.reset();
+    };
+    // final: the run stops after it, so it is written before the run goes on.
+    const auto save = [&](const fsdp::SamplerState& position, bool final) {
       fsdp::CheckpointState state;
       state.step = step_count;
       state.epoch = position.epoch;
@@ -435,14 +451,24 @@ class Run {
         state.metadata["fsdp-train.loss_scale_skipped_steps"] =
             std::to_string(scaler->state().skipped_steps);
       }
-      const double save_start = MPI_Wtime();
-      // save raises its failures on every rank (a full disk, a directory gone): reported once.
+      // A save raises its failures on every rank (a full disk, a directory gone): reported once.
       std::string file;
-      agreed_on_every_rank(group_, "save a checkpoint",
-                           [&] { file = checkpoints->save(model, &optimizer, state); });
-      clock.saved(MPI_Wtime() - save_start);
-      progress.clear();
-      print_checkpoint(file, state);
+      agreed_on_every_rank(group_, "save a checkpoint", [&] { file = checkpoints->finish_save(); });
+      published(file);
+      const double save_start = MPI_Wtime();
+      if (final || o_.sync_checkpoints) {
+        agreed_on_every_rank(group_, "save a checkpoint",
+                             [&] { file = checkpoints->save(model, &optimizer, state); });
+        clock.saved(MPI_Wtime() - save_start);
+        progress.clear();
+        print_checkpoint(file, state, 0);
+      } else {
+        agreed_on_every_rank(group_, "save a checkpoint",
+                             [&] { checkpoints->save_in_background(model, &optimizer, state); });
+        clock.saved(MPI_Wtime() - save_start);  // the time the step waited
+        in_background = state;
+        background_start = save_start;
+      }
     };
     bool first_step = true;
     for (std::int64_t epoch = first_epoch; epoch < o_.epochs && !stopped; ++epoch) {
@@ -489,7 +515,13 @@ class Run {
         stopped = stopped || out_of_time;
         if (checkpoints && (stopped || last ||
                             (o_.checkpoint_every > 0 && step_count % o_.checkpoint_every == 0))) {
-          save(schedule.state_after_step(step));
+          save(schedule.state_after_step(step), stopped || last);
+        }
+        if (checkpoints && checkpoints->pending_save()) {
+          std::string file;
+          agreed_on_every_rank(group_, "save a checkpoint",
+                               [&] { file = checkpoints->try_finish_save(); });
+          published(file);
         }
         if (stopped) {
           break;
@@ -685,14 +717,25 @@ class Run {
     }
   }
 
-  void print_checkpoint(const std::string& file, const fsdp::CheckpointState& state) {
+  // snapshot_bytes: of a save in the background, the host memory its snapshot holds on rank 0
+  // (0: a save written before training went on).
+  void print_checkpoint(const std::string& file, const fsdp::CheckpointState& state,
+                        std::int64_t snapshot_bytes) {
     if (rank_ != 0) {
       return;
     }
     if (o_.json) {
-      const nlohmann::json line = {
-          {"type", "checkpoint"}, {"file", file}, {"step", state.step}, {"epoch", state.epoch}};
+      const nlohmann::json line = {{"type", "checkpoint"},
+                                   {"file", file},
+                                   {"step", state.step},
+                                   {"epoch", state.epoch},
+                                   {"background", snapshot_bytes > 0},
+                                   {"snapshot_bytes", snapshot_bytes}};
       std::printf("%s\n", line.dump().c_str());
+    } else if (snapshot_bytes > 0) {
+      std::printf("checkpoint: step %lld saved to %s (in the background; snapshot %.2f MB)\n",
+                  static_cast<long long>(state.step), file.c_str(),
+                  static_cast<double>(snapshot_bytes) / 1e6);
     } else {
       std::printf("checkpoint: step %lld saved to %s\n", static_cast<long long>(state.step),
                   file.c_str());

@@ -72,6 +72,9 @@ struct TrainOptions {
   std::string checkpoint_dir;  // "": no checkpoints
   std::int64_t checkpoint_every = 0;  // steps between checkpoints; 0: only when the run ends
   int keep_last = 0;                  // 0: keep every checkpoint
+  // Every checkpoint written before the run goes on; by default those of --checkpoint-every are
+  // written in the background (fsdp::BackgroundSave) and the last one, or a stop's, at once.
+  bool sync_checkpoints = false;
   bool resume = false;
   std::int64_t stop_after = 0;  // stop once this many steps are done in all (0: run every epoch)
   double time_budget = 0;       // seconds this process may run; 0: no limit

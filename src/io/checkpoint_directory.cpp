@@ -180,13 +180,54 @@ void CheckpointDirectory::require_room(ShardedModel<T>& model, const Optimizer<T
 }
 
 template <class T>
+void CheckpointDirectory::require_same_group(ShardedModel<T>& model, const char* caller) const {
+  require(model.group().size() == group_.size() && model.group().rank() == group_.rank(),
+          std::string(caller) + ": the model is sharded over another group than the directory's");
+}
+
+template <class T>
 std::string CheckpointDirectory::save(ShardedModel<T>& model, const Optimizer<T>* optimizer,
                                       const CheckpointState& state) {
-  require(model.group().size() == group_.size() && model.group().rank() == group_.rank(),
-          "CheckpointDirectory::save: the model is sharded over another group than the "
-          "directory's");
+  require_same_group(model, "CheckpointDirectory::save");
+  finish_save();
   const std::string file = file_for_step(state.step);
   save_checkpoint(file, model, optimizer, state);
+  point_latest_at(file);
+  return file;
+}
+
+template <class T>
+std::string CheckpointDirectory::save_in_background(ShardedModel<T>& model,
+                                                    const Optimizer<T>* optimizer,
+                                                    const CheckpointState& state) {
+  require_same_group(model, "CheckpointDirectory::save_in_background");
+  finish_save();
+  const std::string file = file_for_step(state.step);
+  save_checkpoint_in_background(background_, file, model, optimizer, state);
+  return file;
+}
+
+std::string CheckpointDirectory::try_finish_save() {
+  if (!background_.pending()) {
+    return std::string();
+  }
+  if (!background_.try_finish()) {
+    return std::string();
+  }
+  point_latest_at(background_.path());
+  return background_.path();
+}
+
+std::string CheckpointDirectory::finish_save() {
+  if (!background_.pending()) {
+    return std::string();
+  }
+  background_.finish();
+  point_latest_at(background_.path());
+  return background_.path();
+}
+
+void CheckpointDirectory::point_latest_at(const std::string& file) {
   on_root(group_, "point '" + path_ + "/latest' at '" + file + "'", [&] {
     const std::string pointer = (fs::path(path_) / kLatest).string();
     const std::string tmp = temporary_beside(pointer);
@@ -220,7 +261,6 @@ std::string CheckpointDirectory::save(ShardedModel<T>& model, const Optimizer<T>
     }
     return std::string();
   });
-  return file;
 }
 
 template void CheckpointDirectory::require_room<float>(ShardedModel<float>&,
@@ -234,5 +274,12 @@ template std::string CheckpointDirectory::save<float>(ShardedModel<float>&, cons
 template std::string CheckpointDirectory::save<double>(ShardedModel<double>&,
                                                        const Optimizer<double>*,
                                                        const CheckpointState&);
+
+template std::string CheckpointDirectory::save_in_background<float>(ShardedModel<float>&,
+                                                                    const Optimizer<float>*,
+                                                                    const CheckpointState&);
+template std::string CheckpointDirectory::save_in_background<double>(ShardedModel<double>&,
+                                                                     const Optimizer<double>*,
+                                                                     const CheckpointState&);
 
 }  // namespace fsdp

@@ -608,6 +608,7 @@ BOOST_AUTO_TEST_CASE(a_background_save_writes_the_model_as_it_was_when_the_save_
       // Not published before the save is finished: path is not there yet.
       world().barrier();
       BOOST_TEST(!std::filesystem::exists(path));
+      world().barrier();  // a writer's finish may publish before a replica has looked
       save.finish();
       BOOST_TEST(!save.pending());
       // Only the first replica writes (and holds a snapshot).
@@ -1156,6 +1157,55 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_directory_keeps_the_last_k_and_points_at_the_n
   BOOST_CHECK_EXCEPTION(
       checkpoints.latest(), Error,
       error_of(ErrorKind::io, "names 'checkpoint-00000030.h5', which is missing"));
+}
+
+// Saves in the background move "latest" only once published, by try_finish_save, finish_save or
+// the next save, and keep_last applies then.
+BOOST_AUTO_TEST_CASE(a_checkpoint_directory_points_at_a_background_save_once_it_is_published) {
+  ScratchDirectory dir;
+  CheckpointDirectory checkpoints(world(), dir.file("run"), 2);
+  auto model = make_model<double>(world(), "full");
+  Optimizer<double> adam("adam", settings());
+  fill_model(model, adam);
+  CheckpointState state;
+  state.step = 10;
+  BOOST_TEST(checkpoints.try_finish_save().empty());  // nothing pending
+  BOOST_TEST(checkpoints.save_in_background(model, &adam, state) == checkpoints.file_for_step(10));
+  BOOST_TEST(checkpoints.pending_save());
+  BOOST_TEST(checkpoints.latest().empty());  // not published yet (latest is collective)
+  std::string published;
+  while (published.empty()) {
+    published = checkpoints.try_finish_save();
+  }
+  BOOST_TEST(published == checkpoints.file_for_step(10));
+  BOOST_TEST(!checkpoints.pending_save());
+  BOOST_TEST(checkpoints.latest() == checkpoints.file_for_step(10));
+  state.step = 20;
+  checkpoints.save_in_background(model, &adam, state);
+  state.step = 30;
+  checkpoints.save_in_background(model, &adam, state);  // finishes step 20's
+  BOOST_TEST(checkpoints.latest() == checkpoints.file_for_step(20));
+  BOOST_TEST(checkpoints.finish_save() == checkpoints.file_for_step(30));
+  BOOST_TEST(checkpoints.finish_save().empty());
+  BOOST_TEST(checkpoints.latest() == checkpoints.file_for_step(30));
+  if (world().rank() == 0) {
+    const std::vector<std::string> expected = {checkpoints.file_for_step(20),
+                                               checkpoints.file_for_step(30)};
+    BOOST_TEST(checkpoints.checkpoints() == expected, boost::test_tools::per_element());
+  }
+  state.step = 40;
+  checkpoints.save_in_background(model, &adam, state);
+  state.step = 50;
+  checkpoints.save(model, &adam, state);  // a synchronous save finishes the pending one first
+  BOOST_TEST(!checkpoints.pending_save());
+  BOOST_TEST(checkpoints.latest() == checkpoints.file_for_step(50));
+  if (world().rank() == 0) {
+    BOOST_TEST(std::filesystem::exists(checkpoints.file_for_step(40)));
+  }
+  auto loaded = make_model<double>(world(), "layerwise");
+  Optimizer<double> loaded_adam("adam", settings());
+  BOOST_TEST(load_checkpoint(checkpoints.file_for_step(40), loaded, &loaded_adam).state.step == 40);
+  BOOST_TEST(wrong_elements(loaded, true) == 0);
 }
 
 // The files a run must not take as input once it saves into the directory: those its saves

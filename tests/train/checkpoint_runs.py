@@ -102,8 +102,16 @@ def resume(args):
     shutil.rmtree(args.dir, ignore_errors=True)
     whole, chain = os.path.join(args.dir, "whole"), os.path.join(args.dir, "chain")
     run(args, args.first, ["--checkpoint-dir", whole])
-    run(args, args.first, ["--checkpoint-dir", chain, "--checkpoint-every", "3",
-                           "--stop-after", str(args.stop_after)])
+    chained = run(args, args.first, ["--checkpoint-dir", chain, "--checkpoint-every", "3",
+                                     "--stop-after", str(args.stop_after)])
+    # The saves of --checkpoint-every go in the background unless the arguments ask otherwise;
+    # the stop's save is written before the run ends.
+    background = "--sync-checkpoints" not in args.train_args
+    if ("step 3 saved to" not in chained.stdout or
+            ("step 3 saved to %s (in the background" % os.path.join(chain, "checkpoint-00000003.h5")
+             in chained.stdout) != background):
+        fail("step 3's checkpoint was not saved %s" %
+             ("in the background" if background else "before the run went on"))
     stopped = latest(chain)
     with h5py.File(stopped, "r") as f:
         if int(f.attrs["step"]) != args.stop_after or int(f.attrs["world_size"]) != args.first:

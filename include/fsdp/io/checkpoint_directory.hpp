@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/io/background_save.hpp"
 #include "fsdp/io/checkpoint.hpp"
 
 namespace fsdp {
@@ -61,15 +62,44 @@ class CheckpointDirectory {
                     const CheckpointState& state);
 
   // Collective over model.group() (the directory's group): saves to file_for_step(state.step),
-  // then points "latest" at it, then removes the oldest beyond keep_last. Returns the file.
+  // then points "latest" at it, then removes the oldest beyond keep_last. Returns the file. A
+  // save in the background still pending is finished first (finish_save).
   template <class T>
   std::string save(ShardedModel<T>& model, const Optimizer<T>* optimizer,
                    const CheckpointState& state);
 
+  // Collective, as save: finishes the save pending (finish_save), then starts one to
+  // file_for_step(state.step) in the background (save_checkpoint_in_background) and returns
+  // the file. "latest" points at it, and the oldest beyond keep_last go, once it is finished:
+  // by finish_save, by a try_finish_save that returns true, or by the next save. Until then
+  // "latest" names the previous checkpoint, also when the process dies.
+  template <class T>
+  std::string save_in_background(ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                                 const CheckpointState& state);
+  // Collective: publishes the save in the background once every rank has written it, then
+  // points "latest" at it; never waits for the writing. Returns the file it published, or ""
+  // (nothing pending, or still being written: pending_save() says which). A failed save throws
+  // as BackgroundSave::finish does, on every rank.
+  std::string try_finish_save();
+  // Collective: waits for the save in the background and publishes it (then "latest" points at
+  // it). Returns its file, or "" when none was pending. A failed save throws on every rank and
+  // leaves "latest" where it was.
+  std::string finish_save();
+  // Whether a save in the background is still to be finished.
+  bool pending_save() const { return background_.pending(); }
+  // Host memory held for the snapshots of saves in the background (BackgroundSave).
+  std::int64_t snapshot_bytes() const { return background_.snapshot_bytes(); }
+
  private:
+  // Points "latest" at file (published) and removes the oldest beyond keep_last.
+  void point_latest_at(const std::string& file);
+  template <class T>
+  void require_same_group(ShardedModel<T>& model, const char* caller) const;
+
   ProcessGroup group_;
   std::string path_;
   int keep_last_;
+  BackgroundSave background_;
 };
 
 extern template void CheckpointDirectory::require_room<float>(ShardedModel<float>&,
@@ -84,5 +114,10 @@ extern template std::string CheckpointDirectory::save<float>(ShardedModel<float>
 extern template std::string CheckpointDirectory::save<double>(ShardedModel<double>&,
                                                               const Optimizer<double>*,
                                                               const CheckpointState&);
+extern template std::string CheckpointDirectory::save_in_background<float>(ShardedModel<float>&,
+                                                                           const Optimizer<float>*,
+                                                                           const CheckpointState&);
+extern template std::string CheckpointDirectory::save_in_background<double>(
+    ShardedModel<double>&, const Optimizer<double>*, const CheckpointState&);
 
 }  // namespace fsdp
