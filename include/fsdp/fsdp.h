@@ -339,9 +339,28 @@ void fsdp_loss_scaler_destroy(fsdp_loss_scaler_t scaler);
  * settings and step count unless optimizer is NULL, with step and epoch (>= 0), to path: a
  * parallel HDF5 file written under path.tmp and renamed once complete and synced, so path is
  * the previous file or the complete new one. The optimizer must be one made for this model
- * (FSDP_ERROR_INVALID_ARGUMENT otherwise). FSDP_ERROR_IO when the file cannot be written. */
+ * (FSDP_ERROR_INVALID_ARGUMENT otherwise). FSDP_ERROR_IO when the file cannot be written. A
+ * save in the background still pending (below) is finished first. */
 int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
                          int64_t step, int64_t epoch);
+/* Collective: fsdp_checkpoint_save in the background (docs/checkpoints.md, "Saving in the
+ * background"): returns once every rank has copied its pieces into a snapshot of host memory
+ * that the model keeps for its next save, while a thread of each rank writes the file. path
+ * appears once the save is finished: by fsdp_checkpoint_finish, by an fsdp_checkpoint_try_finish
+ * that sets *finished to 1, or by the model's next save (either kind) or load, which finish it
+ * first; until then path keeps its previous file, also when the job dies. The same checks and
+ * codes as fsdp_checkpoint_save; FSDP_ERROR_IO from the call that finishes a save whose writing
+ * failed on any rank (nothing was published then). fsdp_model_destroy abandons a save that is
+ * not finished. */
+int fsdp_checkpoint_save_in_background(fsdp_model_t model, fsdp_optimizer_t optimizer,
+                                       const char* path, int64_t step, int64_t epoch);
+/* Collective: publishes the model's save in the background if every rank has written it; never
+ * waits. *finished: 1 when no save is pending any more (or none was), 0 while it is written; the
+ * same on every rank. */
+int fsdp_checkpoint_try_finish(fsdp_model_t model, int* finished);
+/* Collective: waits for the model's save in the background and publishes it (nothing to do when
+ * none is pending). */
+int fsdp_checkpoint_finish(fsdp_model_t model);
 /* Collective: loads a checkpoint written at any world size with any strategy into the model
  * (and the optimizer's state and step count unless optimizer is NULL; it must be one made for
  * this model, as for fsdp_checkpoint_save), and gives its step and epoch (either pointer may be

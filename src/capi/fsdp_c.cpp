@@ -23,6 +23,7 @@
 #include "fsdp/comm/version.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
+#include "fsdp/io/background_save.hpp"
 #include "fsdp/io/checkpoint.hpp"
 #include "fsdp/optim/grad_norm.hpp"
 #include "fsdp/optim/loss_scaler.hpp"
@@ -189,6 +190,8 @@ struct fsdp_model_s {
   fsdp::DType reduce_dtype = fsdp::DType::f32;
   // Empty until fsdp_model_shard. Shared with the runtimes and optimizers made from the model.
   FloatOrDouble<fsdp::ShardedModel> sharded;
+  // The save in the background (fsdp_checkpoint_save_in_background) and its snapshot memory.
+  fsdp::BackgroundSave background;
 
   // Calls body(ShardedModel<T>&) with the model's element type.
   template <class Body>
@@ -1217,9 +1220,14 @@ fsdp::Optimizer<T>* optimizer_of(const fsdp_model_s& model, fsdp_optimizer_t opt
 
 }  // namespace
 
-int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
-                         int64_t step, int64_t epoch) {
-  return guarded("fsdp_checkpoint_save", [&] {
+namespace {
+
+// fsdp_checkpoint_save and fsdp_checkpoint_save_in_background: the checked arguments, then
+// save(sharded model, its optimizer or null, state).
+template <class Save>
+int checkpoint_save(const char* function, fsdp_model_t model, fsdp_optimizer_t optimizer,
+                    const char* path, int64_t step, int64_t epoch, const Save& save) {
+  return guarded(function, [&] {
     require_handle(model, "model");
     const std::string file = require_name(path, "the checkpoint path");
     require_argument(step >= 0 && epoch >= 0, "step " + std::to_string(step) + " and epoch " +
@@ -1229,8 +1237,44 @@ int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const c
       fsdp::CheckpointState state;
       state.step = step;
       state.epoch = epoch;
-      fsdp::save_checkpoint<T>(file, sharded, optimizer_of<T>(*model, optimizer), state);
+      save(file, sharded, optimizer_of<T>(*model, optimizer), state);
     });
+  });
+}
+
+}  // namespace
+
+int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
+                         int64_t step, int64_t epoch) {
+  return checkpoint_save(
+      "fsdp_checkpoint_save", model, optimizer, path, step, epoch,
+      [&](const std::string& file, auto& sharded, const auto* saved, const auto& state) {
+        model->background.finish();
+        fsdp::save_checkpoint(file, sharded, saved, state);
+      });
+}
+
+int fsdp_checkpoint_save_in_background(fsdp_model_t model, fsdp_optimizer_t optimizer,
+                                       const char* path, int64_t step, int64_t epoch) {
+  return checkpoint_save(
+      "fsdp_checkpoint_save_in_background", model, optimizer, path, step, epoch,
+      [&](const std::string& file, auto& sharded, const auto* saved, const auto& state) {
+        fsdp::save_checkpoint_in_background(model->background, file, sharded, saved, state);
+      });
+}
+
+int fsdp_checkpoint_try_finish(fsdp_model_t model, int* finished) {
+  return guarded("fsdp_checkpoint_try_finish", [&] {
+    require_handle(model, "model");
+    require_argument(finished != nullptr, "finished is NULL");
+    *finished = model->background.try_finish() ? 1 : 0;
+  });
+}
+
+int fsdp_checkpoint_finish(fsdp_model_t model) {
+  return guarded("fsdp_checkpoint_finish", [&] {
+    require_handle(model, "model");
+    model->background.finish();
   });
 }
 
@@ -1241,8 +1285,9 @@ int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, const c
     const std::string file = require_name(path, "the checkpoint path");
     model->visit([&](auto& sharded) {
       using T = element_t<decltype(sharded)>;
-      const fsdp::CheckpointHeader header =
-          fsdp::load_checkpoint<T>(file, sharded, optimizer_of<T>(*model, optimizer));
+      fsdp::Optimizer<T>* loaded = optimizer_of<T>(*model, optimizer);
+      model->background.finish();  // a load of the file a save is writing reads it whole
+      const fsdp::CheckpointHeader header = fsdp::load_checkpoint<T>(file, sharded, loaded);
       if (step != nullptr) {
         *step = header.state.step;
       }
@@ -1257,6 +1302,9 @@ int fsdp_load_parameters(fsdp_model_t model, const char* path) {
   return guarded("fsdp_load_parameters", [&] {
     require_handle(model, "model");
     const std::string file = require_name(path, "the file path");
-    model->visit([&](auto& sharded) { fsdp::load_parameters(file, sharded); });
+    model->visit([&](auto& sharded) {
+      model->background.finish();
+      fsdp::load_parameters(file, sharded);
+    });
   });
 }

@@ -105,6 +105,7 @@ module fsdp
   public :: fsdp_lr_schedule_create, fsdp_lr_schedule_lr_at, fsdp_lr_schedule_apply
   public :: fsdp_lr_schedule_destroy
   public :: fsdp_checkpoint_save, fsdp_checkpoint_load, fsdp_load_parameters
+  public :: fsdp_checkpoint_save_in_background, fsdp_checkpoint_try_finish, fsdp_checkpoint_finish
   public :: fsdp_loss_scaler_create, fsdp_loss_scaler_scale, fsdp_loss_scaler_unscale_and_check
   public :: fsdp_loss_scaler_update, fsdp_loss_scaler_get_state, fsdp_loss_scaler_set_state
   public :: fsdp_loss_scaler_destroy
@@ -426,6 +427,24 @@ module fsdp
       character(kind=c_char), intent(in) :: path(*)
       integer(c_int64_t), value :: step, epoch
     end function c_checkpoint_save
+    integer(c_int) function c_checkpoint_save_in_background(model, optimizer, path, step, &
+                                                            epoch) &
+        bind(c, name='fsdp_checkpoint_save_in_background')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: model, optimizer
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int64_t), value :: step, epoch
+    end function c_checkpoint_save_in_background
+    integer(c_int) function c_checkpoint_try_finish(model, finished) &
+        bind(c, name='fsdp_checkpoint_try_finish')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int), intent(out) :: finished
+    end function c_checkpoint_try_finish
+    integer(c_int) function c_checkpoint_finish(model) bind(c, name='fsdp_checkpoint_finish')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+    end function c_checkpoint_finish
     integer(c_int) function c_checkpoint_load(model, optimizer, path, step, epoch) &
         bind(c, name='fsdp_checkpoint_load')
       import :: c_int, c_ptr, c_char, c_int64_t
@@ -1309,6 +1328,30 @@ contains
     integer, intent(out) :: ierr
     type(fsdp_optimizer), intent(in), optional :: optimizer
     integer(c_int64_t), intent(in), optional :: step, epoch
+    ierr = checkpoint_save(model, path, .false., optimizer, step, epoch)
+  end subroutine fsdp_checkpoint_save
+
+  ! Collective: fsdp_checkpoint_save in the background: returns once every rank has copied its
+  ! pieces into a snapshot, while a thread of each rank writes the file. path appears when the
+  ! save is finished (fsdp_checkpoint_finish, an fsdp_checkpoint_try_finish that gives
+  ! finished = .true., or the model's next save or load); ierr = FSDP_ERROR_IO from the call that
+  ! finishes a save whose writing failed on any rank.
+  subroutine fsdp_checkpoint_save_in_background(model, path, ierr, optimizer, step, epoch)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: path
+    integer, intent(out) :: ierr
+    type(fsdp_optimizer), intent(in), optional :: optimizer
+    integer(c_int64_t), intent(in), optional :: step, epoch
+    ierr = checkpoint_save(model, path, .true., optimizer, step, epoch)
+  end subroutine fsdp_checkpoint_save_in_background
+
+  ! Both saves: the optional arguments' defaults (no optimizer, step and epoch 0), then the call.
+  integer function checkpoint_save(model, path, background, optimizer, step, epoch)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: path
+    logical, intent(in) :: background
+    type(fsdp_optimizer), intent(in), optional :: optimizer
+    integer(c_int64_t), intent(in), optional :: step, epoch
     type(c_ptr) :: optimizer_handle
     integer(c_int64_t) :: at_step, at_epoch
     optimizer_handle = c_null_ptr
@@ -1317,9 +1360,33 @@ contains
     if (present(step)) at_step = step
     at_epoch = 0
     if (present(epoch)) at_epoch = epoch
-    ierr = int(c_checkpoint_save(model%handle, optimizer_handle, c_string(path), at_step, &
-                                 at_epoch))
-  end subroutine fsdp_checkpoint_save
+    if (background) then
+      checkpoint_save = int(c_checkpoint_save_in_background(model%handle, optimizer_handle, &
+                                                            c_string(path), at_step, at_epoch))
+    else
+      checkpoint_save = int(c_checkpoint_save(model%handle, optimizer_handle, c_string(path), &
+                                              at_step, at_epoch))
+    end if
+  end function checkpoint_save
+
+  ! Collective, never waits: publishes the save in the background once every rank has written
+  ! it; finished is .true. when no save is pending any more (the same on every rank).
+  subroutine fsdp_checkpoint_try_finish(model, finished, ierr)
+    type(fsdp_model), intent(in) :: model
+    logical, intent(out) :: finished
+    integer, intent(out) :: ierr
+    integer(c_int) :: done
+    done = 0
+    ierr = int(c_checkpoint_try_finish(model%handle, done))
+    finished = ierr == FSDP_SUCCESS .and. done /= 0
+  end subroutine fsdp_checkpoint_try_finish
+
+  ! Collective: waits for the save in the background and publishes it.
+  subroutine fsdp_checkpoint_finish(model, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(out) :: ierr
+    ierr = int(c_checkpoint_finish(model%handle))
+  end subroutine fsdp_checkpoint_finish
 
   ! Collective: a checkpoint written at any number of ranks with any strategy into the model (and
   ! the optimizer's state when it is given); its step and epoch when asked for. Nothing changes

@@ -1222,6 +1222,34 @@ static void test_checkpoints(void) {
   CHECK(memcmp(&got, &expected, sizeof got) == 0,
         "2 steps after loading differ from 2 steps after saving (optimizer state not restored?)");
 
+  /* In the background: the file holds the parameters of the call, published by finish (or
+   * try_finish) and not before; a load finishes a pending save first. */
+  {
+    char background[80];
+    scratch_path(background, sizeof background, "background");
+    copy_all(model, &got); /* as trained to step 4 */
+    CHECK_OK(fsdp_checkpoint_save_in_background(model, optimizer, background, 4, 7));
+    train_steps(runtime, optimizer, model, 4, 5); /* the model moves on at once */
+    int finished = -1;
+    CHECK_OK(fsdp_checkpoint_try_finish(model, &finished));
+    CHECK(finished == 0 || finished == 1, "finished %d", finished);
+    CHECK_OK(fsdp_checkpoint_finish(model));
+    CHECK_OK(fsdp_checkpoint_try_finish(model, &finished));
+    CHECK(finished == 1, "try_finish after finish: %d", finished);
+    Parameters loaded;
+    CHECK_OK(fsdp_checkpoint_load(other, other_optimizer, background, &step, &epoch));
+    copy_all(other, &loaded);
+    CHECK(step == 4 && memcmp(&loaded, &got, sizeof got) == 0,
+          "the background save holds other parameters than at its call (step %lld)",
+          (long long)step);
+    CHECK_OK(fsdp_checkpoint_save_in_background(model, optimizer, background, 5, 7));
+    CHECK_OK(fsdp_checkpoint_load(model, optimizer, background, &step, NULL));
+    CHECK(step == 5, "a load did not finish the pending save first: step %lld", (long long)step);
+    CHECK_CODE(fsdp_checkpoint_try_finish(model, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+    CHECK_CODE(fsdp_checkpoint_finish(NULL), FSDP_ERROR_INVALID_ARGUMENT);
+    remove_scratch(background);
+  }
+
   /* The parameters alone, as pretrained weights. */
   CHECK_OK(fsdp_load_parameters(other, path));
   copy_all(other, &got);

@@ -850,11 +850,13 @@ contains
     real(c_double) :: at_save(n_all), expected(n_all), got(n_all)
     real(c_double) :: wide(n_in + 1, n_hidden), wide_after(n_in + 1, n_hidden)
     real(c_double), parameter :: lr = 0.1d0, momentum = 0.9d0, decay = 0.01d0
-    integer(c_int64_t) :: step, epoch
-    character(len=:), allocatable :: path, missing
+    integer(c_int64_t) :: step, epoch, background_step
+    character(len=:), allocatable :: path, missing, background
+    logical :: finished, published
 
     path = scratch_path('sgd')
     missing = scratch_path('missing')
+    background = scratch_path('background')
     call make_model(model, FSDP_FLOAT64, 'full', .false.)
     call initial(w0, b0, w1, b1)
     call fsdp_model_init_from_full(model, 'l0.w', w0, ierr)
@@ -901,6 +903,28 @@ contains
     call check_ok(ierr, 'fsdp_load_parameters')
     call copy_all(other, got)
     call check(maxval(abs(got - at_save)) <= 0, 'fsdp_load_parameters gives the saved parameters')
+
+    ! In the background: the file holds the parameters of the call (model is at step 4 now),
+    ! published once finished, while the model trains on.
+    call fsdp_checkpoint_save_in_background(model, background, ierr, optimizer=sgd, &
+                                            step=4_c_int64_t)
+    call check_ok(ierr, 'fsdp_checkpoint_save_in_background')
+    call train_steps(runtime, sgd, model, 4, 5)
+    finished = .false.
+    do while (.not. finished)
+      call fsdp_checkpoint_try_finish(model, finished, ierr)
+      call check_ok(ierr, 'fsdp_checkpoint_try_finish')
+    end do
+    inquire (file=background, exist=published)
+    call check(published, 'fsdp_checkpoint_try_finish published ' // background)
+    call fsdp_checkpoint_finish(model, ierr)  ! nothing pending: nothing to do
+    call check_ok(ierr, 'fsdp_checkpoint_finish')
+    call fsdp_checkpoint_load(other, background, ierr, optimizer=other_sgd, step=background_step)
+    call check_ok(ierr, 'fsdp_checkpoint_load of the background save')
+    call copy_all(other, got)
+    call check(background_step == 4 .and. maxval(abs(got - expected)) <= 0, &
+               'the background save holds the parameters of its call, bit for bit')
+    call remove_scratch(background)
 
     ! Errors: every rank gets the same code, and nothing changes.
     call fsdp_checkpoint_load(other, missing, ierr, step=step)
