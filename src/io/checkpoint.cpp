@@ -1219,6 +1219,15 @@ struct BackgroundSave::Job {
       thread.join();
     }
   }
+
+  // A save still pending is abandoned: the thread is joined (it reads the snapshot, which goes
+  // with the job) and rank 0 removes the temporary; nothing is published.
+  ~Job() {
+    join();
+    if (pending && writes && rank == 0 && !tmp.empty()) {
+      std::remove(tmp.c_str());
+    }
+  }
 };
 
 namespace {
@@ -1285,15 +1294,9 @@ void start_writing(BackgroundSave::Job& job, ShardedModel<T>& model, const Optim
 }  // namespace
 
 BackgroundSave::BackgroundSave() = default;
-
-BackgroundSave::~BackgroundSave() {
-  if (job_ && job_->pending) {
-    job_->join();
-    if (job_->writes && job_->rank == 0 && !job_->tmp.empty()) {
-      std::remove(job_->tmp.c_str());
-    }
-  }
-}
+BackgroundSave::~BackgroundSave() = default;
+BackgroundSave::BackgroundSave(BackgroundSave&&) noexcept = default;
+BackgroundSave& BackgroundSave::operator=(BackgroundSave&&) noexcept = default;
 
 bool BackgroundSave::pending() const {
   return job_ && job_->pending;

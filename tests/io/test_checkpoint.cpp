@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "error_message.hpp"
@@ -645,6 +646,13 @@ BOOST_AUTO_TEST_CASE(try_finish_agrees_and_the_next_save_finishes_the_previous_o
   save_checkpoint_in_background(save, dir.file("two.h5"), model, &adam, state);
   BOOST_TEST(std::filesystem::exists(dir.file("one.h5")));  // finished by the second save
   BOOST_TEST(save.snapshot_bytes() == snapshot);
+  // A pending save moves with its object (the thread writes from the job, which moves whole),
+  // and a directory that holds one moves too.
+  static_assert(std::is_nothrow_move_constructible_v<BackgroundSave>);
+  static_assert(std::is_move_constructible_v<CheckpointDirectory>);
+  BackgroundSave moved(std::move(save));
+  save = std::move(moved);
+  BOOST_TEST(save.pending());
   int polls = 0;
   while (!save.try_finish()) {
     ++polls;  // every rank polls the same number of times, or the all-reduces would not match

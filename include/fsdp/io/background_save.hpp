@@ -18,10 +18,11 @@ class BackgroundSave {
  public:
   BackgroundSave();
   // A save still pending is abandoned: its thread is joined, its temporary file removed, and
-  // nothing is published (not collective; finish first to keep it).
+  // nothing is published (not collective; finish first to keep it). The same for the save of
+  // an object assigned over by a move.
   ~BackgroundSave();
-  BackgroundSave(const BackgroundSave&) = delete;
-  BackgroundSave& operator=(const BackgroundSave&) = delete;
+  BackgroundSave(BackgroundSave&&) noexcept;
+  BackgroundSave& operator=(BackgroundSave&&) noexcept;
 
   // Whether a save was started and not finished yet.
   bool pending() const;
