@@ -1118,35 +1118,29 @@ void write_checksums(const std::string& tmp, const std::vector<std::string>& ten
   file.check_status(handle.close(), "H5Fclose", "the file");
 }
 
-}  // namespace
-
-// ---- save ----
-
-template <class T>
-void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
-                         const Optimizer<T>* optimizer, const CheckpointState& state);
-
-// Hybrid sharding: every replica holds the same pieces, so the first shard group writes the file
-// and the others learn its outcome from it (each replica group holds one writer).
-template <class T>
-void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Optimizer<T>* optimizer,
-                     const CheckpointState& state) {
-  const ProfilingRegion region("fsdp::save_checkpoint");
-  ProcessGroup* replicas = model.replicas();
+// Hybrid sharding: every replica holds the same pieces, so the first shard group does a save's
+// work and the others learn its outcome from it (each replica group holds one writer). Without
+// replicas (none, or a group of one) every rank does the work.
+void by_first_replica(ProcessGroup* replicas, const std::string& task,
+                      const std::function<void()>& work) {
   if (replicas == nullptr || replicas->size() == 1) {
-    save_in_shard_group(path, model, optimizer, state);
+    work();
     return;
   }
   std::exception_ptr failure;
   if (replicas->rank() == 0) {
     try {
-      save_in_shard_group(path, model, optimizer, state);
+      work();
     } catch (...) {
       failure = std::current_exception();
     }
   }
-  raise_on_every_rank(*replicas, "save " + file_text(path), failure);
+  raise_on_every_rank(*replicas, task, failure);
 }
+
+}  // namespace
+
+// ---- save ----
 
 template <class T>
 void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
@@ -1165,6 +1159,14 @@ void save_in_shard_group(const std::string& path, ShardedModel<T>& model,
       group, path, tmp, failure, [] {}, [] {});
 }
 
+template <class T>
+void save_checkpoint(const std::string& path, ShardedModel<T>& model, const Optimizer<T>* optimizer,
+                     const CheckpointState& state) {
+  const ProfilingRegion region("fsdp::save_checkpoint");
+  by_first_replica(model.replicas(), "save " + file_text(path),
+                   [&] { save_in_shard_group(path, model, optimizer, state); });
+}
+
 // ---- save in the background ----
 
 struct BackgroundSave::Job {
@@ -1178,7 +1180,6 @@ struct BackgroundSave::Job {
   };
   std::optional<ProcessGroup> group;     // the shard group whose ranks write the file
   std::optional<ProcessGroup> replicas;  // hybrid sharding: the ranks told the outcome
-  bool writes = false;                   // this rank's shard group writes (the first replica)
   bool pending = false;
   std::string path;
   std::string tmp;
@@ -1214,6 +1215,10 @@ struct BackgroundSave::Job {
     ended.store(true, std::memory_order_release);
   }
 
+  // Whether this rank's shard group writes the file (the first replica does, by_first_replica).
+  bool writes() const { return !replicas || replicas->rank() == 0; }
+  ProcessGroup* replica_group() { return replicas ? &*replicas : nullptr; }
+
   void join() {
     if (thread.joinable()) {
       thread.join();
@@ -1224,7 +1229,7 @@ struct BackgroundSave::Job {
   // with the job) and rank 0 removes the temporary; nothing is published.
   ~Job() {
     join();
-    if (pending && writes && rank == 0 && !tmp.empty()) {
+    if (pending && writes() && rank == 0 && !tmp.empty()) {
       std::remove(tmp.c_str());
     }
   }
@@ -1316,7 +1321,7 @@ bool BackgroundSave::try_finish() {
     return true;
   }
   Job& job = *job_;
-  int ended = !job.writes || job.ended.load(std::memory_order_acquire) ? 1 : 0;
+  int ended = !job.writes() || job.ended.load(std::memory_order_acquire) ? 1 : 0;
   job.group->all_reduce(&ended, 1, ReduceOp::min);
   if (job.replicas) {
     job.replicas->all_reduce(&ended, 1, ReduceOp::min);
@@ -1335,25 +1340,14 @@ void BackgroundSave::finish() {
   const ProfilingRegion region("fsdp::finish_background_save");
   Job& job = *job_;
   job.pending = false;  // whatever happens now, this save is over
-  std::exception_ptr outcome;
-  if (job.writes) {
+  by_first_replica(job.replica_group(), "save " + file_text(job.path), [&] {
     job.join();
-    try {
-      ProcessGroup& group = *job.group;
-      publish_together(
-          group, job.path, job.tmp, job.failure,
-          [&] { all_reduce_wrapping_sums(group, job.sums.data(), job.sums.size()); },
-          [&] { write_checksums(job.tmp, job.tensors, job.sums); });
-    } catch (...) {
-      outcome = std::current_exception();
-    }
-    job.tmp.clear();
-  }
-  if (job.replicas) {
-    raise_on_every_rank(*job.replicas, "save " + file_text(job.path), outcome);
-  } else if (outcome) {
-    std::rethrow_exception(outcome);
-  }
+    ProcessGroup& group = *job.group;
+    publish_together(
+        group, job.path, job.tmp, job.failure,
+        [&] { all_reduce_wrapping_sums(group, job.sums.data(), job.sums.size()); },
+        [&] { write_checksums(job.tmp, job.tensors, job.sums); });
+  });
 }
 
 template <class T>
@@ -1372,23 +1366,11 @@ void save_checkpoint_in_background(BackgroundSave& save, const std::string& path
   if (replicas != nullptr && replicas->size() > 1) {
     job.replicas = *replicas;
   }
-  job.writes = !job.replicas || job.replicas->rank() == 0;
   job.path = path;
   job.tmp.clear();
-  std::exception_ptr outcome;
-  if (job.writes) {
-    try {
-      start_writing(job, model, optimizer, state);
-    } catch (...) {
-      outcome = std::current_exception();
-    }
-  }
-  // The writers failed together, before any thread started, or none did.
-  if (job.replicas) {
-    raise_on_every_rank(*job.replicas, "save " + file_text(path), outcome);
-  } else if (outcome) {
-    std::rethrow_exception(outcome);
-  }
+  // The writers fail together, before any thread started, or none does.
+  by_first_replica(job.replica_group(), "save " + file_text(path),
+                   [&] { start_writing(job, model, optimizer, state); });
   job.pending = true;
 }
 
