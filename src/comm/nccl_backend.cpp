@@ -146,11 +146,12 @@ class NcclOperation final : public PendingOperation {
 
   void wait() override {
     // Waiting inside the batch would wait forever: NCCL has not launched the collective yet.
-    require(done_ || mark_->recorded,
-            std::string(name_of(id_.collective)) + " #" + std::to_string(id_.sequence) +
-                " was waited on inside ProcessGroup::batch; NCCL launches a batch's collectives "
-                "when the batch ends: start them with the *_async forms and wait after batch() "
-                "returns");
+    require(done_ || mark_->recorded, [&] {
+      return std::string(name_of(id_.collective)) + " #" + std::to_string(id_.sequence) +
+             " was waited on inside ProcessGroup::batch; NCCL launches a batch's collectives "
+             "when the batch ends: start them with the *_async forms and wait after batch() "
+             "returns";
+    });
     try {
       state_->guard->wait_until(id_, [this] { return test(); });
     } catch (...) {
@@ -359,7 +360,7 @@ class NcclBackend final : public Backend {
                                           Enqueue&& enqueue) {
     const OperationId id = state_->guard->begin(call, problem);
     require(state_->nccl != nullptr,
-            std::string(name_of(call.collective)) + " on an aborted NCCL group");
+            [&] { return std::string(name_of(call.collective)) + " on an aborted NCCL group"; });
     check_nccl(enqueue(), name_of(call.collective), state_->comm.rank(), state_->nccl);
     return std::make_unique<NcclOperation>(state_, id);
   }

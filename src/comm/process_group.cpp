@@ -75,9 +75,10 @@ ProcessGroup ProcessGroup::split(int color, int key) const {
 }
 
 void ProcessGroup::expect_broadcast(std::size_t count, DType dtype, int root) {
-  require(root >= 0 && root < size(),
-          "ProcessGroup::expect_broadcast: root " + std::to_string(root) +
-              " is not a rank of this group of " + std::to_string(size()));
+  require(root >= 0 && root < size(), [&] {
+    return "ProcessGroup::expect_broadcast: root " + std::to_string(root) +
+           " is not a rank of this group of " + std::to_string(size());
+  });
   backend_->expect(count, dtype, root);
 }
 

@@ -33,7 +33,8 @@ double grad_norm(ShardedModel<T>& model) {
 
 template <class T>
 double clip_grad_norm(ShardedModel<T>& model, double max_norm) {
-  require(max_norm > 0, "clip_grad_norm needs max_norm > 0, got " + std::to_string(max_norm));
+  require(max_norm > 0,
+          [&] { return "clip_grad_norm needs max_norm > 0, got " + std::to_string(max_norm); });
   const double norm = grad_norm(model);
   const double coefficient = max_norm / (norm + 1e-6);
   if (coefficient < 1.0) {

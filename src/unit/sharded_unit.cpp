@@ -790,19 +790,23 @@ void ShardedUnit<T>::reduce_scatter_grads() {
 
 template <class T>
 void ShardedUnit<T>::reduce_scatter_grads_async() {
-  require(state_ != UnitState::gathering,
-          "reduce_scatter_grads of unit '" + name_ +
-              "' while its gather is in flight; wait for the gather first");
+  require(state_ != UnitState::gathering, [&] {
+    return "reduce_scatter_grads of unit '" + name_ +
+           "' while its gather is in flight; wait for the gather first";
+  });
   if (reducing()) {
     wait_reduction();
   }
   // shard_optimizer's gradient pieces live inside the whole gradients that the next backward
   // adds into, so a second reduction would mix averaged and local values.
-  require(!(keeps_gradients() && has_grads_),
-          "reduce_scatter_grads of unit '" + name_ +
-              "' twice before zero_grad in mode shard_optimizer; accumulate micro-batches in the "
-              "whole gradients and reduce once per optimizer step",
-          ErrorKind::state);
+  require(
+      !(keeps_gradients() && has_grads_),
+      [&] {
+        return "reduce_scatter_grads of unit '" + name_ +
+               "' twice before zero_grad in mode shard_optimizer; accumulate micro-batches in the "
+               "whole gradients and reduce once per optimizer step";
+      },
+      ErrorKind::state);
   const int n = group_.size();
   Reduction& r = reduction_;
   r.grads = full_gradients();  // zeros if this rank wrote none

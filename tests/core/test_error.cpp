@@ -33,3 +33,22 @@ BOOST_AUTO_TEST_CASE(require_throws_with_its_kind_only_when_false) {
   }
   BOOST_TEST(std::string(name_of(ErrorKind::timeout)) == "timeout");
 }
+
+// The lambda form makes its message only on failure (hot paths: every collective, every step).
+BOOST_AUTO_TEST_CASE(require_makes_a_lazy_message_only_when_false) {
+  int made = 0;
+  const auto message = [&made] {
+    ++made;
+    return "rank " + std::to_string(made) + " is out of range";
+  };
+  BOOST_CHECK_NO_THROW(require(true, message));
+  BOOST_TEST(made == 0);
+  try {
+    require(false, message, ErrorKind::state);
+    BOOST_FAIL("require(false) did not throw");
+  } catch (const Error& error) {
+    BOOST_TEST(error.message() == "rank 1 is out of range");
+    BOOST_TEST((error.kind() == ErrorKind::state));
+  }
+  BOOST_TEST(made == 1);
+}

@@ -233,10 +233,11 @@ class ProcessGroup {
             class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
   Work all_gather_async(const SendView& send, const RecvView& recv, const Space&... space) {
     check_views(send, recv, "all_gather");
-    require(recv.size() == send.size() * static_cast<std::size_t>(size()),
-            "all_gather: recv View " + label_of(recv) + " has " + std::to_string(recv.size()) +
-                " elements; it must hold size() * send.size() = " +
-                std::to_string(send.size() * static_cast<std::size_t>(size())));
+    require(recv.size() == send.size() * static_cast<std::size_t>(size()), [&] {
+      return "all_gather: recv View " + label_of(recv) + " has " + std::to_string(recv.size()) +
+             " elements; it must hold size() * send.size() = " +
+             std::to_string(send.size() * static_cast<std::size_t>(size()));
+    });
     return transfer(
         send, recv, Copies{true, true},
         [&](const void* from, void* to) {
@@ -263,10 +264,11 @@ class ProcessGroup {
   Work reduce_scatter_async(const SendView& send, const RecvView& recv, ReduceOp op,
                             const Space&... space) {
     check_views(send, recv, "reduce_scatter");
-    require(send.size() == recv.size() * static_cast<std::size_t>(size()),
-            "reduce_scatter: send View " + label_of(send) + " has " + std::to_string(send.size()) +
-                " elements; it must hold size() * recv.size() = " +
-                std::to_string(recv.size() * static_cast<std::size_t>(size())));
+    require(send.size() == recv.size() * static_cast<std::size_t>(size()), [&] {
+      return "reduce_scatter: send View " + label_of(send) + " has " + std::to_string(send.size()) +
+             " elements; it must hold size() * recv.size() = " +
+             std::to_string(recv.size() * static_cast<std::size_t>(size()));
+    });
     return transfer(
         send, recv, Copies{true, true},
         [&](const void* from, void* to) {
@@ -386,9 +388,10 @@ class ProcessGroup {
     static_assert(
         std::is_same_v<typename RecvView::value_type, typename RecvView::non_const_value_type>,
         "fsdp: the receiving View must not be const");
-    require(send.span_is_contiguous() && recv.span_is_contiguous(),
-            std::string(operation) + ": Views " + label_of(send) + " and " + label_of(recv) +
-                " must be contiguous; deep_copy a strided View into a " + "contiguous one first");
+    require(send.span_is_contiguous() && recv.span_is_contiguous(), [&] {
+      return std::string(operation) + ": Views " + label_of(send) + " and " + label_of(recv) +
+             " must be contiguous; deep_copy a strided View into a " + "contiguous one first";
+    });
   }
 
   // Kernels still writing the Views must finish before the backend touches the bytes. Returns

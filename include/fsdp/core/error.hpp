@@ -7,6 +7,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace fsdp {
 
@@ -67,11 +68,21 @@ inline std::string message_of(const std::exception& error) {
 }
 
 // Throws Error(kind, message) unless condition holds. Used for argument checks. The message is
-// built before the call whether or not the condition holds: on a path that runs per sample or per
-// element, test first and build the message only on failure.
+// built before the call whether or not the condition holds: on a path that runs per collective,
+// per scope or per step, pass the message as a lambda instead (below).
 inline void require(bool condition, const std::string& message, ErrorKind kind = ErrorKind::usage) {
   if (!condition) {
     throw Error(kind, message);
+  }
+}
+
+// The same with a function that makes the message, called only when the condition fails:
+// require(ok, [&] { return "recv has " + std::to_string(n) + " elements"; });
+template <class MakeMessage,
+          class = std::enable_if_t<std::is_invocable_r_v<std::string, MakeMessage&>>>
+inline void require(bool condition, MakeMessage&& make_message, ErrorKind kind = ErrorKind::usage) {
+  if (!condition) {
+    throw Error(kind, make_message());
   }
 }
 

@@ -104,7 +104,7 @@ void ShardedParameter<T>::accumulate_grad(const GradientView& gradient) {
   require(gradient.span_is_contiguous() &&
               (GradientView::rank <= 1 ||
                std::is_same_v<typename GradientView::array_layout, Kokkos::LayoutRight>),
-          "gradient for '" + info_.name + "' must be a contiguous row-major View");
+          [&] { return "gradient for '" + info_.name + "' must be a contiguous row-major View"; });
   View target = grad();
   const auto* values = gradient.data();
   const ExecutionSpace space = unit_->execution_space();
