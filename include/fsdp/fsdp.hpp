@@ -11,6 +11,7 @@
 #include "fsdp/core/checked_size.hpp"
 #include "fsdp/core/device_math.hpp"
 #include "fsdp/core/dtype.hpp"
+#include "fsdp/core/enum_names.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/half_conversion.hpp"
 #include "fsdp/core/memory_space.hpp"

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "fsdp/core/enum_names.hpp"
 #include "fsdp/core/error.hpp"
 
 namespace fsdp {
@@ -38,44 +39,34 @@ std::size_t size_of(DType dtype) {
   throw Error("invalid DType value " + std::to_string(static_cast<int>(dtype)));
 }
 
+namespace {
+
+const EnumNames<DType>& dtype_names() {
+  static const EnumNames<DType> names("dtype",
+                                      {{DType::f32, "fp32"},
+                                       {DType::f64, "fp64"},
+                                       {DType::bf16, "bf16"},
+                                       {DType::f16, "fp16"},
+                                       {DType::i32, "int32"},
+                                       {DType::i64, "int64"}},
+                                      {{"float32", DType::f32},
+                                       {"float", DType::f32},
+                                       {"float64", DType::f64},
+                                       {"double", DType::f64},
+                                       {"bfloat16", DType::bf16},
+                                       {"float16", DType::f16},
+                                       {"half", DType::f16}});
+  return names;
+}
+
+}  // namespace
+
 const char* name_of(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "fp32";
-    case DType::f64:
-      return "fp64";
-    case DType::bf16:
-      return "bf16";
-    case DType::f16:
-      return "fp16";
-    case DType::i32:
-      return "int32";
-    case DType::i64:
-      return "int64";
-  }
-  return "invalid";
+  return dtype_names().name_of(dtype);
 }
 
 DType parse_dtype(const std::string& name) {
-  struct Alias {
-    const char* name;
-    DType dtype;
-  };
-  static const Alias aliases[] = {
-      {"fp32", DType::f32},    {"float32", DType::f32},   {"float", DType::f32},
-      {"fp64", DType::f64},    {"float64", DType::f64},   {"double", DType::f64},
-      {"bf16", DType::bf16},   {"bfloat16", DType::bf16}, {"fp16", DType::f16},
-      {"float16", DType::f16}, {"half", DType::f16},      {"int32", DType::i32},
-      {"int64", DType::i64},
-  };
-  for (const Alias& alias : aliases) {
-    if (name == alias.name) {
-      return alias.dtype;
-    }
-  }
-  throw Error("unknown dtype '" + name +
-              "'; expected one of fp32, fp64, bf16, fp16, int32, int64 (or float32, float, "
-              "float64, double, bfloat16, float16, half)");
+  return dtype_names().parse(name);
 }
 
 bool is_floating(DType dtype) {

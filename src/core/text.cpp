@@ -51,6 +51,16 @@ std::string to_lower(std::string text) {
   return text;
 }
 
+std::string quoted_name(const std::string& name) {
+  constexpr std::size_t kMostQuoted = 64;
+  std::string text = "'";
+  for (std::size_t i = 0; i < name.size() && i < kMostQuoted; ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    text += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
+  }
+  return text + (name.size() > kMostQuoted ? "...'" : "'");
+}
+
 std::string shape_text(const std::vector<std::int64_t>& shape, const char* brackets,
                        const char* separator) {
   std::string text(1, brackets[0]);

@@ -7,6 +7,7 @@
 #include "fsdp/comm/configuration_agreement.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/ceil_div.hpp"
+#include "fsdp/core/enum_names.hpp"
 #include "fsdp/core/error.hpp"
 
 namespace fsdp {
@@ -38,26 +39,21 @@ std::uint64_t block_stream(std::int64_t epoch, int rank) {
          static_cast<std::uint64_t>(rank);
 }
 
+const EnumNames<Partition>& partition_names() {
+  static const EnumNames<Partition> names(
+      "sampler partition",
+      {{Partition::strided, "strided"}, {Partition::contiguous, "contiguous"}});
+  return names;
+}
+
 }  // namespace
 
 const char* name_of(Partition partition) {
-  switch (partition) {
-    case Partition::strided:
-      return "strided";
-    case Partition::contiguous:
-      return "contiguous";
-  }
-  return "unknown";
+  return partition_names().name_of(partition);
 }
 
 Partition parse_partition(const std::string& name) {
-  if (name == "strided") {
-    return Partition::strided;
-  }
-  if (name == "contiguous") {
-    return Partition::contiguous;
-  }
-  throw Error("unknown sampler partition '" + name + "': use 'strided' or 'contiguous'");
+  return partition_names().parse(name);
 }
 
 DistributedSampler::DistributedSampler(std::int64_t dataset_size, int replicas, int rank,

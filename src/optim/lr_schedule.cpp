@@ -3,36 +3,35 @@
 #include <algorithm>
 #include <cmath>
 
+#include "fsdp/core/enum_names.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 
 namespace fsdp {
 
-const std::vector<std::string>& lr_decay_names() {
-  static const std::vector<std::string> names = {"constant", "linear", "cosine", "step"};
+namespace {
+
+const EnumNames<LrDecay>& lr_decay_names() {
+  static const EnumNames<LrDecay> names("learning-rate decay", {{LrDecay::constant, "constant"},
+                                                                {LrDecay::linear, "linear"},
+                                                                {LrDecay::cosine, "cosine"},
+                                                                {LrDecay::step, "step"}});
   return names;
 }
-
-LrDecay parse_lr_decay(const std::string& name) {
-  const auto& names = lr_decay_names();
-  const auto found = std::find(names.begin(), names.end(), name);
-  require(found != names.end(),
-          "unknown learning-rate decay '" + name + "'; use " + join_alternatives(names),
-          ErrorKind::usage);
-  return static_cast<LrDecay>(found - names.begin());
-}
-
-const std::string& lr_decay_name(LrDecay decay) {
-  return lr_decay_names().at(static_cast<std::size_t>(decay));
-}
-
-namespace {
 
 bool decays_to_floor(LrDecay decay) {
   return decay == LrDecay::linear || decay == LrDecay::cosine;
 }
 
 }  // namespace
+
+const char* name_of(LrDecay decay) {
+  return lr_decay_names().name_of(decay);
+}
+
+LrDecay parse_lr_decay(const std::string& name) {
+  return lr_decay_names().parse(name);
+}
 
 LrSchedule::LrSchedule(double lr, LrScheduleOptions options) : lr_(lr), options_(options) {
   const auto check = [](bool ok, const std::string& message) {
@@ -43,7 +42,7 @@ LrSchedule::LrSchedule(double lr, LrScheduleOptions options) : lr_(lr), options_
         "warmup_steps must be >= 0, got " + std::to_string(options_.warmup_steps));
   if (decays_to_floor(options_.decay)) {
     check(options_.total_steps > options_.warmup_steps,
-          lr_decay_name(options_.decay) + " decay needs total_steps > warmup_steps (" +
+          std::string(name_of(options_.decay)) + " decay needs total_steps > warmup_steps (" +
               std::to_string(options_.warmup_steps) + "), got " +
               std::to_string(options_.total_steps));
     check(std::isfinite(options_.min_lr) && options_.min_lr >= 0 && options_.min_lr <= lr,
@@ -59,8 +58,10 @@ LrSchedule::LrSchedule(double lr, LrScheduleOptions options) : lr_(lr), options_
 }
 
 double LrSchedule::lr_at(std::int64_t step) const {
-  require(step >= 0, "learning-rate schedule: step must be >= 0, got " + std::to_string(step),
-          ErrorKind::usage);
+  require(
+      step >= 0,
+      [&] { return "learning-rate schedule: step must be >= 0, got " + std::to_string(step); },
+      ErrorKind::usage);
   const LrScheduleOptions& o = options_;
   if (step < o.warmup_steps) {
     return lr_ * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
@@ -93,7 +94,7 @@ std::string LrSchedule::describe() const {
       break;
     case LrDecay::linear:
     case LrDecay::cosine:
-      text = lr_decay_name(o.decay) + " decay from " + number_text(lr_) + " to " +
+      text = std::string(name_of(o.decay)) + " decay from " + number_text(lr_) + " to " +
              number_text(o.min_lr) + " at step " + std::to_string(o.total_steps);
       break;
     case LrDecay::step:

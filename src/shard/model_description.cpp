@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "../core/json_input.hpp"
+#include "fsdp/core/enum_names.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 
@@ -63,6 +64,14 @@ std::int64_t llama_intermediate(std::int64_t hidden) {
   // Llama's FeedForward: int(2 * 4h / 3) rounded up to a multiple of 256.
   const std::int64_t base = 2 * 4 * hidden / 3;
   return 256 * ((base + 255) / 256);
+}
+
+const EnumNames<TransformerFamily>& family_names() {
+  static const EnumNames<TransformerFamily> names(
+      "transformer family",
+      {{TransformerFamily::gpt2, "gpt2"}, {TransformerFamily::llama, "llama"}},
+      {{"gpt-2", TransformerFamily::gpt2}});
+  return names;
 }
 
 }  // namespace
@@ -130,17 +139,11 @@ TransformerConfig TransformerConfig::llama2_7b() {
 }
 
 TransformerFamily parse_family(const std::string& name) {
-  if (name == "gpt2" || name == "gpt-2") {
-    return TransformerFamily::gpt2;
-  }
-  if (name == "llama") {
-    return TransformerFamily::llama;
-  }
-  throw Error("unknown transformer family '" + name + "'; expected gpt2 or llama");
+  return family_names().parse(name);
 }
 
 const char* name_of(TransformerFamily family) {
-  return family == TransformerFamily::llama ? "llama" : "gpt2";
+  return family_names().name_of(family);
 }
 
 TransformerConfig transformer_config_from_json(const std::string& text, const std::string& source) {

@@ -1,12 +1,12 @@
 #include "fsdp/shard/plan_estimate.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <tuple>
 
 #include "plan_rank_sums.hpp"
 
+#include "fsdp/core/enum_names.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/shard/shard_range.hpp"
@@ -54,37 +54,39 @@ ModeAccounting accounting(ShardingMode mode) {
   return a;
 }
 
+const EnumNames<OptimizerKind>& optimizer_kind_names() {
+  static const EnumNames<OptimizerKind> names("optimizer",
+                                              {{OptimizerKind::sgd, "sgd"},
+                                               {OptimizerKind::sgd_momentum, "sgd_momentum"},
+                                               {OptimizerKind::adam, "adam"},
+                                               {OptimizerKind::adamw, "adamw"}},
+                                              {{"momentum", OptimizerKind::sgd_momentum}},
+                                              Spelling::any_case);
+  return names;
+}
+
+const EnumNames<Precision>& precision_names() {
+  static const EnumNames<Precision> names(
+      "precision",
+      {{Precision::fp32, "fp32", "each parameter in its own dtype"},
+       {Precision::mixed, "mixed",
+        "16-bit parameters and gradients, fp32 master weights and optimizer states"}},
+      {{"full", Precision::fp32},
+       {"bf16", Precision::mixed},
+       {"fp16", Precision::mixed},
+       {"amp", Precision::mixed}},
+      Spelling::any_case);
+  return names;
+}
+
 }  // namespace
 
 const char* name_of(OptimizerKind optimizer) {
-  switch (optimizer) {
-    case OptimizerKind::sgd:
-      return "sgd";
-    case OptimizerKind::sgd_momentum:
-      return "sgd_momentum";
-    case OptimizerKind::adam:
-      return "adam";
-    case OptimizerKind::adamw:
-      return "adamw";
-  }
-  return "unknown";
+  return optimizer_kind_names().name_of(optimizer);
 }
 
 OptimizerKind parse_optimizer(const std::string& name) {
-  const std::string key = to_lower(name);
-  if (key == "sgd") {
-    return OptimizerKind::sgd;
-  }
-  if (key == "sgd_momentum" || key == "sgd-momentum" || key == "momentum") {
-    return OptimizerKind::sgd_momentum;
-  }
-  if (key == "adam") {
-    return OptimizerKind::adam;
-  }
-  if (key == "adamw") {
-    return OptimizerKind::adamw;
-  }
-  throw Error("unknown optimizer '" + name + "'; expected sgd, sgd_momentum, adam or adamw");
+  return optimizer_kind_names().parse(name);
 }
 
 int state_buffers(OptimizerKind optimizer) {
@@ -101,20 +103,11 @@ int state_buffers(OptimizerKind optimizer) {
 }
 
 const char* name_of(Precision precision) {
-  return precision == Precision::mixed ? "mixed" : "fp32";
+  return precision_names().name_of(precision);
 }
 
 Precision parse_precision(const std::string& name) {
-  const std::string key = to_lower(name);
-  if (key == "fp32" || key == "full") {
-    return Precision::fp32;
-  }
-  if (key == "mixed" || key == "bf16" || key == "fp16" || key == "amp") {
-    return Precision::mixed;
-  }
-  throw Error("unknown precision '" + name +
-              "'; expected fp32 (each parameter in its own dtype) or mixed (16-bit parameters "
-              "and gradients, fp32 master weights and optimizer states)");
+  return precision_names().parse(name);
 }
 
 ElementBytes element_bytes(DType dtype, const EstimateOptions& options) {

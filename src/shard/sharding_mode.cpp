@@ -1,45 +1,35 @@
 #include "fsdp/shard/sharding_mode.hpp"
 
-#include <algorithm>
-
-#include "fsdp/core/error.hpp"
-#include "fsdp/core/text.hpp"
+#include "fsdp/core/enum_names.hpp"
 
 namespace fsdp {
 
+namespace {
+
+const EnumNames<ShardingMode>& sharding_mode_names() {
+  static const EnumNames<ShardingMode> names(
+      "sharding mode",
+      {{ShardingMode::full_shard, "full_shard", "ZeRO-3"},
+       {ShardingMode::shard_grad_op, "shard_grad_op", "ZeRO-2"},
+       {ShardingMode::shard_optimizer, "shard_optimizer", "ZeRO-1"},
+       {ShardingMode::no_shard, "no_shard", "replicated data parallel"}},
+      {{"zero3", ShardingMode::full_shard},
+       {"zero2", ShardingMode::shard_grad_op},
+       {"zero1", ShardingMode::shard_optimizer},
+       {"ddp", ShardingMode::no_shard},
+       {"zero0", ShardingMode::no_shard}},
+      Spelling::any_case);
+  return names;
+}
+
+}  // namespace
+
 const char* name_of(ShardingMode mode) {
-  switch (mode) {
-    case ShardingMode::full_shard:
-      return "full_shard";
-    case ShardingMode::shard_grad_op:
-      return "shard_grad_op";
-    case ShardingMode::shard_optimizer:
-      return "shard_optimizer";
-    case ShardingMode::no_shard:
-      return "no_shard";
-  }
-  return "unknown";
+  return sharding_mode_names().name_of(mode);
 }
 
 ShardingMode parse_sharding_mode(const std::string& name) {
-  std::string key = to_lower(name);
-  std::replace(key.begin(), key.end(), '-', '_');
-  if (key == "full_shard" || key == "zero3") {
-    return ShardingMode::full_shard;
-  }
-  if (key == "shard_grad_op" || key == "zero2") {
-    return ShardingMode::shard_grad_op;
-  }
-  if (key == "shard_optimizer" || key == "zero1") {
-    return ShardingMode::shard_optimizer;
-  }
-  if (key == "no_shard" || key == "ddp" || key == "zero0") {
-    return ShardingMode::no_shard;
-  }
-  throw Error(ErrorKind::usage,
-              "unknown sharding mode '" + name +
-                  "'; expected full_shard (ZeRO-3), shard_grad_op (ZeRO-2), shard_optimizer "
-                  "(ZeRO-1) or no_shard (replicated data parallel)");
+  return sharding_mode_names().parse(name);
 }
 
 int zero_stage(ShardingMode mode) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/json_input.hpp"
+#include "fsdp/core/enum_names.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/shard/shard_range.hpp"
 #include "plan_rank_sums.hpp"
@@ -26,32 +27,21 @@ void validate_strategy_name(const std::string& name) {
                     " letters, digits, '_', '-' or '.', not " + json_excerpt(name));
 }
 
+const EnumNames<Placement>& placement_names() {
+  static const EnumNames<Placement> names("placement", {{Placement::sharded, "sharded"},
+                                                        {Placement::whole, "whole"},
+                                                        {Placement::replicated, "replicated"}});
+  return names;
+}
+
 }  // namespace
 
 const char* name_of(Placement placement) {
-  switch (placement) {
-    case Placement::sharded:
-      return "sharded";
-    case Placement::whole:
-      return "whole";
-    case Placement::replicated:
-      return "replicated";
-  }
-  return "unknown";
+  return placement_names().name_of(placement);
 }
 
 Placement parse_placement(const std::string& name) {
-  if (name == "sharded") {
-    return Placement::sharded;
-  }
-  if (name == "whole") {
-    return Placement::whole;
-  }
-  if (name == "replicated") {
-    return Placement::replicated;
-  }
-  throw Error("unknown placement " + json_excerpt(name) +
-              "; expected sharded, whole or replicated");
+  return placement_names().parse(name);
 }
 
 ShardingPlan::ShardingPlan(std::string strategy, int world_size,

@@ -1,23 +1,30 @@
 #include "fsdp/solver/step_options.hpp"
 
+#include "fsdp/core/enum_names.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/text.hpp"
 
 namespace fsdp::solver {
 
+namespace {
+
+const EnumNames<StepKind>& step_kind_names() {
+  static const EnumNames<StepKind> names(
+      "step",
+      {{StepKind::training, "training", "forward, backward and optimizer"},
+       {StepKind::forward, "forward", "inference"}},
+      {{"train", StepKind::training}, {"inference", StepKind::forward}}, Spelling::any_case);
+  return names;
+}
+
+}  // namespace
+
 const char* name_of(StepKind step) {
-  return step == StepKind::training ? "training" : "forward";
+  return step_kind_names().name_of(step);
 }
 
 StepKind parse_step_kind(const std::string& name) {
-  const std::string key = to_lower(name);
-  if (key == "forward" || key == "inference") {
-    return StepKind::forward;
-  }
-  if (key == "training" || key == "train") {
-    return StepKind::training;
-  }
-  throw Error("unknown step '" + name + "'; expected training or forward");
+  return step_kind_names().parse(name);
 }
 
 void StepOptions::validate() const {

@@ -670,8 +670,8 @@ static void test_lr_schedule(void) {
         "message: %s", fsdp_last_error());
   CHECK_CODE(fsdp_lr_schedule_create("exponential", 0.1, 0, 0, 0, 1, 0.1, &refused),
              FSDP_ERROR_LIBRARY);
-  CHECK(strstr(fsdp_last_error(), "use constant, linear, cosine or step") != NULL, "message: %s",
-        fsdp_last_error());
+  CHECK(strstr(fsdp_last_error(), "expected constant, linear, cosine or step") != NULL,
+        "message: %s", fsdp_last_error());
   CHECK_CODE(fsdp_lr_schedule_create(NULL, 0.1, 0, 0, 0, 1, 0.1, &refused),
              FSDP_ERROR_INVALID_ARGUMENT);
   double at = 0;

@@ -787,7 +787,7 @@ contains
 
     call fsdp_lr_schedule_create(refused, 'exponential', 0.1d0, ierr)
     call check_code(ierr, FSDP_ERROR_LIBRARY, 'a schedule of an unknown decay')
-    call check(index(fsdp_last_error(), 'use constant, linear, cosine or step') > 0, &
+    call check(index(fsdp_last_error(), 'expected constant, linear, cosine or step') > 0, &
                'the message lists the decays')
     call fsdp_lr_schedule_create(refused, 'linear', 0.1d0, ierr)
     call check_code(ierr, FSDP_ERROR_LIBRARY, 'a linear decay without total_steps')

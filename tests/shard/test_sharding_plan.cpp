@@ -375,7 +375,7 @@ BOOST_AUTO_TEST_CASE(plan_json_is_read_strictly) {
   refused(edited("\"shape\":[4]", "\"shape\":[0]"), {"dimension 0", "not 0"});
   refused(edited("\"always_gather\":false", "\"always_gather\":0"), {"true or false, not 0"});
   refused(edited("\"placement\":\"sharded\"", "\"placement\":\"shard\""),
-          {"unknown placement \"shard\""});
+          {"unknown placement 'shard'"});
   refused(edited("\"dtype\":\"fp32\"", "\"dtype\":\"fp8\""), {"#0 \"w\"", "fp8"});
   // Values quoted in messages are excerpts, however long.
   const std::string huge(1000000, 'x');

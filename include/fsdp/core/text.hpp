@@ -17,6 +17,10 @@ std::string join_alternatives(const std::vector<std::string>& items);
 std::string number_text(double value);
 // ASCII lower case (names given on command lines and in files compare without case).
 std::string to_lower(std::string text);
+// A name a user gave, quoted for a message: between single quotes, cut to 64 bytes ("..." marks
+// a cut), each byte outside printable ASCII shown as '?', so that a hostile name can neither
+// flood nor garble the message.
+std::string quoted_name(const std::string& name);
 // A shape's extents between brackets[0] and brackets[1]: "[1024, 512]", or "(1024,512)" with
 // brackets "()" and separator ",".
 std::string shape_text(const std::vector<std::int64_t>& shape, const char* brackets = "[]",

@@ -18,11 +18,10 @@ namespace fsdp {
 // rules, in closed form).
 enum class LrDecay { constant, linear, cosine, step };
 
-// "constant", "linear", "cosine", "step": in LrDecay's order.
-const std::vector<std::string>& lr_decay_names();
-// Error (ErrorKind::usage, listing the names) for a name not in lr_decay_names().
+// "constant", "linear", "cosine", "step"
+const char* name_of(LrDecay decay);
+// The names above, exactly. Throws Error (kind usage) listing them otherwise.
 LrDecay parse_lr_decay(const std::string& name);
-const std::string& lr_decay_name(LrDecay decay);
 
 struct LrScheduleOptions {
   LrDecay decay = LrDecay::constant;
