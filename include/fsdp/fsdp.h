@@ -291,7 +291,8 @@ enum fsdp_memory_category {
   FSDP_MEMORY_POOL_IDLE = 6,           /* released buffers kept for the next gather */
   FSDP_MEMORY_RESIDENT_PARAMETERS = 7, /* whole parameters kept by shard_grad_op/optimizer */
   FSDP_MEMORY_RESIDENT_GRADIENTS = 8,  /* whole gradients kept by shard_optimizer */
-  FSDP_MEMORY_TOTAL = 9
+  FSDP_MEMORY_CHECKPOINT_SNAPSHOT = 9, /* host copy a save in the background writes from */
+  FSDP_MEMORY_TOTAL = 10
 };
 /* The bytes of one category now and at their peak since the model was sharded or the peaks were
  * last reset. Either pointer may be NULL. Local: no communication. */

@@ -49,7 +49,8 @@ module fsdp
   integer, parameter, public :: FSDP_MEMORY_POOL_IDLE = 6
   integer, parameter, public :: FSDP_MEMORY_RESIDENT_PARAMETERS = 7
   integer, parameter, public :: FSDP_MEMORY_RESIDENT_GRADIENTS = 8
-  integer, parameter, public :: FSDP_MEMORY_TOTAL = 9
+  integer, parameter, public :: FSDP_MEMORY_CHECKPOINT_SNAPSHOT = 9
+  integer, parameter, public :: FSDP_MEMORY_TOTAL = 10
 
   type, public :: fsdp_model
     type(c_ptr) :: handle = c_null_ptr

@@ -58,6 +58,7 @@
 #include "fsdp/io/row_major_boxes.hpp"
 #include "fsdp/io/tensor_checksum.hpp"
 #include "fsdp/shard/sharding_plan.hpp"
+#include "fsdp/unit/memory_tracker.hpp"
 #include "hdf5_attributes.hpp"
 
 namespace fsdp {
@@ -1186,6 +1187,8 @@ struct BackgroundSave::Job {
   int rank = 0;
   std::unique_ptr<char[]> snapshot;  // kept for the next save
   std::size_t capacity = 0;
+  // The model's tracker, where the snapshot's bytes count (MemoryCategory::checkpoint_snapshot).
+  std::shared_ptr<MemoryTracker> tracker;
   std::size_t element_bytes = 0;
   std::vector<std::string> tensors;  // every piece's dataset, in the same order on every rank
   std::vector<Run> runs;
@@ -1225,6 +1228,32 @@ struct BackgroundSave::Job {
     }
   }
 
+  // A snapshot of at least `bytes`, counted by `owner`: the one kept from the last save when it
+  // is large enough. Only while no thread reads it.
+  void hold_snapshot(const std::shared_ptr<MemoryTracker>& owner, std::size_t bytes) {
+    if (capacity < bytes) {
+      drop_snapshot();  // the old one goes before the new one comes
+      snapshot.reset(new char[bytes]);
+      capacity = bytes;
+    }
+    if (tracker != owner) {
+      if (tracker) {
+        tracker->freed(MemoryCategory::checkpoint_snapshot, static_cast<std::int64_t>(capacity));
+      }
+      tracker = owner;
+      tracker->allocated(MemoryCategory::checkpoint_snapshot, static_cast<std::int64_t>(capacity));
+    }
+  }
+
+  void drop_snapshot() {
+    if (tracker) {
+      tracker->freed(MemoryCategory::checkpoint_snapshot, static_cast<std::int64_t>(capacity));
+      tracker.reset();
+    }
+    snapshot.reset();
+    capacity = 0;
+  }
+
   // A save still pending is abandoned: the thread is joined (it reads the snapshot, which goes
   // with the job) and rank 0 removes the temporary; nothing is published.
   ~Job() {
@@ -1232,6 +1261,7 @@ struct BackgroundSave::Job {
     if (pending && writes() && rank == 0 && !tmp.empty()) {
       std::remove(tmp.c_str());
     }
+    drop_snapshot();
   }
 };
 
@@ -1258,11 +1288,7 @@ void start_writing(BackgroundSave::Job& job, ShardedModel<T>& model, const Optim
   for (const Piece<T>& piece : c.pieces) {
     bytes += piece.counted ? static_cast<std::size_t>(piece.count) * sizeof(T) : 0;
   }
-  if (job.capacity < bytes) {
-    job.snapshot.reset();  // the old one goes before the new one comes
-    job.snapshot.reset(new char[bytes]);
-    job.capacity = bytes;
-  }
+  job.hold_snapshot(model.tracker(), bytes);
   job.tensors.assign(n, std::string());
   job.runs.assign(n, BackgroundSave::Job::Run());
   job.sums.assign(n, 0);

@@ -24,6 +24,8 @@ const char* name_of(MemoryCategory category) {
       return "resident_parameters";
     case MemoryCategory::resident_gradients:
       return "resident_gradients";
+    case MemoryCategory::checkpoint_snapshot:
+      return "checkpoint_snapshot";
   }
   return "unknown";
 }

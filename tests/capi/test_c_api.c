@@ -1236,6 +1236,16 @@ static void test_checkpoints(void) {
     CHECK_OK(fsdp_checkpoint_finish(model));
     CHECK_OK(fsdp_checkpoint_try_finish(model, &finished));
     CHECK(finished == 1, "try_finish after finish: %d", finished);
+    /* The snapshot (this rank's pieces and their optimizer state, kept for the next save) is in
+     * the memory report. */
+    int64_t snapshot = 0, pieces = 0, state = 0;
+    CHECK_OK(fsdp_memory_bytes(model, FSDP_MEMORY_CHECKPOINT_SNAPSHOT, &snapshot, NULL));
+    CHECK_OK(fsdp_memory_bytes(model, FSDP_MEMORY_PARAMETER_SHARDS, &pieces, NULL));
+    CHECK_OK(fsdp_memory_bytes(model, FSDP_MEMORY_OPTIMIZER_STATE, &state, NULL));
+    /* (The optimizer state's buffers also hold the pieces' padding, which is not saved.) */
+    CHECK(snapshot > pieces && snapshot <= pieces + state,
+          "snapshot %lld bytes for pieces of %lld and optimizer state of %lld", (long long)snapshot,
+          (long long)pieces, (long long)state);
     Parameters loaded;
     CHECK_OK(fsdp_checkpoint_load(other, other_optimizer, background, &step, &epoch));
     copy_all(other, &loaded);
@@ -1456,7 +1466,7 @@ static void test_memory_report(void) {
       "name %s", fsdp_memory_category_name(FSDP_MEMORY_RESIDENT_GRADIENTS));
   CHECK(strcmp(fsdp_memory_category_name(FSDP_MEMORY_TOTAL), "total") == 0, "name %s",
         fsdp_memory_category_name(FSDP_MEMORY_TOTAL));
-  CHECK(fsdp_memory_category_name(-1) == NULL && fsdp_memory_category_name(10) == NULL,
+  CHECK(fsdp_memory_category_name(-1) == NULL && fsdp_memory_category_name(11) == NULL,
         "names out of range");
 
   int world = 1;
@@ -1525,8 +1535,8 @@ static void test_memory_report(void) {
   CHECK(sum == memory_current(model, FSDP_MEMORY_TOTAL), "categories add to %lld, total %lld",
         (long long)sum, (long long)memory_current(model, FSDP_MEMORY_TOTAL));
 
-  CHECK_CODE(fsdp_memory_bytes(model, 10, &total, NULL), FSDP_ERROR_INVALID_ARGUMENT);
-  CHECK(strstr(fsdp_last_error(), "got 10") != NULL, "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_memory_bytes(model, 11, &total, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "got 11") != NULL, "message: %s", fsdp_last_error());
   CHECK_CODE(fsdp_memory_bytes(model, -1, &total, NULL), FSDP_ERROR_INVALID_ARGUMENT);
   CHECK_CODE(fsdp_memory_reset_peaks(NULL), FSDP_ERROR_INVALID_ARGUMENT);
   {

@@ -1011,14 +1011,16 @@ contains
                'name of FSDP_MEMORY_OPTIMIZER_STATE: ' // &
                fsdp_memory_category_name(FSDP_MEMORY_OPTIMIZER_STATE))
     call check(fsdp_memory_category_name(FSDP_MEMORY_TOTAL) == 'total', 'name of the total')
-    call check(fsdp_memory_category_name(10) == '', 'no name for category 10')
+    call check(fsdp_memory_category_name(FSDP_MEMORY_CHECKPOINT_SNAPSHOT) == 'checkpoint_snapshot', &
+               'name of FSDP_MEMORY_CHECKPOINT_SNAPSHOT')
+    call check(fsdp_memory_category_name(11) == '', 'no name for category 11')
     call fsdp_memory_bytes(model, FSDP_MEMORY_PARAMETER_SHARDS, pieces, peak, ierr)
     call check_ok(ierr, 'fsdp_memory_bytes')
     call fsdp_memory_bytes(model, FSDP_MEMORY_GRADIENT_SHARDS, current, peak, ierr)
     call check_ok(ierr, 'fsdp_memory_bytes')
     call check(current == pieces .and. pieces > 0, 'gradient pieces as large as the parameters')
-    call fsdp_memory_bytes(model, 10, current, peak, ierr)
-    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'fsdp_memory_bytes category 10')
+    call fsdp_memory_bytes(model, 11, current, peak, ierr)
+    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'fsdp_memory_bytes category 11')
     call fsdp_memory_reset_peaks(model, ierr)
     call check_ok(ierr, 'fsdp_memory_reset_peaks')
 
@@ -1038,7 +1040,7 @@ contains
     call check(current == 0 .and. peak >= 8 * (n_in * n_hidden + n_hidden + n_hidden * n_out), &
                'both units were gathered at once keeping l0')
     sum_of = 0
-    do c = FSDP_MEMORY_PARAMETER_SHARDS, FSDP_MEMORY_RESIDENT_GRADIENTS
+    do c = FSDP_MEMORY_PARAMETER_SHARDS, FSDP_MEMORY_CHECKPOINT_SNAPSHOT
       call fsdp_memory_bytes(model, c, current, peak, ierr)
       call check_ok(ierr, 'fsdp_memory_bytes')
       sum_of = sum_of + current

@@ -642,10 +642,17 @@ BOOST_AUTO_TEST_CASE(try_finish_agrees_and_the_next_save_finishes_the_previous_o
   state.step = 1;
   save_checkpoint_in_background(save, dir.file("one.h5"), model, &adam, state);
   const std::int64_t snapshot = save.snapshot_bytes();
+  // The snapshot counts in the model's memory report, once.
+  const auto snapshot_in_report = [&model] {
+    return model.memory().current_of(MemoryCategory::checkpoint_snapshot);
+  };
+  BOOST_TEST(snapshot > 0);
+  BOOST_TEST(snapshot_in_report() == snapshot);
   state.step = 2;
   save_checkpoint_in_background(save, dir.file("two.h5"), model, &adam, state);
   BOOST_TEST(std::filesystem::exists(dir.file("one.h5")));  // finished by the second save
   BOOST_TEST(save.snapshot_bytes() == snapshot);
+  BOOST_TEST(snapshot_in_report() == snapshot);
   // A pending save moves with its object (the thread writes from the job, which moves whole),
   // and a directory that holds one moves too.
   static_assert(std::is_nothrow_move_constructible_v<BackgroundSave>);
@@ -667,6 +674,8 @@ BOOST_AUTO_TEST_CASE(try_finish_agrees_and_the_next_save_finishes_the_previous_o
     load_checkpoint(dir.file(name), loaded, &loaded_adam);
     BOOST_TEST(wrong_elements(loaded, true) == 0, name);
   }
+  { BackgroundSave gone = std::move(save); }  // and leaves it with the object that held it
+  BOOST_TEST(snapshot_in_report() == 0);
 }
 
 // A rank whose background write fails: finish throws on every rank, the path keeps the previous

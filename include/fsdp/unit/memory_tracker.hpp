@@ -23,8 +23,12 @@ enum class MemoryCategory : int {
   // into them, so they are not counted twice.
   resident_parameters,  // shard_grad_op, shard_optimizer: the whole parameters
   resident_gradients,   // shard_optimizer: the whole gradients
+  // Host memory, also in a device build: a save in the background copies this rank's pieces of
+  // the model and optimizer state into it and writes the file from it (io/background_save.hpp);
+  // kept for the next save.
+  checkpoint_snapshot,
 };
-constexpr int kMemoryCategories = 9;
+constexpr int kMemoryCategories = 10;
 const char* name_of(MemoryCategory category);
 
 struct MemoryReport {
