@@ -55,7 +55,9 @@ int main(int argc, char** argv) {
   if (!fsdp_apps::start_mpi(&argc, &argv, "fsdp-bench")) {
     return 1;
   }
-  // One BLAS thread per rank: MPI runs a rank per core (OPENBLAS_NUM_THREADS overrides it).
+  // The kernels for this CPU, where OpenBLAS does not know it; one BLAS thread per rank: MPI
+  // runs a rank per core (OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS override them).
+  fsdp_models::choose_blas_kernels();
   fsdp_models::limit_blas_threads(1);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

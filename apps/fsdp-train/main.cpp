@@ -106,7 +106,9 @@ int main(int argc, char** argv) {
   // fsdp reports every HDF5 failure itself; libhdf5's own leak on a damaged file (--data,
   // --init-from, --resume) must not print at exit after the clean error.
   fsdp::hdf5::stop_error_printing_for_the_process();
-  // One BLAS thread per rank: MPI runs a rank per core (OPENBLAS_NUM_THREADS overrides it).
+  // The kernels for this CPU, where OpenBLAS does not know it; one BLAS thread per rank: MPI
+  // runs a rank per core (OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS override them).
+  fsdp_models::choose_blas_kernels();
   fsdp_models::limit_blas_threads(1);
 #if defined(KOKKOS_ENABLE_CUDA)
   // One GPU per rank, by node-local rank, chosen before Kokkos initializes (ranks share GPUs

@@ -13,13 +13,67 @@ namespace {
 using SetThreads = void (*)(int);
 using GetThreads = int (*)();
 using GetConfig = char* (*)();
+using GetCorename = char* (*)();
+using DynamicInit = void (*)();
 
 template <class Function>
 Function openblas_function(const char* name) {
   return reinterpret_cast<Function>(dlsym(RTLD_DEFAULT, name));
 }
 
+// The kernels OpenBLAS would pick itself for a CPU with this one's instructions (its
+// driver/others/dynamic.c: Sapphire Rapids gets Cooperlake's with AVX-512 BF16, else SkylakeX's).
+const char* kernels_for_this_cpu() {
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (avx512) {
+    return __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX";
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return "Haswell";
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+std::string blas_kernels() {
+  const auto corename = openblas_function<GetCorename>("openblas_get_corename");
+  return corename != nullptr ? corename() : "";
+}
+
+namespace {
+
+std::string choose_once() {
+  const std::string found = blas_kernels();
+  const char* wanted = kernels_for_this_cpu();
+  if (found != "Prescott" || wanted == nullptr || std::getenv("OPENBLAS_CORETYPE") != nullptr) {
+    return "";
+  }
+  // OpenBLAS's own way to choose (OPENBLAS_CORETYPE), read by the function that chose at load;
+  // it chooses only while its table pointer `gotoblas` is null. Both are exported by every
+  // DYNAMIC_ARCH build since 0.2; a build without them keeps its kernels.
+  auto** table = reinterpret_cast<void**>(dlsym(RTLD_DEFAULT, "gotoblas"));
+  const auto init = openblas_function<DynamicInit>("gotoblas_dynamic_init");
+  if (table == nullptr || init == nullptr || setenv("OPENBLAS_CORETYPE", wanted, 0) != 0) {
+    return "OpenBLAS runs its Prescott (SSE3) kernels on a CPU with " + std::string(wanted) +
+           "'s instructions and cannot be told otherwise here: set OPENBLAS_CORETYPE=" +
+           std::string(wanted);
+  }
+  *table = nullptr;
+  init();
+  return blas_kernels() +
+         " kernels chosen by fsdp: OpenBLAS does not know this CPU and fell back to its Prescott "
+         "(SSE3) kernels (OPENBLAS_CORETYPE chooses)";
+}
+
+}  // namespace
+
+std::string choose_blas_kernels() {
+  static const std::string choice = choose_once();  // the first call chooses
+  return choice;
+}
 
 std::string blas_description() {
   std::string text = "unknown BLAS";
@@ -35,6 +89,9 @@ std::string blas_description() {
     text += " (" + std::string(config());
     if (const auto threads = openblas_function<GetThreads>("openblas_get_num_threads")) {
       text += ", " + std::to_string(threads()) + " thread(s) per process";
+    }
+    if (const std::string choice = choose_blas_kernels(); !choice.empty()) {
+      text += "; " + choice;
     }
     text += ")";
   }
