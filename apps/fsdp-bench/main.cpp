@@ -14,6 +14,7 @@
 #include "benchmark.hpp"
 #include "fsdp/core/error.hpp"
 #include "models/blas_runtime.hpp"
+#include "models/subnormals.hpp"
 
 namespace fsdp::bench {
 
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
   // runs a rank per core (OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS override them).
   fsdp_models::choose_blas_kernels();
   fsdp_models::limit_blas_threads(1);
+  // As fsdp-train computes by default (models/subnormals.hpp).
+  fsdp_models::flush_subnormals_to_zero();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int code = 0;

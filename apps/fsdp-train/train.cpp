@@ -35,6 +35,7 @@
 #include "models/blas_runtime.hpp"
 #include "models/gemm_rate.hpp"
 #include "models/mlp.hpp"
+#include "models/subnormals.hpp"
 #include "progress_bar.hpp"
 #include "trained_gpt.hpp"
 #include "trained_mlp.hpp"
@@ -917,6 +918,7 @@ class Run {
           {"shard_group_size", plan.world_size()},
           {"transport", group_.transport_name()},
           {"blas", fsdp_models::blas_description()},
+          {"subnormals_flushed", fsdp_models::flushes_subnormals()},
           {"peak_flops", peak_flops_},
           {"model", trained_->description()},
           {"parameters", trained_->parameter_count()},
@@ -951,9 +953,10 @@ class Run {
                   static_cast<long long>(trained_->parameter_count()), o_.dtype.c_str(),
                   o_.optimizer.c_str(), lr_schedule_.describe().c_str());
       std::printf("transport: %s\n", group_.transport_name());
-      std::printf("blas: %s; peak %.1f GFLOP/s over %s (measured %s GEMMs at once)\n",
+      std::printf("blas: %s; peak %.1f GFLOP/s over %s (measured %s GEMMs at once)%s\n",
                   fsdp_models::blas_description().c_str(), peak_flops_ / 1e9,
-                  fsdp_apps::count_of(ranks_, "rank").c_str(), o_.dtype.c_str());
+                  fsdp_apps::count_of(ranks_, "rank").c_str(), o_.dtype.c_str(),
+                  fsdp_models::flushes_subnormals() ? "; subnormal floats flushed to zero" : "");
       std::printf("activations: %s per rank\n",
                   human(static_cast<double>(activation_bytes)).c_str());
       std::printf("data: %s\n", data_.train.description.c_str());
@@ -1180,6 +1183,10 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
 }
 
 int train(const TrainOptions& options, fsdp::ProcessGroup& group, const Split& data) {
+  if (!options.keep_subnormals) {
+    fsdp_models::flush_subnormals_to_zero();  // this thread computes every step
+                                              // (models/subnormals.hpp)
+  }
   if (options.dtype == "fp64") {
     return Run<double>(options, group, data).run();
   }

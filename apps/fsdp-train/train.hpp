@@ -76,6 +76,9 @@ struct TrainOptions {
   // written in the background (fsdp::BackgroundSave) and the last one, or a stop's, at once.
   bool sync_checkpoints = false;
   bool resume = false;
+  // Subnormal floats computed as they are, slowly, instead of flushed to zero
+  // (models/subnormals.hpp).
+  bool keep_subnormals = false;
   std::int64_t stop_after = 0;  // stop once this many steps are done in all (0: run every epoch)
   double time_budget = 0;       // seconds this process may run; 0: no limit
 };
