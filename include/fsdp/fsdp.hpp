@@ -15,6 +15,7 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/half_conversion.hpp"
 #include "fsdp/core/memory_space.hpp"
+#include "fsdp/core/optimizer_kind.hpp"
 #include "fsdp/core/profiling_region.hpp"
 #include "fsdp/core/regular_file.hpp"
 #include "fsdp/core/text.hpp"

@@ -7,9 +7,9 @@
 #include <variant>
 #include <vector>
 
+#include "fsdp/core/optimizer_kind.hpp"
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/sgd.hpp"
-#include "fsdp/shard/plan_estimate.hpp"
 
 namespace fsdp {
 

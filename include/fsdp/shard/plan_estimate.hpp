@@ -8,18 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/core/optimizer_kind.hpp"
 #include "fsdp/shard/sharding_mode.hpp"
 #include "fsdp/shard/sharding_plan.hpp"
 
 namespace fsdp {
-
-enum class OptimizerKind : std::uint8_t { sgd, sgd_momentum, adam, adamw };
-// "sgd", "sgd_momentum", "adam", "adamw"
-const char* name_of(OptimizerKind optimizer);
-// The names above, also "momentum" and "sgd-momentum"; any case.
-OptimizerKind parse_optimizer(const std::string& name);
-// State buffers per parameter element: 0 (SGD), 1 (momentum), 2 (Adam, AdamW: m and v).
-int state_buffers(OptimizerKind optimizer);
 
 enum class Precision : std::uint8_t {
   // Parameters, gradients and optimizer states in each parameter's own dtype (fp32 for an fp32
