@@ -21,7 +21,6 @@
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/io/plan_file.hpp"
 #include "fsdp/io/publish_file.hpp"
-#include "fsdp/solver/broadcast_solution.hpp"
 #include "fsdp/solver/exact_solver.hpp"
 #include "fsdp/solver/fsdp_plan.hpp"
 #include "fsdp/solver/generators.hpp"
@@ -107,14 +106,17 @@ int run(const Options& o, fsdp::ProcessGroup& group) {
     }
     return std::string();
   });
-  const Solution solution = solve_on_root(group, [&] {
-    const Solution solved = o.solver == "exact"
-                                ? ExactSolver(o.machine, o.step_options).solve(graph)
-                                : SimpleSolver(o.machine, o.step_options).solve(graph);
+  // Rank 0 alone prints and writes: the other ranks learn whether the solve succeeded (its error
+  // reaches every rank), not the solution, which they would only discard. Sending it to them
+  // (solve_on_root) took 1.5 s of a 2-rank run on a 10,001-node stack, of 1.8 s.
+  Solution solution;
+  fsdp::on_root(group, "compute the solution", [&] {
+    solution = o.solver == "exact" ? ExactSolver(o.machine, o.step_options).solve(graph)
+                                   : SimpleSolver(o.machine, o.step_options).solve(graph);
     if (!o.emit_plan.empty()) {
-      fsdp::save_plan(o.emit_plan, executable_plan(graph, solved).plan);
+      fsdp::save_plan(o.emit_plan, executable_plan(graph, solution).plan);
     }
-    return solved;
+    return std::string();
   });
   if (group.rank() != 0) {
     return 0;
