@@ -68,11 +68,21 @@ std::string choose_once() {
          "(SSE3) kernels (OPENBLAS_CORETYPE chooses)";
 }
 
+// What choose_blas_kernels() did: empty until it ran, since describing the BLAS never chooses.
+std::string& kernel_choice() {
+  static std::string choice;
+  return choice;
+}
+
 }  // namespace
 
 std::string choose_blas_kernels() {
-  static const std::string choice = choose_once();  // the first call chooses
-  return choice;
+  static const bool chosen = [] {  // the first call chooses
+    kernel_choice() = choose_once();
+    return true;
+  }();
+  (void)chosen;
+  return kernel_choice();
 }
 
 std::string blas_description() {
@@ -90,8 +100,8 @@ std::string blas_description() {
     if (const auto threads = openblas_function<GetThreads>("openblas_get_num_threads")) {
       text += ", " + std::to_string(threads()) + " thread(s) per process";
     }
-    if (const std::string choice = choose_blas_kernels(); !choice.empty()) {
-      text += "; " + choice;
+    if (!kernel_choice().empty()) {
+      text += "; " + kernel_choice();
     }
     text += ")";
   }

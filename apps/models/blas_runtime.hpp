@@ -17,8 +17,8 @@ std::string blas_description();
 // did not choose kernels (OPENBLAS_CORETYPE), picks what OpenBLAS picks for the CPUs it knows
 // with the same instructions: Cooperlake with AVX-512 BF16, SkylakeX with AVX-512, Haswell with
 // AVX2 and FMA. Call before the first BLAS call; the first call chooses, later ones return its
-// answer. Returns what it did, which blas_description() also says ("" when nothing: not OpenBLAS,
-// not fallen back, or chosen by the user).
+// answer. Returns what it did, which blas_description() also says once it ran ("" when nothing:
+// not OpenBLAS, not fallen back, or chosen by the user). Describing the BLAS never chooses.
 std::string choose_blas_kernels();
 
 // The kernels OpenBLAS runs ("Haswell", "SkylakeX", ...); "" when the BLAS is not OpenBLAS.
