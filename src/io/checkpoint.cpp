@@ -1269,12 +1269,7 @@ namespace {
 
 template <class T>
 std::uint64_t host_checksum(const char* data, std::int64_t count, std::int64_t first) {
-  const T* values = reinterpret_cast<const T*>(data);
-  std::uint64_t sum = 0;
-  for (std::int64_t i = 0; i < count; ++i) {
-    sum += checksum_term<T>(first + i, values[i]);
-  }
-  return sum;
+  return fsdp::host_checksum(reinterpret_cast<const T*>(data), count, first);
 }
 
 // The writers' part of save_checkpoint_in_background: contents, snapshot, layout, thread.
