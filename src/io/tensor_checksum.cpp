@@ -7,7 +7,8 @@ namespace {
 // summing 2^26 floats (Emerald Rapids VM) took 1.8 GB/s scalar, 2.8 vectorized with SSE2, 2.5
 // with AVX2 (which has no wider 64-bit multiply) and 3.6 with AVX-512F. GCC compiles a clone for
 // AVX-512F and one for the baseline, and the loader picks one for the CPU (an ifunc).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(__HIPCC__) && \
+    defined(__x86_64__) && defined(__ELF__)
 #define FSDP_CHECKSUM_CLONES __attribute__((target_clones("avx512f", "default")))
 #else
 #define FSDP_CHECKSUM_CLONES
