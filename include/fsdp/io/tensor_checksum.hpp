@@ -38,9 +38,9 @@ KOKKOS_INLINE_FUNCTION std::uint64_t checksum_term(std::int64_t index, T value) 
 }
 
 // The sum of the terms of values[i] at flat index first + i, for i < count, in host memory, on
-// the calling thread (any thread: no Kokkos). On x86-64 with GCC it runs the widest vector
-// instructions the CPU has (AVX-512, AVX2 or SSE2, chosen when the library loads): the same sum,
-// since integer addition modulo 2^64 does not depend on its order.
+// the calling thread (any thread: no Kokkos). On x86-64 with GCC it runs AVX-512F where the CPU
+// has it and the baseline's SSE2 elsewhere (chosen when the library loads): the same sum, since
+// integer addition modulo 2^64 does not depend on its order.
 std::uint64_t host_checksum(const float* values, std::int64_t count, std::int64_t first);
 std::uint64_t host_checksum(const double* values, std::int64_t count, std::int64_t first);
 
