@@ -360,7 +360,7 @@ struct Trainer {
 struct Formula {
   RankEstimate estimate;
   // The largest unit's transient bytes (and, in mixed precision under shard_grad_op and
-  // shard_optimizer, the widened whole parameters): on top of the model state at the peak.
+  // shard_optimizer, the 16-bit whole parameters): on top of the model state at the peak.
   std::int64_t working_set_bytes = 0;
   std::int64_t kept_unit_gather = 0;  // the formula's backward gathers of the kept units
   StepBytes expected;

@@ -245,7 +245,7 @@ void print_json(const std::string& model, const fsdp::ShardingPlan& plan,
                                 {"elements", e.largest_unit_elements},
                                 {"gathered_working_set_bytes", e.gathered_working_set_bytes},
                                 {"working_set_holds", e.working_set_holds}}},
-                              {"widened_parameter_bytes", e.widened_parameter_bytes},
+                              {"whole_half_parameter_bytes", e.whole_half_parameter_bytes},
                               {"peak_bytes", e.peak_bytes()},
                               {"unsharded_persistent_bytes", e.unsharded_persistent_bytes},
                               {"totals",
@@ -310,18 +310,18 @@ void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
   std::printf("\n");
   std::printf("imbalance (max owned bytes / mean): %.4f\n", plan.imbalance());
   std::printf("always gathered (replicated): %zu tensors\n", plan.always_gathered().size());
-  if (e.largest_unit.empty() && e.widened_parameter_bytes == 0) {
+  if (e.largest_unit.empty() && e.whole_half_parameter_bytes == 0) {
     std::printf("working set: none (%s keeps parameters and gradients whole and resident)\n",
                 fsdp::name_of(e.options.mode));
   } else if (e.largest_unit.empty()) {
-    std::printf("working set (every parameter widened to fp32 from forward to backward): %s\n",
+    std::printf("working set (every parameter whole in 16 bits from forward to backward): %s\n",
                 human(e.gathered_working_set_bytes).c_str());
   } else {
     std::printf("largest unit: '%s', %s elements; working set (full-size %s%s): %s\n",
                 e.largest_unit.c_str(), grouped(e.largest_unit_elements).c_str(),
                 e.working_set_holds.c_str(),
-                e.widened_parameter_bytes > 0
-                    ? ", and every parameter widened to fp32 from forward to backward"
+                e.whole_half_parameter_bytes > 0
+                    ? ", and every parameter whole in 16 bits from forward to backward"
                     : "",
                 human(e.gathered_working_set_bytes).c_str());
   }

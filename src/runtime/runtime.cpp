@@ -125,6 +125,19 @@ void Runtime<T>::close_scope_region() {
   scope_region_ = false;
 }
 
+// A 16-bit gather's float copies (ShardedParameter::full()) live for one scope: what stays
+// gathered until the backward (or for the tied parameters' later uses) stays 16-bit.
+template <class T>
+void Runtime<T>::drop_widened(std::size_t index) {
+  const std::string& unit = order_[index];
+  units_[index]->drop_widened();
+  for (const auto& [parameter, users] : options_.tied_parameters) {
+    if (users.count(unit) != 0) {
+      model_.unit_of(parameter).drop_widened();
+    }
+  }
+}
+
 template <class T>
 Runtime<T>::~Runtime() {
   close_scope_region();  // a scope the caller never closed (it threw inside)
@@ -342,6 +355,7 @@ void Runtime<T>::end_forward(const std::string& unit) {
   const std::size_t index = index_of_open(unit, Phase::forward, "end_forward");
   losing_the_step_on_failure("end_forward", unit, [&] {
     close_scope_region();
+    drop_widened(index);
     const bool last = index + 1 == order_.size();
     // Resident parameters stay gathered until the backward: one gather per step.
     if (!last && options_.keep_gathered_until_backward.count(unit) == 0 && !held_for_step(index)) {
@@ -389,6 +403,7 @@ void Runtime<T>::end_backward(const std::string& unit) {
   const std::size_t index = index_of_open(unit, Phase::backward, "end_backward");
   losing_the_step_on_failure("end_backward", unit, [&] {
     close_scope_region();
+    drop_widened(index);
     units_[index]->release();
     open_ = -1;
     ++done_;
@@ -526,6 +541,11 @@ typename ShardedParameter<T>::View Runtime<T>::full(const std::string& parameter
 }
 
 template <class T>
+DeviceView<std::uint16_t> Runtime<T>::half(const std::string& parameter) {
+  return open_parameter(parameter, false).half();
+}
+
+template <class T>
 typename ShardedParameter<T>::View Runtime<T>::grad(const std::string& parameter) {
   return open_parameter(parameter, true).grad();
 }
@@ -606,6 +626,14 @@ typename ShardedParameter<T>::View Runtime<T>::Scope::full(const std::string& pa
   }
   // A tied parameter of another unit, or an error that says whose it is.
   return runtime_->full(parameter);
+}
+
+template <class T>
+DeviceView<std::uint16_t> Runtime<T>::Scope::half(const std::string& parameter) {
+  if (ShardedParameter<T>* own = unit_->find_parameter(parameter)) {
+    return own->half();
+  }
+  return runtime_->half(parameter);
 }
 
 template <class T>

@@ -199,14 +199,14 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> units;  // elements, bytes
   std::map<std::string, std::int64_t> reducing;  // bytes a unit's reduction in flight holds
   // Mixed precision where parameters stay whole for the step (shard_grad_op, shard_optimizer):
-  // fsdp computes in fp32, so it keeps no 16-bit copy between steps (the fp32 master pieces are
-  // in K) and holds every parameter widened to 4 bytes from its forward to its backward; its
-  // gradients are fp32. ZeRO-1 comes to the paper's 4 Psi + K Psi / N; ZeRO-2 to
-  // (4 + K) Psi / N persistent instead of the paper's 2 Psi + (2 + K) Psi / N, plus 4 Psi held
-  // during the step.
-  const bool widened_whole = options.precision == Precision::mixed && !mode.pieces.parameters &&
-                             mode.pieces.optimizer_state;
-  std::int64_t widened_bytes = 0;  // of every float parameter held whole through the step
+  // every float parameter is held whole in 16 bits from its forward to its backward (the paper's
+  // 2 Psi of parameters, which it keeps between steps too; fsdp keeps the fp32 master pieces,
+  // in K), and its gradients are fp32. ZeRO-1 comes to the paper's 2 Psi + 2 Psi + K Psi / N with
+  // fp32 whole gradients in place of the 16-bit parameters and gradients plus 2 Psi during the
+  // step; ZeRO-2 to (4 + K) Psi / N persistent, plus 2 Psi held during the step.
+  const bool mixed = options.precision == Precision::mixed;
+  const bool whole_in_half = mixed && !mode.pieces.parameters && mode.pieces.optimizer_state;
+  std::int64_t whole_half_bytes = 0;  // of every float parameter held whole through the step
 
   for (std::size_t i = 0; i < plan.parameters().size(); ++i) {
     const ParameterInfo& parameter = plan.parameters()[i];
@@ -217,7 +217,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
             "parameter " + describe(parameter) + " has " + std::to_string(numel) +
                 " elements: its bytes of state and traffic would overflow 64 bits; the estimate "
                 "takes at most 2^57 elements per parameter");
-    const bool widened = widened_whole && is_floating(parameter.dtype);
+    const bool widened = whole_in_half && is_floating(parameter.dtype);
     // The paper's 16-bit working copy, which fsdp does not keep: a trained parameter's is made
     // up for by its 16-bit gradient (fsdp's fp32 gradient pieces are 2 + 2 bytes), a frozen
     // one's only copy between steps is its fp32 piece (in `optimizer`).
@@ -226,7 +226,10 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
         frozen && options.precision == Precision::mixed ? 0 : bytes.parameter;
     const std::int64_t held_parameter_bytes = widened ? 0 : kept_parameter_bytes;
     const std::int64_t held_gradient_bytes = widened && !frozen ? 4 : bytes.gradient;
-    add_checked(widened_bytes, widened ? 4 * numel : 0, "the widened parameters");
+    add_checked(whole_half_bytes, widened ? 2 * numel : 0, "the 16-bit whole parameters");
+    // Mixed precision: a scope reads its unit's parameters widened to fp32, copies freed when it
+    // closes (ShardedParameter::full()).
+    const std::int64_t widened_bytes = mixed && is_floating(parameter.dtype) ? 4 * numel : 0;
     // Shard groups average the reduced gradient pieces over the replicas in the pieces' dtype:
     // under mixed precision the 16-bit reduction is widened into fp32 pieces first, so 4 bytes
     // (PyTorch's HSDP all-reduces in reduce_dtype instead; fsdp keeps fp32 here, docs/modes.md).
@@ -302,6 +305,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
         }
       }
     }
+    add_checked(units[parameter.unit()].second, widened_bytes, "unit '" + parameter.unit() + "'");
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];
       const std::int64_t gradient = mode.transient_gradients ? numel * held_gradient_bytes : 0;
@@ -341,8 +345,13 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   }
   multiply_checked(result.reduction_in_flight_bytes, options.reductions_in_flight,
                    "the reductions in flight");
-  result.widened_parameter_bytes = widened_bytes;
-  add_checked(result.gathered_working_set_bytes, widened_bytes, "the working set");
+  if (mixed && !result.largest_unit.empty()) {
+    result.working_set_holds = result.working_set_holds.empty()
+                                   ? "parameters widened to fp32"
+                                   : result.working_set_holds + ", parameters widened to fp32";
+  }
+  result.whole_half_parameter_bytes = whole_half_bytes;
+  add_checked(result.gathered_working_set_bytes, whole_half_bytes, "the working set");
   add_checked(result.gathered_working_set_bytes, result.accumulated_gradient_bytes,
               "the working set");
   add_checked(result.gathered_working_set_bytes, result.reduction_in_flight_bytes,

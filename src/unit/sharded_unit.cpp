@@ -62,16 +62,6 @@ void widen_into(const ExecutionSpace& space, const DeviceView<std::uint16_t>& fr
       KOKKOS_LAMBDA(std::size_t i) { to(i) = static_cast<T>(half::widen(in(i))); });
 }
 
-// to(i) = from(i) rounded to 16 bits and widened back (a replicated parameter's compute copy).
-template <class H, class T>
-void round_into(const ExecutionSpace& space, const DeviceView<T>& from, const DeviceView<T>& to) {
-  Kokkos::parallel_for(
-      "fsdp::round", device_range(space, 0, static_cast<std::int64_t>(to.size())),
-      KOKKOS_LAMBDA(std::size_t i) {
-        to(i) = static_cast<T>(half::widen(half::narrow(static_cast<float>(from(i)), H{})));
-      });
-}
-
 bool is_half(DType dtype) {
   return dtype == DType::bf16 || dtype == DType::f16;
 }
@@ -99,7 +89,27 @@ typename ShardedParameter<T>::View ShardedParameter<T>::full() const {
                 name_of(unit_->state()) +
                 "; gather the unit (or enter its scope) before reading whole parameters");
   }
+  if (full_.data() == nullptr && half_.data() != nullptr) {
+    unit_->widen(const_cast<ShardedParameter&>(*this));
+  }
   return full_;
+}
+
+template <class T>
+DeviceView<std::uint16_t> ShardedParameter<T>::half() const {
+  if (unit_->state() != UnitState::gathered) {
+    throw Error("half() of parameter '" + info_.name + "' while unit '" + unit_->name() + "' is " +
+                name_of(unit_->state()) +
+                "; gather the unit (or enter its scope) before reading whole parameters");
+  }
+  if (!is_half(unit_->param_dtype())) {
+    throw Error(ErrorKind::state,
+                "half() of parameter '" + info_.name + "': unit '" + unit_->name() +
+                    "' gathers its parameters in " + name_of(unit_->param_dtype()) +
+                    " (UnitOptions::param_dtype); read them with full(), or give the model a "
+                    "16-bit param_dtype (bf16 or fp16)");
+  }
+  return half_;
 }
 
 template <class T>
@@ -542,55 +552,76 @@ void ShardedUnit<T>::start_half_gather() {
   }
 }
 
+// The gathered parameters stay 16-bit: a direct parameter in its own all-gather output (its
+// padding past numel() out of sight), an owner's in the broadcast buffer, the packed ones copied
+// out of their rank-major all-gather output into one buffer, a replicated one rounded into a copy.
+// full() widens a parameter to T when it is first read (widen()).
 template <class T>
 template <class H>
 void ShardedUnit<T>::finish_half_gather() {
-  const int n = group_.size();
+  std::vector<TrackedView<std::uint16_t>> buffers = std::move(half_buffers_);
+  half_buffers_.clear();
+  gathered_half_.clear();
+  // What a collective received becomes gathered parameters; its send buffer is done.
+  const auto keep = [&](std::size_t position) {
+    buffers[position].recategorize(MemoryCategory::gathered_parameters);
+    gathered_half_.push_back(std::move(buffers[position]));
+    return gathered_half_.back().view();
+  };
   std::size_t next = 0;
   if (!layout_.packed.empty()) {
-    const auto recv = half_buffers_[next + 1].view();
+    const auto recv = buffers[next + 1].view();
     next += 2;
-    packed_full_ = pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".packed_full",
-                                  layout_.packed_full_numel, false);
-    for (const CopySegment& segment : layout_.unpack) {
-      widen_into<H>(space_, slice(recv, segment.from, segment.count),
-                    slice(packed_full_.view(), segment.to, segment.count));
-    }
+    gathered_half_.emplace_back(tracker_, MemoryCategory::gathered_parameters,
+                                name_ + ".packed_full16", layout_.packed_full_numel, false);
+    const auto whole = gathered_half_.back().view();
+    copy_segments(space_, layout_.unpack, recv, whole);
     for (std::size_t i : layout_.packed) {
       ShardedParameter<T>& p = parameters_[i];
-      p.full_ = slice(packed_full_.view(), p.layout_.full_offset, p.numel());
+      p.half_ = slice(whole, p.layout_.full_offset, p.numel());
     }
   }
-  for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
-    ShardedParameter<T>& p = parameters_[layout_.direct[k]];
-    const auto recv = half_buffers_[next + 1].view();
+  for (std::size_t i : layout_.direct) {
+    ShardedParameter<T>& p = parameters_[i];
+    p.half_ = slice(keep(next + 1), 0, p.numel());
     next += 2;
-    direct_full_[k] = pool_->acquire(MemoryCategory::gathered_parameters, p.name(),
-                                     p.layout_.piece.padded * n, false);
-    p.full_ = slice(direct_full_[k].view(), 0, p.numel());
-    widen_into<H>(space_, recv, p.full_);
   }
-  for (std::size_t k = 0; k < owners_.size(); ++k) {
-    const OwnerGroupLayout& g = layout_.owners[k];
-    OwnerBuffers& buffers = owners_[k];
-    buffers.gathered =
-        pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".whole", g.numel, false);
-    widen_into<H>(space_, half_buffers_[next++].view(), buffers.gathered.view());
+  for (const OwnerGroupLayout& g : layout_.owners) {
+    const auto whole = keep(next++);
     for (std::size_t i : g.members) {
       ShardedParameter<T>& p = parameters_[i];
-      p.full_ = slice(buffers.gathered.view(), p.layout_.flat_offset, p.numel());
+      p.half_ = slice(whole, p.layout_.flat_offset, p.numel());
     }
   }
-  replicated_full_.clear();
   for (std::size_t k = 0; k < layout_.replicated.size(); ++k) {
     ShardedParameter<T>& p = parameters_[layout_.replicated[k]];
-    replicated_full_.push_back(
-        pool_->acquire(MemoryCategory::gathered_parameters, p.name(), p.numel(), false));
-    round_into<H>(space_, replicated_storage_[k].view(), replicated_full_.back().view());
-    p.full_ = replicated_full_.back().view();
+    gathered_half_.emplace_back(tracker_, MemoryCategory::gathered_parameters, p.name() + "16",
+                                p.numel(), false);
+    narrow_into<H>(space_, replicated_storage_[k].view(), gathered_half_.back().view());
+    p.half_ = gathered_half_.back().view();
   }
-  space_.fence();  // the widened parameters are ready, and the 16-bit buffers may go
-  half_buffers_.clear();
+  space_.fence();  // the 16-bit parameters are in place, and the send buffers may go
+}
+
+template <class T>
+void ShardedUnit<T>::widen(ShardedParameter<T>& p) {
+  p.widened_ =
+      pool_->acquire(MemoryCategory::gathered_parameters, p.name() + ".widened", p.numel(), false);
+  param_dtype_ == DType::bf16 ? widen_into<bfloat16>(space_, p.half_, p.widened_.view())
+                              : widen_into<float16>(space_, p.half_, p.widened_.view());
+  space_.fence();
+  p.full_ = p.widened_.view();
+}
+
+template <class T>
+void ShardedUnit<T>::drop_widened() {
+  if (!gathers_in_half()) {
+    return;
+  }
+  for (ShardedParameter<T>& p : parameters_) {
+    pool_->give_back(p.widened_);
+    p.full_ = View();
+  }
 }
 
 // Refreshes the resident whole parameters from every rank's piece (which the optimizer may have
@@ -665,10 +696,8 @@ void ShardedUnit<T>::give_back_whole_parameters() {
   for (OwnerBuffers& buffers : owners_) {
     pool_->give_back(buffers.gathered);
   }
-  for (TrackedView<T>& full : replicated_full_) {
-    pool_->give_back(full);
-  }
-  replicated_full_.clear();
+  drop_widened();
+  gathered_half_.clear();
 }
 
 template <class T>
@@ -764,6 +793,7 @@ void ShardedUnit<T>::release() {
   require_state(UnitState::gathered, "release");
   for (ShardedParameter<T>& p : parameters_) {
     p.full_ = View();
+    p.half_ = DeviceView<std::uint16_t>();
   }
   state_ = UnitState::sharded;
   ++release_count_;

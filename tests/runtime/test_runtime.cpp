@@ -8,6 +8,7 @@
 
 #include "../unit/reference_training.hpp"
 #include "error_message.hpp"
+#include "fsdp/core/half_conversion.hpp"
 #include "fsdp/optim/adam.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
@@ -361,6 +362,55 @@ BOOST_AUTO_TEST_CASE(every_sharding_mode_trains_through_the_scopes) {
 
 BOOST_AUTO_TEST_CASE(every_sharding_mode_trains_in_bf16_through_the_scopes) {
   train_every_mode_through_the_scopes<float>(DType::bf16, 2e-2);
+}
+
+// Under bf16 a scope hands the model the gathered 16-bit parameter (half()) and, from full(), its
+// float copy: exactly those values widened, counted as gathered parameters while the scope is
+// open and freed when it closes, so that what stays gathered between scopes (every unit, in
+// shard_grad_op) is 2 bytes per element. half() of a unit that gathers in fp32 is refused.
+BOOST_AUTO_TEST_CASE(bf16_scopes_hand_16_bit_parameters_and_free_their_float_copies) {
+  ShardedModel<float> model = make_model<float>(strategies().front(), ProcessGroup(MPI_COMM_WORLD),
+                                                ShardingMode::shard_grad_op, DType::bf16);
+  RuntimeOptions no_prefetch;  // only the scopes' units gathered, so the bytes are theirs
+  no_prefetch.prefetch = false;
+  Runtime<float> runtime(model, kOrder, no_prefetch);
+  const auto gathered = [&] {
+    return model.memory().current_of(MemoryCategory::gathered_parameters);
+  };
+  std::int64_t half_bytes = 0;  // of the units gathered so far
+  for (const std::string& l : kOrder) {
+    auto scope = runtime.forward(l);
+    std::int64_t elements = 0;
+    for (const ShardedParameter<float>& p : scope.unit().parameters()) {
+      elements += p.numel();
+    }
+    half_bytes += 2 * elements;
+    BOOST_TEST(gathered() == half_bytes);
+    const auto half =
+        Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), scope.half(l + ".w"));
+    const auto full =
+        Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), scope.full(l + ".w"));
+    BOOST_TEST(gathered() == half_bytes + 4 * static_cast<std::int64_t>(full.size()));
+    BOOST_REQUIRE(half.size() == full.size());
+    for (std::size_t i = 0; i < full.size(); ++i) {
+      BOOST_TEST(full(i) == half::from_bfloat16_bits(half(i)));
+    }
+    scope.close();
+    BOOST_TEST(gathered() == half_bytes);  // the float copy went, the 16-bit parameters stay
+  }
+  for (std::size_t k = kOrder.size(); k-- > 0;) {
+    runtime.backward(kOrder[k]).close();
+  }
+  runtime.finish_step();
+  BOOST_TEST(gathered() == 0);
+
+  ShardedModel<float> fp32 = make_model<float>(strategies().front());
+  Runtime<float> fp32_runtime(fp32, kOrder);
+  auto scope = fp32_runtime.forward("l0");
+  BOOST_CHECK_EXCEPTION(scope.half("l0.w"), Error, [](const Error& e) {
+    return e.kind() == ErrorKind::state &&
+           std::string(e.what()).find("gathers its parameters in fp32") != std::string::npos;
+  });
 }
 
 // shard_optimizer keeps each rank's averaged gradient piece inside the whole gradients: a second

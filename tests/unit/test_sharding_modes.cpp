@@ -155,8 +155,9 @@ BOOST_AUTO_TEST_CASE(hybrid_groups_arrange_replicas_by_shards_and_refuse_bad_siz
 // shard_optimizer) take the 4 + 4 bytes the paper gives the 16-bit copies and K's master weights.
 // shard_grad_op is the exception (docs/modes.md): fsdp keeps no 16-bit copy between steps and
 // fp32 gradient pieces, 16 Psi / N, where the paper has 2 Psi + 14 Psi / N; during the step it
-// holds the widened whole parameters (4 Psi) from the forward to the backward. fsdp-plan says so.
-// Measured and estimated widened parameters agree too (what the units hold while gathered).
+// holds the whole parameters in 16 bits (2 Psi) from the forward to the backward. fsdp-plan says
+// so. Measured and estimated 16-bit parameters agree too (what the units hold while gathered),
+// and full() adds a float copy (4 bytes per element) that drop_widened() frees.
 BOOST_AUTO_TEST_CASE(mixed_precision_memory_is_the_papers) {
   ProcessGroup group(MPI_COMM_WORLD);
   const double n = group.size();
@@ -177,13 +178,26 @@ BOOST_AUTO_TEST_CASE(mixed_precision_memory_is_the_papers) {
     for (std::size_t u = 0; u < model.unit_count(); ++u) {
       model.unit(u).gather();  // every unit at once, as a runtime holds them in these modes
     }
-    if (plan_estimate.widened_parameter_bytes > 0) {
-      const auto gathered =
-          static_cast<double>(model.memory().current_of(MemoryCategory::gathered_parameters));
-      BOOST_TEST(std::abs(gathered - 4 * psi) <= 0.05 * 4 * psi,
-                 name_of(mode) << ": " << gathered << " B of widened parameters");
-      BOOST_TEST(static_cast<double>(plan_estimate.widened_parameter_bytes) == 4 * psi);
+    const auto gathered = [&] {
+      return static_cast<double>(model.memory().current_of(MemoryCategory::gathered_parameters));
+    };
+    const double gathered_half = gathered();
+    if (plan_estimate.whole_half_parameter_bytes > 0) {
+      BOOST_TEST(std::abs(gathered_half - 2 * psi) <= 0.05 * 2 * psi,
+                 name_of(mode) << ": " << gathered_half << " B of 16-bit whole parameters");
+      BOOST_TEST(static_cast<double>(plan_estimate.whole_half_parameter_bytes) == 2 * psi);
     }
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      for (ShardedParameter<float>& parameter : model.unit(u).parameters()) {
+        BOOST_TEST(parameter.full().size() == parameter.half().size());
+      }
+    }
+    BOOST_TEST(gathered() - gathered_half == 4 * psi,
+               name_of(mode) << ": " << gathered() - gathered_half << " B widened");
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      model.unit(u).drop_widened();
+    }
+    BOOST_TEST(gathered() == gathered_half);
     for (std::size_t u = 0; u < model.unit_count(); ++u) {
       ShardedUnit<float>& unit = model.unit(u);
       for (ShardedParameter<float>& parameter : unit.parameters()) {

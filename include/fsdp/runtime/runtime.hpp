@@ -97,8 +97,11 @@ class Runtime {
     Scope(const Scope&) = delete;
     ~Scope();
     ShardedUnit<T>& unit() { return *unit_; }
-    // The whole parameter (read) and, in a backward scope, its full gradient (+=).
+    // The whole parameter (read) and, in a backward scope, its full gradient (+=). With a
+    // 16-bit param_dtype, full() is the parameter widened to T, a copy freed when the scope
+    // closes; half() is the gathered 16-bit parameter itself (ShardedParameter::half()).
     typename ShardedParameter<T>::View full(const std::string& parameter);
+    DeviceView<std::uint16_t> half(const std::string& parameter);
     typename ShardedParameter<T>::View grad(const std::string& parameter);
     // False for a frozen parameter (ParameterInfo::trainable), which has no gradient: a backward
     // leaves it out (and may skip computing it). Errors as full's.
@@ -130,10 +133,11 @@ class Runtime {
   // forward scope done, no backward): releases what is still gathered and starts over. Errors: a
   // scope left open, a step that stopped half way.
   void finish_step();
-  // Scope::full and Scope::grad of the open scope, for C and Fortran. Errors (ErrorKind::state):
-  // no scope open, a parameter of another unit, a gradient in a forward scope;
+  // Scope::full, Scope::half and Scope::grad of the open scope, for C and Fortran. Errors
+  // (ErrorKind::state): no scope open, a parameter of another unit, a gradient in a forward scope;
   // ErrorKind::unknown_name for a parameter the model does not have.
   typename ShardedParameter<T>::View full(const std::string& parameter);
+  DeviceView<std::uint16_t> half(const std::string& parameter);
   typename ShardedParameter<T>::View grad(const std::string& parameter);
 
   // Gradient accumulation (PyTorch FSDP2's set_requires_gradient_sync). With false, closing a
@@ -199,6 +203,9 @@ class Runtime {
   std::size_t index_of_open(const std::string& unit, Phase phase, const char* operation) const;
   std::string open_scope_text() const;
   ShardedParameter<T>& open_parameter(const std::string& parameter, bool gradient);
+  // Frees the float copies that the scope of order_[index] read (its unit's and its tied
+  // parameters').
+  void drop_widened(std::size_t index);
   template <class Body>
   void losing_the_step_on_failure(const char* operation, const std::string& unit, Body&& body);
   void enter(std::size_t index);

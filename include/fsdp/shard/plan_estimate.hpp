@@ -154,17 +154,20 @@ struct PlanEstimate {
   // The largest unit (layer) by transient bytes and what running it takes on every rank on top
   // of the persistent bytes: full-size parameters (gathered; full_shard) and full-size gradients
   // (before their reduce-scatter; full_shard and shard_grad_op; or in no_shard's all-reduce
-  // buffer). Replicated parameters are resident and excluded. shard_optimizer has none: the
-  // name is empty and both figures 0 (but for widened_parameter_bytes).
+  // buffer), and under mixed precision its parameters widened to fp32 while its scope reads
+  // them (4 bytes each, replicated ones included). Replicated parameters are otherwise resident
+  // and excluded. shard_optimizer in fp32 has none: the name is empty and both figures 0 (but for
+  // whole_half_parameter_bytes).
   std::string largest_unit;
   std::int64_t largest_unit_elements = 0;
   std::int64_t gathered_working_set_bytes = 0;
   // What the working set holds, for people: "parameters and gradients", "gradients" or "".
   std::string working_set_holds;
-  // Mixed precision under shard_grad_op and shard_optimizer: every trained parameter widened to
-  // fp32 (4 bytes), held from its forward to its backward (fsdp computes in fp32 and keeps no
-  // 16-bit copy between steps); included in gathered_working_set_bytes. 0 otherwise.
-  std::int64_t widened_parameter_bytes = 0;
+  // Mixed precision under shard_grad_op and shard_optimizer: every float parameter whole in 16
+  // bits (2 bytes), held from its forward to its backward (the paper's 2 Psi of parameters; fsdp
+  // keeps no 16-bit copy between steps, only the fp32 master pieces); included in
+  // gathered_working_set_bytes. 0 otherwise.
+  std::int64_t whole_half_parameter_bytes = 0;
   // EstimateOptions::accumulates_whole_gradients: the whole gradients of every unit (trained,
   // not replicated) where the mode reduces them away after each backward scope; included in
   // gathered_working_set_bytes, whose largest unit then counts its parameters only. 0 otherwise.

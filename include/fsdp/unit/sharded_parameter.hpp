@@ -49,8 +49,15 @@ class ShardedParameter {
   const View& grad_shard() const { return grad_shard_; }
 
   // The whole parameter, numel() elements in row-major order of its shape. Only while the unit
-  // is gathered; the View stays valid until the unit is released.
+  // is gathered; the View stays valid until the unit is released. With a 16-bit param_dtype
+  // (UnitOptions) it is half() widened to T, made at the first call and valid until the unit's
+  // drop_widened() or release(); its bytes count as gathered parameters.
   View full() const;
+  // With a 16-bit param_dtype: the whole parameter as gathered, numel() values of that dtype
+  // (bfloat16 or float16 bits, fsdp/core/half_conversion.hpp), what a model computing in 16 bits
+  // reads; only while the unit is gathered, valid until it is released. Error (ErrorKind::state)
+  // for a unit that gathers in T.
+  DeviceView<std::uint16_t> half() const;
   // The full-shape gradient to accumulate into (+=). Only while the unit is gathered; zero after
   // each reduce_scatter_grads(), kept across micro-batches until then.
   View grad();
@@ -76,6 +83,8 @@ class ShardedParameter {
   View shard_;
   View grad_shard_;
   View full_;
+  DeviceView<std::uint16_t> half_;  // 16-bit gathers: the gathered parameter
+  TrackedView<T> widened_;          // ... and full_'s storage once full() widened it
   std::vector<TrackedView<T>> optimizer_state_;
 };
 

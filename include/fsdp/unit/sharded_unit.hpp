@@ -42,8 +42,10 @@ struct UnitOptions {
   std::optional<ProcessGroup> replicas;
   // Mixed precision (PyTorch's MixedPrecisionPolicy) for float models, every mode:
   // param_dtype bf16 or fp16 casts each piece while it is copied into the all-gather
-  // buffer, so the gather moves 16-bit bytes, and full() holds those 16-bit values widened to
-  // float (what the forward and backward compute with); the pieces stay fp32 master weights.
+  // buffer, so the gather moves 16-bit bytes, and the gathered parameters stay 16-bit
+  // (ShardedParameter::half()), also where the mode keeps them from forward to backward; the
+  // pieces stay fp32 master weights. full() widens a parameter to float when it is read, a copy
+  // that lives until drop_widened() or release() (a Runtime drops them when a scope closes).
   // reduce_dtype bf16 or fp16 reduces the gradients in 16 bits (summed in float and rounded by
   // the MPI operator) and adds the result into the fp32 gradient pieces. f32: no cast.
   DType param_dtype = DType::f32;
@@ -105,6 +107,9 @@ class ShardedUnit {
   void expect_gather();
   // Frees the full parameters: gathered -> sharded. No-op when sharded; error while gathering.
   void release();
+  // A 16-bit param_dtype: frees the float copies full() widened, keeping the 16-bit gathered
+  // parameters (the next full() widens again). No-op otherwise.
+  void drop_widened();
 
   // ---- gradients ----
   // Averages the full-shape gradients written since the last call across the ranks and adds the
@@ -140,6 +145,8 @@ class ShardedUnit {
 
   // ---- observation ----
   ShardingMode mode() const { return mode_; }
+  // UnitOptions::param_dtype: bf16 or fp16 when the gathered parameters are 16-bit.
+  DType param_dtype() const { return param_dtype_; }
   // Hybrid sharding: the replica group (UnitOptions::replicas); nullptr without one.
   ProcessGroup* replicas() { return replicas_ ? &*replicas_ : nullptr; }
   // The mode keeps whole parameters from the forward to the backward (shard_grad_op,
@@ -147,8 +154,8 @@ class ShardedUnit {
   bool stays_gathered() const;
   // Whole parameters stay allocated between gathers and the pieces are views into them
   // (stays_gathered() in fp32): gathering costs no memory. With a 16-bit param_dtype the whole
-  // parameters hold rounded values, so the fp32 pieces are stored apart and the gathered
-  // parameters come from the pool, as under full_shard.
+  // parameters are 16-bit, so the fp32 pieces are stored apart and the gathered parameters are
+  // allocated at each gather, as under full_shard.
   bool keeps_parameters() const;
   // Whole gradients stay allocated and gradient pieces are views into them (shard_optimizer).
   bool keeps_gradients() const;
@@ -200,6 +207,8 @@ class ShardedUnit {
   void start_half_gather();
   template <class H>
   void finish_half_gather();
+  // full() of a parameter of a 16-bit gather: its float copy, widened from half().
+  void widen(ShardedParameter<T>& parameter);
   void start_half_reduction();
   template <class H>
   void reduce_in_half();
@@ -229,7 +238,8 @@ class ShardedUnit {
   DType reduce_dtype_;
   // A 16-bit gather's or reduction's buffers, in the order they were made; freed when it ends.
   std::vector<TrackedView<std::uint16_t>> half_buffers_;
-  std::vector<TrackedView<T>> replicated_full_;  // 16-bit gathers: rounded copies
+  // A 16-bit param_dtype: the gathered parameters, in 16 bits, while gathered.
+  std::vector<TrackedView<std::uint16_t>> gathered_half_;
   std::shared_ptr<MemoryTracker> tracker_;
   std::vector<ShardedParameter<T>> parameters_;
   std::map<std::string, std::size_t> index_;
