@@ -148,18 +148,16 @@ class MlpPasses : public Passes {
     const std::size_t layers = shape_.layers();
     for (std::size_t l = 0; l < layers; ++l) {
       auto scope = runtime.forward(MlpShape::unit(l));
-      fsdp_models::layer_forward<float>(scope.full(MlpShape::weight(l)),
-                                        scope.full(MlpShape::bias(l)), activations_[l],
-                                        activations_[l + 1], rows_, l + 1 < layers);
+      fsdp_models::layer_forward_in<float>(scope, l, scratch_, activations_[l], activations_[l + 1],
+                                           rows_, l + 1 < layers);
       scope.close();
     }
     Kokkos::deep_copy(deltas_[layers - 1], static_cast<float>(1e-3 * loss_scale));
     for (std::size_t l = layers; l-- > 0;) {
       auto scope = runtime.backward(MlpShape::unit(l));
-      fsdp_models::layer_backward<float>(scope.full(MlpShape::weight(l)),
-                                         scope.grad(MlpShape::weight(l)),
-                                         scope.grad(MlpShape::bias(l)), activations_[l], deltas_[l],
-                                         l > 0 ? &deltas_[l - 1] : nullptr, rows_);
+      fsdp_models::layer_backward_in<float>(scope, l, scratch_, scope.grad(MlpShape::weight(l)),
+                                            scope.grad(MlpShape::bias(l)), activations_[l],
+                                            deltas_[l], l > 0 ? &deltas_[l - 1] : nullptr, rows_);
       scope.close();
     }
   }
@@ -168,6 +166,7 @@ class MlpPasses : public Passes {
   MlpShape shape_;
   std::int64_t rows_;
   std::vector<Matrix<float>> activations_, deltas_;
+  fsdp_models::WideningScratch<float> scratch_;  // 16-bit parameters' panels
 };
 
 // The transformer: fsdp-train's passes (models/gpt_passes.hpp; its tied head reads wte.weight in

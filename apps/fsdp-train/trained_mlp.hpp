@@ -66,10 +66,9 @@ class MlpBatch : public Batch<T> {
       const auto grad = [&scope](const std::string& name) {
         return scope.trainable(name) ? scope.grad(name) : typename fsdp::DeviceView<T>();
       };
-      fsdp_models::layer_backward<T>(scope.full(fsdp_models::MlpShape::weight(l)),
-                                     grad(fsdp_models::MlpShape::weight(l)),
-                                     grad(fsdp_models::MlpShape::bias(l)), activations_[l],
-                                     deltas_[l], l > 0 ? &deltas_[l - 1] : nullptr, rows);
+      fsdp_models::layer_backward_in<T>(scope, l, scratch_, grad(fsdp_models::MlpShape::weight(l)),
+                                        grad(fsdp_models::MlpShape::bias(l)), activations_[l],
+                                        deltas_[l], l > 0 ? &deltas_[l - 1] : nullptr, rows);
       scope.close();
     }
     return sums;
@@ -81,7 +80,8 @@ class MlpBatch : public Batch<T> {
   }
 
   std::int64_t activation_bytes() const override {
-    std::int64_t bytes = static_cast<std::int64_t>(labels_.span() * sizeof(std::int64_t));
+    std::int64_t bytes =
+        static_cast<std::int64_t>(labels_.span() * sizeof(std::int64_t)) + scratch_.bytes();
     for (const auto* list : {&activations_, &deltas_}) {
       for (const auto& m : *list) {
         bytes += static_cast<std::int64_t>(m.span() * sizeof(T));
@@ -94,9 +94,8 @@ class MlpBatch : public Batch<T> {
   void forward(fsdp::Runtime<T>& runtime, std::int64_t rows) {
     for (std::size_t l = 0; l < shape_.layers(); ++l) {
       auto scope = runtime.forward(fsdp_models::MlpShape::unit(l));
-      fsdp_models::layer_forward<T>(scope.full(fsdp_models::MlpShape::weight(l)),
-                                    scope.full(fsdp_models::MlpShape::bias(l)), activations_[l],
-                                    activations_[l + 1], rows, l + 1 < shape_.layers());
+      fsdp_models::layer_forward_in<T>(scope, l, scratch_, activations_[l], activations_[l + 1],
+                                       rows, l + 1 < shape_.layers());
       scope.close();
     }
   }
@@ -107,6 +106,7 @@ class MlpBatch : public Batch<T> {
   fsdp_models::Labels labels_;
   typename fsdp_models::Matrix<T>::HostMirror input_on_host_;
   typename fsdp_models::Labels::HostMirror labels_on_host_;
+  fsdp_models::WideningScratch<T> scratch_;  // 16-bit parameters' panels
 };
 
 template <class T>

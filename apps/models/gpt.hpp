@@ -26,6 +26,7 @@
 #include "fsdp/core/memory_space.hpp"
 #include "fsdp/shard/parameter_info.hpp"
 #include "models/gemm.hpp"
+#include "models/half_parameter.hpp"
 #include "models/loss.hpp"
 
 namespace fsdp_models {
@@ -225,9 +226,9 @@ inline void check_batch(const GptShape& shape, std::int64_t capacity, std::int64
 template <class Access, class T>
 auto parameter(const Access& access, const std::string& name) {
   auto view = access(name);
-  static_assert(kKernelFlatView<decltype(view), T>,
+  static_assert(kParameterRead<decltype(view), T>,
                 "GPT parameters and gradients are flat Views of T that fsdp::ExecutionSpace can "
-                "access");
+                "access (parameters may be HalfParameters)");
   return view;
 }
 
@@ -334,8 +335,8 @@ void linear_forward(const Matrix<T>& in, const ParameterView& weight, const Para
           out(r, o) = add ? base(r, o) + bias(o) : bias(o);
         }
       });
-  gemm(Op::none, Op::transpose, T(1), leading_rows(in, rows), as_matrix(weight, outputs, inputs),
-       T(1), leading_rows(out, rows));
+  weight_gemm(T(1), leading_rows(in, rows), weight, outputs, inputs, Op::transpose, T(1),
+              leading_rows(out, rows));
 }
 
 // Given delta = dLoss/d(out) of linear_forward: weight_grad += delta^T * in, bias_grad += the
@@ -361,8 +362,8 @@ void linear_backward(const Matrix<T>& in, const ParameterView& weight,
           bias_grad(o) += sum;
         });
   }
-  gemm(Op::none, Op::none, T(1), leading_rows(delta, rows), as_matrix(weight, outputs, inputs),
-       T(0), leading_rows(d_in, rows));
+  weight_gemm(T(1), leading_rows(delta, rows), weight, outputs, inputs, Op::none, T(0),
+              leading_rows(d_in, rows));
 }
 
 // Columns [first, first + C) of rows (a q, k or v part, or attention_out) <-> per (sequence,
@@ -667,14 +668,15 @@ template <class T, class Params, class WeightView>
 void head_forward(const GptShape& shape, const Params& params, const WeightView& wte,
                   const Matrix<T>& x, const Matrix<T>& logits, GptHeadCache<T>& cache,
                   std::int64_t batch, std::int64_t t) {
-  static_assert(kKernelFlatView<WeightView, T>, "head_forward takes wte as a flat View of T");
+  static_assert(kParameterRead<WeightView, T>,
+                "head_forward takes wte as a flat View of T or a HalfParameter");
   gpt_detail::check_batch(shape, cache.capacity, batch, t, "head_forward");
   const std::int64_t rows = batch * t;
   gpt_detail::layernorm_forward(x, gpt_detail::parameter<Params, T>(params, "ln_f.weight"),
                                 gpt_detail::parameter<Params, T>(params, "ln_f.bias"), cache.ln,
                                 cache.mean, cache.rstd, rows);
-  gemm(Op::none, Op::transpose, T(1), leading_rows(cache.ln, rows),
-       as_matrix(wte, shape.vocab, shape.hidden), T(0), leading_rows(logits, rows));
+  weight_gemm(T(1), leading_rows(cache.ln, rows), wte, shape.vocab, shape.hidden, Op::transpose,
+              T(0), leading_rows(logits, rows));
   fsdp::ExecutionSpace().fence();
 }
 
@@ -685,13 +687,14 @@ void head_backward(const GptShape& shape, const Params& params, const Grads& gra
                    const WeightView& wte, const WeightGradView& wte_grad, const Matrix<T>& x,
                    const GptHeadCache<T>& cache, GptWorkspace<T>& work, const Matrix<T>& d_logits,
                    const Matrix<T>& dx, std::int64_t batch, std::int64_t t) {
-  static_assert(kKernelFlatView<WeightView, T> && kKernelFlatView<WeightGradView, T>,
-                "head_backward takes wte and its gradient as flat Views of T");
+  static_assert(kParameterRead<WeightView, T> && kKernelFlatView<WeightGradView, T>,
+                "head_backward takes wte and its gradient as flat Views of T (wte may be a "
+                "HalfParameter)");
   gpt_detail::check_batch(shape, std::min(cache.capacity, work.capacity), batch, t,
                           "head_backward");
   const std::int64_t rows = batch * t;
-  gemm(Op::none, Op::none, T(1), leading_rows(d_logits, rows),
-       as_matrix(wte, shape.vocab, shape.hidden), T(0), leading_rows(work.d_hidden, rows));
+  weight_gemm(T(1), leading_rows(d_logits, rows), wte, shape.vocab, shape.hidden, Op::none, T(0),
+              leading_rows(work.d_hidden, rows));
   if (wte_grad.size() > 0) {
     gemm(Op::transpose, Op::none, T(1), leading_rows(d_logits, rows), leading_rows(cache.ln, rows),
          T(1), as_matrix(wte_grad, shape.vocab, shape.hidden));

@@ -4,7 +4,9 @@
 // with, fsdp-bench times and the C API's and Fortran's tests drive.
 //
 // Runtime is fsdp::Runtime<T> or anything with its forward(unit) and backward(unit), returning a
-// scope with full(parameter), grad(parameter) (Views of T) and close().
+// scope with full(parameter), grad(parameter) (Views of T) and close(). A scope that also has
+// half(parameter) and unit() (fsdp::Runtime's) of a unit gathered in 16 bits is read through
+// half(): the passes widen its parameters where they read them (models/half_parameter.hpp).
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -82,17 +84,10 @@ class GptPasses {
   // read (and its backward adds to) the tied wte.weight too.
   template <class Scope>
   void forward_unit(Scope& scope, std::int64_t unit, std::int64_t samples) {
-    const std::int64_t t = shape_.seq;
-    if (unit == 0) {
-      embed_forward<T>(shape_, full(scope), tokens_, samples, t, stream_[0]);
-    } else if (unit <= shape_.layers) {
-      const std::int64_t l = unit - 1;
-      const auto layer = static_cast<std::size_t>(l);
-      block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1], cache(l), work_,
-                    samples, t);
+    if (gathers_16_bit(scope)) {
+      forward_unit_with(half(scope), unit, samples);
     } else {
-      head_forward(shape_, full(scope), scope.full("wte.weight"), stream_.back(), logits_,
-                   head_cache_, samples, t);
+      forward_unit_with(full(scope), unit, samples);
     }
   }
   LossSums loss(std::int64_t samples, double loss_scale) {
@@ -101,34 +96,21 @@ class GptPasses {
   }
   template <class Scope>
   void backward_unit(Scope& scope, std::int64_t unit, std::int64_t samples) {
-    const std::int64_t t = shape_.seq;
-    if (unit == 0) {
-      embed_backward<T>(shape_, grad(scope), tokens_, dx_, samples, t);
-    } else if (unit <= shape_.layers) {
-      const std::int64_t l = unit - 1;
-      const auto layer = static_cast<std::size_t>(l);
-      if (checkpointing()) {
-        // The block's forward again, inside its backward scope, on the input kept from the
-        // forward pass: its parameters are gathered once for both.
-        block_forward(shape_, l, full(scope), stream_[layer], stream_[layer + 1], caches_[0], work_,
-                      samples, t);
-      }
-      block_backward(shape_, l, full(scope), grad(scope), stream_[layer], cache(l), work_, dx_, dx_,
-                     samples, t);
+    if (gathers_16_bit(scope)) {
+      backward_unit_with(half(scope), grad(scope), unit, samples);
     } else {
-      head_backward(shape_, full(scope), grad(scope), scope.full("wte.weight"),
-                    grad(scope)("wte.weight"), stream_.back(), head_cache_, work_, d_logits_, dx_,
-                    samples, t);
+      backward_unit_with(full(scope), grad(scope), unit, samples);
     }
   }
 
   // Bytes of activations and scratch (what stays from forward to backward and the buffers the
-  // passes overwrite).
+  // passes overwrite, the widening panels among them).
   std::int64_t activation_bytes() const {
     std::int64_t bytes =
         bytes_of(tokens_, targets_, logits_, d_logits_, dx_, head_cache_.ln, head_cache_.mean,
                  head_cache_.rstd, work_.q, work_.k, work_.v, work_.y, work_.dq, work_.dk, work_.dv,
-                 work_.d_attention, work_.d_hidden, work_.d_qkv, work_.d_fc);
+                 work_.d_attention, work_.d_hidden, work_.d_qkv, work_.d_fc) +
+        scratch_.bytes();
     for (const Matrix<T>& x : stream_) {
       bytes += bytes_of(x);
     }
@@ -140,6 +122,45 @@ class GptPasses {
   }
 
  private:
+  // The passes of one unit with its parameters read through params(name) (the head's include the
+  // tied wte.weight) and its gradients through grads(name).
+  template <class Params>
+  void forward_unit_with(const Params& params, std::int64_t unit, std::int64_t samples) {
+    const std::int64_t t = shape_.seq;
+    if (unit == 0) {
+      embed_forward<T>(shape_, params, tokens_, samples, t, stream_[0]);
+    } else if (unit <= shape_.layers) {
+      const std::int64_t l = unit - 1;
+      const auto layer = static_cast<std::size_t>(l);
+      block_forward(shape_, l, params, stream_[layer], stream_[layer + 1], cache(l), work_, samples,
+                    t);
+    } else {
+      head_forward(shape_, params, params("wte.weight"), stream_.back(), logits_, head_cache_,
+                   samples, t);
+    }
+  }
+  template <class Params, class Grads>
+  void backward_unit_with(const Params& params, const Grads& grads, std::int64_t unit,
+                          std::int64_t samples) {
+    const std::int64_t t = shape_.seq;
+    if (unit == 0) {
+      embed_backward<T>(shape_, grads, tokens_, dx_, samples, t);
+    } else if (unit <= shape_.layers) {
+      const std::int64_t l = unit - 1;
+      const auto layer = static_cast<std::size_t>(l);
+      if (checkpointing()) {
+        // The block's forward again, inside its backward scope, on the input kept from the
+        // forward pass: its parameters are gathered once for both.
+        block_forward(shape_, l, params, stream_[layer], stream_[layer + 1], caches_[0], work_,
+                      samples, t);
+      }
+      block_backward(shape_, l, params, grads, stream_[layer], cache(l), work_, dx_, dx_, samples,
+                     t);
+    } else {
+      head_backward(shape_, params, grads, params("wte.weight"), grads("wte.weight"),
+                    stream_.back(), head_cache_, work_, d_logits_, dx_, samples, t);
+    }
+  }
   template <class... Views>
   static std::int64_t bytes_of(const Views&... views) {
     return (std::int64_t{0} + ... +
@@ -148,6 +169,16 @@ class GptPasses {
   template <class Scope>
   static auto full(Scope& scope) {
     return [&scope](const std::string& name) { return scope.full(name); };
+  }
+  template <class Scope>
+  auto half(Scope& scope) {
+    if constexpr (kHasHalf<Scope>) {
+      return [this, &scope](const std::string& name) {
+        return half_parameter<T>(scope, name, scratch_);
+      };
+    } else {
+      return full(scope);  // never called: gathers_16_bit is false for such a scope
+    }
   }
   // A frozen parameter's gradient is an empty View, which the kernels leave out.
   template <class Scope>
@@ -179,6 +210,7 @@ class GptPasses {
   GptHeadCache<T> head_cache_;
   GptWorkspace<T> work_;
   Matrix<T> logits_, d_logits_, dx_;
+  WideningScratch<T> scratch_;  // 16-bit parameters' panels (models/half_parameter.hpp)
 };
 
 }  // namespace fsdp_models

@@ -21,6 +21,7 @@
 #include "fsdp/core/memory_space.hpp"
 #include "fsdp/shard/parameter_info.hpp"
 #include "models/gemm.hpp"
+#include "models/half_parameter.hpp"
 #include "models/loss.hpp"
 
 namespace fsdp_models {
@@ -60,8 +61,9 @@ struct MlpShape {
 template <class T, class ParameterView>
 void layer_forward(const ParameterView& weight, const ParameterView& bias, const Matrix<T>& in,
                    const Matrix<T>& out, std::int64_t rows, bool relu) {
-  static_assert(kKernelFlatView<ParameterView, T>,
-                "layer_forward takes flat Views of T that fsdp::ExecutionSpace can access");
+  static_assert(kParameterRead<ParameterView, T>,
+                "layer_forward takes flat Views of T that fsdp::ExecutionSpace can access, or "
+                "HalfParameters");
   const auto inputs = static_cast<std::int64_t>(in.extent(1));
   const auto outputs = static_cast<std::int64_t>(out.extent(1));
   const fsdp::ExecutionSpace space;
@@ -72,8 +74,8 @@ void layer_forward(const ParameterView& weight, const ParameterView& bias, const
           out(r, o) = bias(o);
         }
       });
-  gemm(Op::none, Op::transpose, T(1), leading_rows(in, rows), as_matrix(weight, outputs, inputs),
-       T(1), leading_rows(out, rows));
+  weight_gemm(T(1), leading_rows(in, rows), weight, outputs, inputs, Op::transpose, T(1),
+              leading_rows(out, rows));
   if (relu) {
     Kokkos::parallel_for(
         "fsdp_models::layer_forward_relu", fsdp::device_range(space, 0, rows),
@@ -96,8 +98,9 @@ template <class T, class ParameterView, class GradientView>
 void layer_backward(const ParameterView& weight, const GradientView& weight_grad,
                     const GradientView& bias_grad, const Matrix<T>& in, const Matrix<T>& delta,
                     const Matrix<T>* delta_in, std::int64_t rows) {
-  static_assert(kKernelFlatView<ParameterView, T> && kKernelFlatView<GradientView, T>,
-                "layer_backward takes flat Views of T that fsdp::ExecutionSpace can access");
+  static_assert(kParameterRead<ParameterView, T> && kKernelFlatView<GradientView, T>,
+                "layer_backward takes flat Views of T that fsdp::ExecutionSpace can access (the "
+                "weight may be a HalfParameter)");
   const auto inputs = static_cast<std::int64_t>(in.extent(1));
   const auto outputs = static_cast<std::int64_t>(delta.extent(1));
   const fsdp::ExecutionSpace space;
@@ -118,8 +121,8 @@ void layer_backward(const ParameterView& weight, const GradientView& weight_grad
   }
   if (delta_in != nullptr) {
     const Matrix<T> previous = *delta_in;
-    gemm(Op::none, Op::none, T(1), leading_rows(delta, rows), as_matrix(weight, outputs, inputs),
-         T(0), leading_rows(previous, rows));
+    weight_gemm(T(1), leading_rows(delta, rows), weight, outputs, inputs, Op::none, T(0),
+                leading_rows(previous, rows));
     Kokkos::parallel_for(
         "fsdp_models::layer_backward_relu", fsdp::device_range(space, 0, rows),
         KOKKOS_LAMBDA(const std::size_t r) {
@@ -131,6 +134,36 @@ void layer_backward(const ParameterView& weight, const GradientView& weight_grad
         });
   }
   space.fence();
+}
+
+// layer_forward and layer_backward of layer l of `shape` inside its unit's open scope (an
+// fsdp::Runtime's, or anything with full(name)): the parameters are read with half() through
+// scratch where the scope's unit is gathered in 16 bits (models/half_parameter.hpp), else with
+// full(). The gradients are the caller's (a frozen parameter's: an empty View).
+template <class T, class Scope>
+void layer_forward_in(Scope& scope, std::size_t l, WideningScratch<T>& scratch, const Matrix<T>& in,
+                      const Matrix<T>& out, std::int64_t rows, bool relu) {
+  const std::string weight = MlpShape::weight(l), bias = MlpShape::bias(l);
+  if (gathers_16_bit(scope)) {
+    layer_forward<T>(half_parameter<T>(scope, weight, scratch),
+                     half_parameter<T>(scope, bias, scratch), in, out, rows, relu);
+  } else {
+    layer_forward<T>(scope.full(weight), scope.full(bias), in, out, rows, relu);
+  }
+}
+
+template <class T, class Scope, class GradientView>
+void layer_backward_in(Scope& scope, std::size_t l, WideningScratch<T>& scratch,
+                       const GradientView& weight_grad, const GradientView& bias_grad,
+                       const Matrix<T>& in, const Matrix<T>& delta, const Matrix<T>* delta_in,
+                       std::int64_t rows) {
+  const std::string weight = MlpShape::weight(l);
+  if (gathers_16_bit(scope)) {
+    layer_backward<T>(half_parameter<T>(scope, weight, scratch), weight_grad, bias_grad, in, delta,
+                      delta_in, rows);
+  } else {
+    layer_backward<T>(scope.full(weight), weight_grad, bias_grad, in, delta, delta_in, rows);
+  }
 }
 
 }  // namespace fsdp_models

@@ -227,9 +227,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     const std::int64_t held_parameter_bytes = widened ? 0 : kept_parameter_bytes;
     const std::int64_t held_gradient_bytes = widened && !frozen ? 4 : bytes.gradient;
     add_checked(whole_half_bytes, widened ? 2 * numel : 0, "the 16-bit whole parameters");
-    // Mixed precision: a scope reads its unit's parameters widened to fp32, copies freed when it
-    // closes (ShardedParameter::full()).
-    const std::int64_t widened_bytes = mixed && is_floating(parameter.dtype) ? 4 * numel : 0;
+
     // Shard groups average the reduced gradient pieces over the replicas in the pieces' dtype:
     // under mixed precision the 16-bit reduction is widened into fp32 pieces first, so 4 bytes
     // (PyTorch's HSDP all-reduces in reduce_dtype instead; fsdp keeps fp32 here, docs/modes.md).
@@ -305,7 +303,6 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
         }
       }
     }
-    add_checked(units[parameter.unit()].second, widened_bytes, "unit '" + parameter.unit() + "'");
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];
       const std::int64_t gradient = mode.transient_gradients ? numel * held_gradient_bytes : 0;
@@ -345,11 +342,6 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   }
   multiply_checked(result.reduction_in_flight_bytes, options.reductions_in_flight,
                    "the reductions in flight");
-  if (mixed && !result.largest_unit.empty()) {
-    result.working_set_holds = result.working_set_holds.empty()
-                                   ? "parameters widened to fp32"
-                                   : result.working_set_holds + ", parameters widened to fp32";
-  }
   result.whole_half_parameter_bytes = whole_half_bytes;
   add_checked(result.gathered_working_set_bytes, whole_half_bytes, "the working set");
   add_checked(result.gathered_working_set_bytes, result.accumulated_gradient_bytes,

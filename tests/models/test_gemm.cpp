@@ -10,8 +10,10 @@
 #include <random>
 #include <string>
 
+#include "fsdp/core/half_conversion.hpp"
 #include "models/blas_runtime.hpp"
 #include "models/gemm.hpp"
+#include "models/half_parameter.hpp"
 #include "models/mlp.hpp"
 #include "models/subnormals.hpp"
 
@@ -200,4 +202,63 @@ BOOST_AUTO_TEST_CASE(subnormals_are_flushed_to_zero_once_asked) {
   const std::uint32_t bits = 1;  // the smallest subnormal, read as zero
   std::memcpy(const_cast<float*>(&subnormal_bits), &bits, sizeof bits);
   BOOST_TEST(subnormal_bits * 1e30f == 0.0f);
+}
+
+// weight_gemm with a 16-bit weight (models/half_parameter.hpp) against gemm on the same weight
+// widened: a weight of 600 rows x 1000 columns and 300 rows of activations take 3 panels of 262
+// rows, both ways of multiplying (op(W) = W^T writes column blocks of C; W pairs row panels with
+// column blocks of A), with beta 0 and 1, on row ranges of larger buffers, in bf16 and fp16.
+// Every product is the same fp32 arithmetic up to the order of the panel sums.
+BOOST_AUTO_TEST_CASE(weight_gemm_of_a_16_bit_weight_matches_gemm_of_it_widened) {
+  const std::int64_t w_rows = 600, w_columns = 1000, m = 300, capacity = 310;
+  for (const bool bf16 : {true, false}) {
+    fsdp::DeviceView<std::uint16_t> bits("bits", w_rows * w_columns);
+    fsdp::DeviceView<double> widened("widened", w_rows * w_columns);
+    {
+      auto host = Kokkos::create_mirror_view(bits);
+      std::mt19937_64 engine(7);
+      std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+      for (std::size_t i = 0; i < host.size(); ++i) {
+        host(i) = bf16 ? fsdp::half::bfloat16_bits(uniform(engine))
+                       : fsdp::half::float16_bits(uniform(engine));
+      }
+      Kokkos::deep_copy(bits, host);
+    }
+    fsdp_models::WideningScratch<double> scratch;
+    const fsdp_models::HalfParameter<double> half{bits, bf16, &scratch};
+    Kokkos::parallel_for(
+        "widen", fsdp::device_range(fsdp::ExecutionSpace(), 0, w_rows * w_columns),
+        KOKKOS_LAMBDA(const std::size_t i) { widened(i) = half(i); });
+    Kokkos::fence();
+    for (const Op op : {Op::transpose, Op::none}) {
+      for (const double beta : {0.0, 1.0}) {
+        const std::int64_t a_columns = op == Op::transpose ? w_columns : w_rows;
+        const std::int64_t c_columns = op == Op::transpose ? w_rows : w_columns;
+        const auto a = random_matrix<double>("a", capacity, a_columns, 11);
+        const auto panels = random_matrix<double>("c", capacity, c_columns, 12);
+        const auto whole = copy_of(panels);
+        Matrix<double> expected("expected", capacity, c_columns);
+        Kokkos::deep_copy(expected, whole);
+        fsdp_models::weight_gemm(2.0, fsdp_models::leading_rows(a, m), half, w_rows, w_columns, op,
+                                 beta, fsdp_models::leading_rows(panels, m));
+        gemm(Op::none, op, 2.0, fsdp_models::leading_rows(a, m),
+             fsdp_models::as_matrix(widened, w_rows, w_columns), beta,
+             fsdp_models::leading_rows(expected, m));
+        const auto got = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), panels);
+        const auto want = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), expected);
+        double largest = 0;
+        for (std::int64_t r = 0; r < capacity; ++r) {
+          for (std::int64_t j = 0; j < c_columns; ++j) {
+            if (r >= m) {
+              BOOST_REQUIRE(got(r, j) == whole(r, j));  // rows past the range untouched
+            }
+            largest = std::max(largest, std::abs(got(r, j) - want(r, j)));
+          }
+        }
+        BOOST_TEST(largest <= 1e-10, (bf16 ? "bf16 " : "fp16 ")
+                                         << (op == Op::none ? "W" : "W^T") << " beta " << beta
+                                         << ": largest difference " << largest);
+      }
+    }
+  }
 }

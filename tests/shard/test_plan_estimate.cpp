@@ -81,9 +81,7 @@ BOOST_AUTO_TEST_CASE(full_sharding_ten_elements_on_four_ranks) {
   BOOST_TEST(mixed.ranks[0].optimizer_bytes == 36);
   BOOST_TEST(mixed.ranks[0].forward_gather_send_bytes == 18);
   BOOST_TEST(mixed.ranks[0].gradient_send_bytes == 18);
-  // 10 * (2 + 2), and the scope's float copies of the parameters, 10 * 4
-  BOOST_TEST(mixed.gathered_working_set_bytes == 40 + 40);
-  BOOST_TEST(mixed.working_set_holds == "parameters and gradients, parameters widened to fp32");
+  BOOST_TEST(mixed.gathered_working_set_bytes == 40);  // 10 * (2 + 2)
 }
 
 // Reductions in flight (EstimateOptions::reductions_in_flight): each holds the largest unit's
@@ -195,8 +193,7 @@ BOOST_AUTO_TEST_CASE(gpt2_at_1024_ranks_on_one_process) {
   }
   BOOST_TEST(elements == 124439808);  // every element held exactly once
   BOOST_TEST(e.largest_unit == "embeddings");
-  // 16-bit parameters and gradients, and the scope's float copies of the parameters
-  BOOST_TEST(e.gathered_working_set_bytes == (50257 + 1024) * 768 * (2 + 2 + 4));
+  BOOST_TEST(e.gathered_working_set_bytes == (50257 + 1024) * 768 * 4);
 }
 
 // One fp32 parameter of 12 elements (unit "L", fully sharded) at N = 1..4 ranks: every N divides
@@ -234,20 +231,18 @@ BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
           std::int64_t parameter, gradient, optimizer, forward, backward, reduce, working_set;
         };
         // Mixed precision under shard_optimizer and shard_grad_op: no 16-bit copy between steps,
-        // fp32 (4-byte) gradients, every parameter whole in 16 bits during the step; in every
-        // mode the unit's scope reads its parameters widened to 4 bytes.
+        // fp32 (4-byte) gradients, every parameter whole in 16 bits during the step.
         const bool mixed = c.options.precision == Precision::mixed;
         const std::int64_t whole_p = mixed ? 0 : c.p, whole_g = mixed ? 4 : c.g;
-        const std::int64_t whole_half = mixed ? 2 * 12 : 0, widened = mixed ? 4 * 12 : 0;
+        const std::int64_t whole_half = mixed ? 2 * 12 : 0;
         const std::vector<Expected> expected = {
-            {ShardingMode::no_shard, c.p * 12, c.g * 12, c.k * 12, 0, 0, 2 * ring * c.g,
-             12 * c.g + widened},
+            {ShardingMode::no_shard, c.p * 12, c.g * 12, c.k * 12, 0, 0, 2 * ring * c.g, 12 * c.g},
             {ShardingMode::shard_optimizer, whole_p * 12, whole_g * 12, c.k * piece, ring * c.p, 0,
-             ring * c.g, whole_half + widened},
+             ring * c.g, whole_half},
             {ShardingMode::shard_grad_op, whole_p * 12, whole_g * piece, c.k * piece, ring * c.p, 0,
-             ring * c.g, 12 * whole_g + whole_half + widened},
+             ring * c.g, 12 * whole_g + whole_half},
             {ShardingMode::full_shard, c.p * piece, c.g * piece, c.k * piece, ring * c.p,
-             ring * c.p, ring * c.g, 12 * (c.p + c.g) + widened},
+             ring * c.p, ring * c.g, 12 * (c.p + c.g)},
         };
         const std::vector<PlanEstimate> every = estimate_every_mode(plan, c.options);
         BOOST_REQUIRE(every.size() == expected.size());
@@ -275,8 +270,7 @@ BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
               check_rank(rank, want);
             }
             BOOST_TEST(e.gathered_working_set_bytes == x.working_set);
-            BOOST_TEST(e.largest_unit ==
-                       (x.mode == ShardingMode::shard_optimizer && !mixed ? "" : "L"));
+            BOOST_TEST(e.largest_unit == (x.mode == ShardingMode::shard_optimizer ? "" : "L"));
             BOOST_TEST(
                 e.whole_half_parameter_bytes ==
                 (x.mode == ShardingMode::shard_optimizer || x.mode == ShardingMode::shard_grad_op
@@ -490,8 +484,7 @@ BOOST_AUTO_TEST_CASE(zero_paper_figure_1) {
   // fsdp keeps fp32 master pieces and gradients: under P_os+g it keeps no 16-bit copy between
   // steps and fp32 gradient pieces, (4 + K) Psi / N = 1.9 GB, and holds every parameter whole in
   // 16 bits (2 Psi = 15 GB) from forward to backward; under P_os its fp32 whole gradients are the
-  // paper's 2 + 2 bytes, and it holds the same 15 GB during the step. A scope reads its unit's
-  // parameters widened to fp32: here the whole model is one unit, 4 Psi = 30 GB.
+  // paper's 2 + 2 bytes, and it holds the same 15 GB during the step.
   const std::int64_t psi = 7'500'000'000;
   const ShardingPlan plan = FullSharding().make_plan({param("w", {psi}, "L", DType::f16)}, 64);
   const std::vector<PlanEstimate> every =
@@ -504,10 +497,10 @@ BOOST_AUTO_TEST_CASE(zero_paper_figure_1) {
   BOOST_TEST(every[1].whole_half_parameter_bytes == 15'000'000'000);
   BOOST_TEST(every[2].whole_half_parameter_bytes == 15'000'000'000);
   BOOST_TEST(every[3].whole_half_parameter_bytes == 0);
-  BOOST_TEST(every[1].gathered_working_set_bytes == 15'000'000'000 + 4 * psi);
-  // shard_grad_op's working set: the 16-bit whole parameters, the largest unit widened and its
-  // 4-byte gradients
-  BOOST_TEST(every[2].gathered_working_set_bytes == 15'000'000'000 + 4 * psi + 4 * psi);
+  BOOST_TEST(every[1].gathered_working_set_bytes == 15'000'000'000);
+  // shard_grad_op's working set: the 16-bit whole parameters and the largest unit's 4-byte
+  // gradients
+  BOOST_TEST(every[2].gathered_working_set_bytes == 15'000'000'000 + 4 * psi);
   // Communication: stages 0-2 move 2 Psi per step, stage 3 3 Psi ((N-1)/N of it per rank).
   BOOST_TEST(every[0].max_send_bytes() == 2 * 63 * (psi / 64) * 2);
   BOOST_TEST(every[1].max_send_bytes() == 2 * 63 * (psi / 64) * 2);

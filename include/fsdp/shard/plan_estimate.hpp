@@ -154,10 +154,10 @@ struct PlanEstimate {
   // The largest unit (layer) by transient bytes and what running it takes on every rank on top
   // of the persistent bytes: full-size parameters (gathered; full_shard) and full-size gradients
   // (before their reduce-scatter; full_shard and shard_grad_op; or in no_shard's all-reduce
-  // buffer), and under mixed precision its parameters widened to fp32 while its scope reads
-  // them (4 bytes each, replicated ones included). Replicated parameters are otherwise resident
-  // and excluded. shard_optimizer in fp32 has none: the name is empty and both figures 0 (but for
-  // whole_half_parameter_bytes).
+  // buffer). Replicated parameters are resident and excluded. shard_optimizer has none: the
+  // name is empty and both figures 0 (but for whole_half_parameter_bytes). Under mixed precision
+  // the parameters are 16-bit, as a model that reads them with half() holds them; one that reads
+  // them with full() adds a float copy (4 bytes per element read) while its scope is open.
   std::string largest_unit;
   std::int64_t largest_unit_elements = 0;
   std::int64_t gathered_working_set_bytes = 0;
