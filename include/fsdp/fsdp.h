@@ -121,7 +121,8 @@ int fsdp_model_set_mode(fsdp_model_t model, int mode);
 int fsdp_model_set_shard_group_size(fsdp_model_t model, int shard_group_size);
 /* Before fsdp_model_shard: mixed precision (PyTorch's MixedPrecisionPolicy; docs/modes.md) for
  * an FSDP_FLOAT32 model, in every mode. param_dtype FSDP_BFLOAT16 or FSDP_FLOAT16: each piece is
- * rounded to 16 bits for the all-gather, and fsdp_full gives those values widened to float;
+ * rounded to 16 bits for the all-gather, fsdp_half gives those 16-bit values and fsdp_full
+ * gives them widened to float (a copy freed when the scope ends);
  * reduce_dtype FSDP_BFLOAT16 or FSDP_FLOAT16: gradients are reduced in 16 bits. The pieces, the
  * gradient pieces and the optimizer stay fp32. FSDP_FLOAT32 (or the model's own dtype): no cast,
  * the default. FSDP_ERROR_INVALID_ARGUMENT for another value or a 16-bit dtype on an
@@ -219,6 +220,13 @@ int fsdp_runtime_set_overlap(fsdp_runtime_t runtime, int max_gathered_units_back
  * first backward of a step). numel elements of the model's dtype, valid until the scope ends. */
 int fsdp_full(fsdp_runtime_t runtime, const char* parameter, void** values, int64_t* numel);
 int fsdp_grad(fsdp_runtime_t runtime, const char* parameter, void** values, int64_t* numel);
+/* Mixed precision (fsdp_model_set_mixed_precision with a 16-bit param_dtype), inside an open
+ * scope: the whole parameter as gathered, numel 16-bit values (bfloat16 or float16 bits, as
+ * param_dtype says), read only, valid until the scope ends. Reading it instead of fsdp_full
+ * leaves out fsdp_full's float copy (freed when the scope ends). FSDP_ERROR_STATE for a model
+ * gathered in its own dtype. */
+int fsdp_half(fsdp_runtime_t runtime, const char* parameter, const uint16_t** values,
+              int64_t* numel);
 /* Moves the prefetched gathers along; call it now and then inside a long computation. */
 int fsdp_progress(fsdp_runtime_t runtime);
 void fsdp_runtime_destroy(fsdp_runtime_t runtime);

@@ -837,15 +837,17 @@ int fsdp_runtime_set_overlap(fsdp_runtime_t runtime, int max_gathered_units_back
 namespace {
 
 // The whole parameter, or its whole gradient, of the open scope's unit.
-void scope_values(fsdp_runtime_t runtime, const char* parameter_name, bool gradient, void** values,
-                  int64_t* numel) {
+// The View read(runtime, name) gives for a parameter of the open scope, as a pointer and a count.
+template <class Pointer, class Read>
+void scope_values(fsdp_runtime_t runtime, const char* parameter_name, Pointer* values,
+                  int64_t* numel, Read read) {
   require_handle(runtime, "runtime");
   require_argument(values != nullptr && numel != nullptr, "an output pointer is NULL");
   *values = nullptr;
   *numel = 0;
   const std::string name = require_name(parameter_name, "the parameter name");
   on_runtime(runtime, [&](auto& r) {
-    const auto view = gradient ? r.grad(name) : r.full(name);
+    const auto view = read(r, name);
     *values = view.data();
     *numel = static_cast<int64_t>(view.size());
   });
@@ -854,11 +856,25 @@ void scope_values(fsdp_runtime_t runtime, const char* parameter_name, bool gradi
 }  // namespace
 
 int fsdp_full(fsdp_runtime_t runtime, const char* parameter, void** values, int64_t* numel) {
-  return guarded("fsdp_full", [&] { scope_values(runtime, parameter, false, values, numel); });
+  return guarded("fsdp_full", [&] {
+    scope_values(runtime, parameter, values, numel,
+                 [](auto& r, const std::string& name) { return r.full(name); });
+  });
 }
 
 int fsdp_grad(fsdp_runtime_t runtime, const char* parameter, void** values, int64_t* numel) {
-  return guarded("fsdp_grad", [&] { scope_values(runtime, parameter, true, values, numel); });
+  return guarded("fsdp_grad", [&] {
+    scope_values(runtime, parameter, values, numel,
+                 [](auto& r, const std::string& name) { return r.grad(name); });
+  });
+}
+
+int fsdp_half(fsdp_runtime_t runtime, const char* parameter, const uint16_t** values,
+              int64_t* numel) {
+  return guarded("fsdp_half", [&] {
+    scope_values(runtime, parameter, values, numel,
+                 [](auto& r, const std::string& name) { return r.half(name); });
+  });
 }
 
 int fsdp_progress(fsdp_runtime_t runtime) {

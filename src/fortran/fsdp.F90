@@ -95,7 +95,7 @@ module fsdp
   public :: fsdp_model_init_from_full, fsdp_model_init_from_root, fsdp_model_init_with
   public :: fsdp_model_zero_grad, fsdp_model_copy_parameter, fsdp_model_destroy
   public :: fsdp_runtime_create, fsdp_begin_forward, fsdp_end_forward, fsdp_begin_backward
-  public :: fsdp_end_backward, fsdp_finish_step, fsdp_full, fsdp_grad, fsdp_progress
+  public :: fsdp_end_backward, fsdp_finish_step, fsdp_full, fsdp_grad, fsdp_half, fsdp_progress
   public :: fsdp_runtime_set_requires_gradient_sync, fsdp_runtime_set_overlap
   public :: fsdp_runtime_destroy, fsdp_runtime_stats
   public :: fsdp_grad_norm, fsdp_clip_grad_norm
@@ -330,6 +330,13 @@ module fsdp
       type(c_ptr), intent(out) :: values
       integer(c_int64_t), intent(out) :: numel
     end function c_full
+    integer(c_int) function c_half(runtime, parameter, values, numel) bind(c, name='fsdp_half')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: runtime
+      character(kind=c_char), intent(in) :: parameter(*)
+      type(c_ptr), intent(out) :: values
+      integer(c_int64_t), intent(out) :: numel
+    end function c_half
     integer(c_int) function c_grad(runtime, parameter, values, numel) bind(c, name='fsdp_grad')
       import :: c_int, c_ptr, c_char, c_int64_t
       type(c_ptr), value :: runtime
@@ -1061,6 +1068,23 @@ contains
     integer, intent(out) :: ierr
     call scope_array(runtime, parameter, .true., FSDP_FLOAT64, ierr, values64=values)
   end subroutine grad_f64
+
+  ! Mixed precision with a 16-bit param_dtype, inside the open scope of the parameter's unit: the
+  ! whole parameter as gathered, bfloat16 or float16 bits (as param_dtype says) in 16-bit
+  ! integers. Read only; valid until the scope ends. FSDP_ERROR_STATE for a model gathered in its
+  ! own kind.
+  subroutine fsdp_half(runtime, parameter, values, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    character(len=*), intent(in) :: parameter
+    integer(c_int16_t), pointer, intent(out) :: values(:)
+    integer, intent(out) :: ierr
+    type(c_ptr) :: data
+    integer(c_int64_t) :: numel
+    nullify (values)
+    ierr = int(c_half(runtime%handle, c_string(parameter), data, numel))
+    if (ierr /= FSDP_SUCCESS) return
+    call c_f_pointer(data, values, [numel])
+  end subroutine fsdp_half
 
   subroutine scope_array(runtime, parameter, gradient, kind, ierr, values32, values64)
     type(fsdp_runtime), intent(in) :: runtime

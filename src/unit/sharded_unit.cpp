@@ -105,9 +105,9 @@ DeviceView<std::uint16_t> ShardedParameter<T>::half() const {
   if (!is_half(unit_->param_dtype())) {
     throw Error(ErrorKind::state,
                 "half() of parameter '" + info_.name + "': unit '" + unit_->name() +
-                    "' gathers its parameters in " + name_of(unit_->param_dtype()) +
-                    " (UnitOptions::param_dtype); read them with full(), or give the model a "
-                    "16-bit param_dtype (bf16 or fp16)");
+                    "' gathers its parameters in " + name_of(dtype_of<T>()) +
+                    ", its own dtype (no 16-bit UnitOptions::param_dtype); read them with full(), "
+                    "or give a float model param_dtype bf16 or fp16");
   }
   return half_;
 }

@@ -185,13 +185,40 @@ static uint32_t rounded_bits(int param_dtype) {
   return param_dtype == FSDP_BFLOAT16 ? 0xFFFFu : param_dtype == FSDP_FLOAT16 ? 0x1FFFu : 0u;
 }
 
-/* Reads the parameter as doubles; the float bits in zero_bits must be zero. */
+/* The float bits of a 16-bit value: bfloat16 (the upper half of a float), or float16 of a
+ * normal number or zero (0xFFFFFFFF for the rest, which the parameters here never are). */
+static uint32_t float_bits_of_half(uint16_t half, uint32_t zero_bits) {
+  if (zero_bits == 0xFFFFu) {
+    return (uint32_t)half << 16;
+  }
+  const uint32_t sign = (uint32_t)(half & 0x8000u) << 16, exponent = (half >> 10) & 0x1Fu;
+  if ((half & 0x7FFFu) == 0) {
+    return sign;
+  }
+  if (exponent == 0 || exponent == 0x1Fu) {
+    return 0xFFFFFFFFu;
+  }
+  return sign | ((exponent + 112u) << 23) | ((uint32_t)(half & 0x3FFu) << 13);
+}
+
+/* Reads the parameter as doubles; the float bits in zero_bits must be zero, and with a 16-bit
+ * param_dtype (zero_bits nonzero) fsdp_half must give the same values in 16 bits. */
 static void full_parameter(fsdp_runtime_t runtime, int i, int dtype, uint32_t zero_bits,
                            double* out) {
   void* values = NULL;
   int64_t numel = 0;
   CHECK_OK(fsdp_full(runtime, parameter_names[i], &values, &numel));
   CHECK(numel == parameter_numel[i], "%s has %lld elements", parameter_names[i], (long long)numel);
+  const uint16_t* halves = NULL;
+  int64_t half_numel = 0;
+  if (zero_bits != 0) {
+    CHECK_OK(fsdp_half(runtime, parameter_names[i], &halves, &half_numel));
+    CHECK(half_numel == numel, "fsdp_half: %s has %lld elements", parameter_names[i],
+          (long long)half_numel);
+  } else {
+    CHECK_CODE(fsdp_half(runtime, parameter_names[i], &halves, &half_numel), FSDP_ERROR_STATE);
+    CHECK(halves == NULL && half_numel == 0, "fsdp_half refused but gave %p", (const void*)halves);
+  }
   for (int64_t e = 0; e < numel; ++e) {
     out[e] = get(values, dtype, e);
     if (zero_bits != 0) {
@@ -199,6 +226,9 @@ static void full_parameter(fsdp_runtime_t runtime, int i, int dtype, uint32_t ze
       memcpy(&bits, (const float*)values + e, sizeof bits);
       CHECK((bits & zero_bits) == 0, "%s[%lld] = %.9g (bits 0x%08x) is not a 16-bit value",
             parameter_names[i], (long long)e, out[e], (unsigned)bits);
+      CHECK(float_bits_of_half(halves[e], zero_bits) == bits,
+            "fsdp_half: %s[%lld] = 0x%04x, fsdp_full gives bits 0x%08x", parameter_names[i],
+            (long long)e, (unsigned)halves[e], (unsigned)bits);
     }
   }
 }

@@ -255,7 +255,9 @@ contains
   end subroutine make_model
 
   ! The whole parameter (n elements) inside its unit's scope, as real(c_double); single: from a
-  ! real(c_float) model, whose floats must have the bits of zero_bits clear (16-bit values).
+  ! real(c_float) model, whose floats must have the bits of zero_bits clear (16-bit values), and
+  ! fsdp_half must give them in 16 bits (bf16: the upper halves of the floats), or be refused
+  ! when the model gathers in its own kind.
   subroutine read_full(runtime, name, n, values, single, zero_bits)
     type(fsdp_runtime), intent(in) :: runtime
     character(len=*), intent(in) :: name
@@ -264,12 +266,25 @@ contains
     logical, intent(in) :: single
     real(c_float), pointer :: p32(:)
     real(c_double), pointer :: p64(:)
+    integer(c_int16_t), pointer :: h(:)
+    call fsdp_half(runtime, name, h, ierr)
+    if (zero_bits == 0) then
+      call check_code(ierr, FSDP_ERROR_STATE, 'fsdp_half of ' // name // ' gathered in its kind')
+      call check(.not. associated(h), 'a refused fsdp_half gives no array')
+    else
+      call check_ok(ierr, 'half ' // name)
+      call check(size(h) == n, 'fsdp_half: ' // name // ' has its declared size')
+    end if
     if (single) then
       call fsdp_full(runtime, name, p32, ierr)
       call check_ok(ierr, 'full ' // name)
       call check(size(p32) == n, name // ' has its declared size')
       call check(all(iand(transfer(p32, [0_c_int32_t]), int(zero_bits, c_int32_t)) == 0), &
                  name // ' holds 16-bit values only')
+      if (zero_bits == int(z'FFFF')) then
+        call check(all(shiftl(iand(int(h, c_int32_t), int(z'FFFF', c_int32_t)), 16) == &
+                       transfer(p32, [0_c_int32_t])), 'fsdp_half gives the bf16 bits of ' // name)
+      end if
       values = real(p32, c_double)
     else
       call fsdp_full(runtime, name, p64, ierr)
