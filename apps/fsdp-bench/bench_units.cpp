@@ -1,9 +1,12 @@
 // fsdp-bench gather: gathering a unit of typical layer sizes against one raw MPI_Allgather of the
 // same total bytes. fsdp-bench memory: per-rank peak of a sharded training step, as fsdp tracks it
 // and as the kernel measures it (VmHWM), against the plan's estimate and unsharded training.
+#include <malloc.h>
+
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <utility>
 
 #include "../common/plural.hpp"
 #include "benchmark.hpp"
@@ -113,14 +116,77 @@ struct MemoryOptions {
   std::int64_t hidden = 2048;
   int layers = 12;
   std::string strategy = "full";
+  std::vector<std::string> modes = {"full_shard", "shard_grad_op", "shard_optimizer", "no_shard"};
+  std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
 };
+
+// What one way of training held on one rank at its peak, by fsdp's tracker and by the kernel.
+struct MemoryRow {
+  std::int64_t peak = 0, state = 0, transient = 0, resident_peak = 0, resident_added = 0;
+};
+
+// Training steps of an MLP of `layers` square layers with biases (a few hundred MB of fp32
+// parameters) in `mode` and `precision` (16-bit gathers and reductions over fp32 masters), unit
+// by unit as the runtime runs them: gather; release after the forward unless the mode keeps the
+// unit gathered until its backward; gather again if released, write the gradients, release,
+// reduce-scatter; then Adam on the pieces. The figures are those of the second step: the first
+// makes Adam's moments and fills the buffer pool, which every later step holds.
+MemoryRow memory_of_a_step(ProcessGroup& group, const ShardingPlan& plan, ShardingMode mode,
+                           DType precision) {
+  const PeakMemory before_the_model;
+  ShardedModelOptions options;
+  options.unit.mode = mode;
+  options.unit.param_dtype = precision;
+  options.unit.reduce_dtype = precision;
+  ShardedModel<float> model(group, plan, options);
+  for (const ParameterInfo& p : plan.parameters()) {
+    model.init_with(p.name, [](std::int64_t first, float* values, std::int64_t count) {
+      for (std::int64_t i = 0; i < count; ++i) {
+        values[i] = static_cast<float>(1e-3 * std::sin(0.001 * static_cast<double>(first + i)));
+      }
+    });
+  }
+  Adam<float> adam(AdamOptions{});
+  const auto step = [&] {
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      model.unit(u).gather();
+      if (!model.unit(u).stays_gathered()) {
+        model.unit(u).release();
+      }
+    }
+    for (std::size_t u = model.unit_count(); u-- > 0;) {
+      ShardedUnit<float>& unit = model.unit(u);
+      if (unit.state() == UnitState::sharded) {
+        unit.gather();
+      }
+      for (auto& p : unit.parameters()) {
+        Kokkos::deep_copy(p.grad(), 1e-3f);
+      }
+      unit.release();
+      unit.reduce_scatter_grads();
+    }
+    adam.step(model);
+    model.zero_grad();
+  };
+  step();
+  model.reset_memory_peaks();
+  const PeakMemory resident;  // the kernel's count of the second step: an independent check
+  step();
+  const MemoryReport& report = model.memory();
+  MemoryRow row;
+  row.peak = report.total_peak;
+  row.state = report.model_state();
+  row.transient = report.peak_of(MemoryCategory::gathered_parameters) +
+                  report.peak_of(MemoryCategory::full_gradients) +
+                  report.peak_of(MemoryCategory::communication);
+  row.resident_peak = std::int64_t{1024} * resident.peak_kb();
+  row.resident_added = std::int64_t{1024} * (resident.peak_kb() - before_the_model.rss_before_kb());
+  return row;
+}
 
 void run_memory(const MemoryOptions& options, const CommonOptions& common) {
   ProcessGroup group(MPI_COMM_WORLD);
   const int n = group.size();
-  // Resident memory from here on, measured by the kernel: an independent check of the tracker.
-  const PeakMemory resident;
-  // An MLP of `layers` square layers with biases: a few hundred MB of fp32 parameters.
   std::vector<ParameterInfo> parameters;
   for (int k = 0; k < options.layers; ++k) {
     const std::string layer = "layer" + std::to_string(k);
@@ -129,89 +195,62 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
     parameters.push_back({layer + ".bias", {options.hidden}, DType::f32, layer, false});
   }
   const ShardingPlan plan = make_strategy(options.strategy)->make_plan(parameters, n);
-  ShardedModel<float> model(group, plan);
-  for (const ParameterInfo& p : parameters) {
-    model.init_with(p.name, [](std::int64_t first, float* values, std::int64_t count) {
-      for (std::int64_t i = 0; i < count; ++i) {
-        values[i] = static_cast<float>(1e-3 * std::sin(0.001 * static_cast<double>(first + i)));
-      }
-    });
-  }
-  // One training step, unit by unit as FSDP runs it: gather, write gradients, release,
-  // reduce-scatter; then Adam on the pieces.
-  Adam<float> adam(AdamOptions{});
-  for (std::size_t u = 0; u < model.unit_count(); ++u) {
-    model.unit(u).gather();
-    model.unit(u).release();
-  }
-  for (std::size_t u = model.unit_count(); u-- > 0;) {
-    ShardedUnit<float>& unit = model.unit(u);
-    unit.gather();
-    for (auto& p : unit.parameters()) {
-      Kokkos::deep_copy(p.grad(), 1e-3f);
-    }
-    unit.release();
-    unit.reduce_scatter_grads();
-  }
-  adam.step(model);
-
-  const MemoryReport& report = model.memory();
-  const PlanEstimate planned =
-      estimate(plan, EstimateOptions{OptimizerKind::adam, Precision::fp32});
-  std::vector<std::int64_t> mine = {report.total_peak, report.model_state(),
-                                    report.peak_of(MemoryCategory::gathered_parameters) +
-                                        report.peak_of(MemoryCategory::full_gradients) +
-                                        report.peak_of(MemoryCategory::communication),
-                                    std::int64_t{1024} * resident.peak_kb(),
-                                    std::int64_t{1024} * resident.added_kb()};
-  const std::size_t fields = mine.size();
-  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(n));
-  group.all_gather(mine.data(), all.data(), mine.size());
+  const PlanEstimate unsharded = estimate(plan, {OptimizerKind::adam, Precision::fp32});
   if (group.rank() == 0 && !common.json) {
     std::printf(
-        "fsdp-bench memory: %s, %d layers of %lld x %lld fp32 (%.1f MB of "
-        "parameters), strategy %s, Adam; one training step\n",
+        "fsdp-bench memory: %s, %d layers of %lld x %lld fp32 (%.1f MB of parameters), "
+        "strategy %s, Adam; the second training step of each row, the fullest rank's figures\n",
         fsdp_apps::count_of(n, "rank").c_str(), options.layers,
         static_cast<long long>(options.hidden), static_cast<long long>(options.hidden),
-        planned.total_elements * 4 / 1e6, options.strategy.c_str());
+        unsharded.total_elements * 4 / 1e6, options.strategy.c_str());
     std::printf(
-        "resident: the kernel's peak resident set (VmHWM) of the process; added: minus "
-        "its resident set before the model was built%s\n",
-        resident.reset_ok() ? "" : " (VmHWM could not be reset: peak since start)");
-    std::printf("%5s %14s %14s %14s %16s %16s %10s %15s %13s\n", "rank", "peak (MB)",
-                "estimate (MB)", "state (MB)", "transient (MB)", "unsharded (MB)", "peak/unsh",
-                "resident (MB)", "added (MB)");
+        "peak: fsdp's tracked buffers; estimate: fsdp::estimate's persistent + working set "
+        "(fsdp-plan); resident: the kernel's peak resident set (VmHWM); added: minus the "
+        "resident set before the model was built\n");
+    std::printf("%-16s %5s %11s %14s %11s %15s %10s %14s %11s\n", "mode", "prec", "peak (MB)",
+                "estimate (MB)", "state (MB)", "transient (MB)", "peak/unsh", "resident (MB)",
+                "added (MB)");
   }
-  for (int r = 0; r < n; ++r) {
-    const std::int64_t* theirs = &all[fields * static_cast<std::size_t>(r)];
-    const std::int64_t peak = theirs[0];
-    const std::int64_t state = theirs[1];
-    const std::int64_t transient = theirs[2];
-    const std::int64_t resident_peak = theirs[3];
-    const std::int64_t resident_added = theirs[4];
-    const std::int64_t estimate_bytes =
-        planned.ranks[static_cast<std::size_t>(r)].persistent_bytes() +
-        planned.gathered_working_set_bytes;
-    nlohmann::json result = {
-        {"benchmark", "memory"},
-        {"ranks", n},
-        {"rank", r},
-        {"peak_bytes", peak},
-        {"estimate_bytes", estimate_bytes},
-        {"model_state_bytes", state},
-        {"transient_peak_bytes", transient},
-        {"unsharded_bytes", planned.unsharded_persistent_bytes},
-        {"peak_over_unsharded", static_cast<double>(peak) / planned.unsharded_persistent_bytes},
-        {"resident_peak_bytes", resident_peak},
-        {"resident_added_bytes", resident_added},
-        {"resident_peak_is_since_process_start", !resident.reset_ok()}};
-    emit(common, group.rank(), result, [&] {
-      std::printf("%5d %14.1f %14.1f %14.1f %16.1f %16.1f %10.3f %15.1f %13.1f\n", r, peak / 1e6,
-                  estimate_bytes / 1e6, state / 1e6, transient / 1e6,
-                  planned.unsharded_persistent_bytes / 1e6,
-                  static_cast<double>(peak) / planned.unsharded_persistent_bytes,
-                  resident_peak / 1e6, resident_added / 1e6);
-    });
+  for (const std::string& mode_name : options.modes) {
+    const ShardingMode mode = parse_sharding_mode(mode_name);
+    for (const std::string& precision_name : options.precisions) {
+      const DType precision = parse_dtype(precision_name);
+      const MemoryRow mine = memory_of_a_step(group, plan, mode, precision);
+      malloc_trim(0);  // the next row starts from a process that gave this one's memory back
+      MemoryRow most;
+      for (auto [field, out] : {std::pair{&MemoryRow::peak, &most.peak},
+                                {&MemoryRow::state, &most.state},
+                                {&MemoryRow::transient, &most.transient},
+                                {&MemoryRow::resident_peak, &most.resident_peak},
+                                {&MemoryRow::resident_added, &most.resident_added}}) {
+        *out = mine.*field;
+        group.all_reduce(out, 1, ReduceOp::max);
+      }
+      EstimateOptions estimate_options{
+          OptimizerKind::adam, precision == DType::f32 ? Precision::fp32 : Precision::mixed, mode};
+      const PlanEstimate planned = estimate(plan, estimate_options);
+      const std::int64_t estimate_bytes = planned.peak_bytes();
+      const double over_unsharded = static_cast<double>(most.peak) /
+                                    static_cast<double>(unsharded.unsharded_persistent_bytes);
+      nlohmann::json result = {{"benchmark", "memory"},
+                               {"ranks", n},
+                               {"mode", name_of(mode)},
+                               {"precision", name_of(precision)},
+                               {"peak_bytes", most.peak},
+                               {"estimate_bytes", estimate_bytes},
+                               {"model_state_bytes", most.state},
+                               {"transient_peak_bytes", most.transient},
+                               {"unsharded_bytes", unsharded.unsharded_persistent_bytes},
+                               {"peak_over_unsharded", over_unsharded},
+                               {"resident_peak_bytes", most.resident_peak},
+                               {"resident_added_bytes", most.resident_added}};
+      emit(common, group.rank(), result, [&] {
+        std::printf("%-16s %5s %11.1f %14.1f %11.1f %15.1f %10.3f %14.1f %11.1f\n", name_of(mode),
+                    name_of(precision), most.peak / 1e6, estimate_bytes / 1e6, most.state / 1e6,
+                    most.transient / 1e6, over_unsharded, most.resident_peak / 1e6,
+                    most.resident_added / 1e6);
+      });
+    }
   }
 }
 
@@ -236,6 +275,16 @@ void add_memory(CLI::App& app, const CommonOptions& common) {
   sub->add_option("--hidden", options->hidden, "width of the square layers");
   sub->add_option("--layers", options->layers, "number of layers");
   sub->add_option("--strategy", options->strategy, "full, layerwise or hybrid");
+  sub->add_option("--mode", options->modes, "sharding modes, comma separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"full_shard", "shard_grad_op", "shard_optimizer", "no_shard"}))
+      ->capture_default_str();
+  sub->add_option("--precision", options->precisions,
+                  "precisions, comma separated: fp32, bf16, fp16 (16-bit gathers and reductions "
+                  "over fp32 masters)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   sub->callback([options, &common] { run_memory(*options, common); });
 }
 

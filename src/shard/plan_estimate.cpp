@@ -226,6 +226,9 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
         frozen && options.precision == Precision::mixed ? 0 : bytes.parameter;
     const std::int64_t held_parameter_bytes = widened ? 0 : kept_parameter_bytes;
     const std::int64_t held_gradient_bytes = widened && !frozen ? 4 : bytes.gradient;
+    // The whole gradients a backward writes are fp32 under mixed precision too (reduced in
+    // reduce_dtype from there), 4 bytes where the paper's are 2.
+    const std::int64_t whole_gradient_bytes = mixed && bytes.gradient > 0 ? 4 : bytes.gradient;
     add_checked(whole_half_bytes, widened ? 2 * numel : 0, "the 16-bit whole parameters");
 
     // Shard groups average the reduced gradient pieces over the replicas in the pieces' dtype:
@@ -305,7 +308,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     }
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];
-      const std::int64_t gradient = mode.transient_gradients ? numel * held_gradient_bytes : 0;
+      const std::int64_t gradient = mode.transient_gradients ? numel * whole_gradient_bytes : 0;
       add_checked(unit.first, numel, "unit '" + parameter.unit() + "'");
       // Accumulating, every unit's gradients are held at once (added below), not only its own.
       add_checked(unit.second,

@@ -81,7 +81,7 @@ BOOST_AUTO_TEST_CASE(full_sharding_ten_elements_on_four_ranks) {
   BOOST_TEST(mixed.ranks[0].optimizer_bytes == 36);
   BOOST_TEST(mixed.ranks[0].forward_gather_send_bytes == 18);
   BOOST_TEST(mixed.ranks[0].gradient_send_bytes == 18);
-  BOOST_TEST(mixed.gathered_working_set_bytes == 40);  // 10 * (2 + 2)
+  BOOST_TEST(mixed.gathered_working_set_bytes == 60);  // 10 * (2 + 4): fp32 whole gradients
 }
 
 // Reductions in flight (EstimateOptions::reductions_in_flight): each holds the largest unit's
@@ -193,7 +193,8 @@ BOOST_AUTO_TEST_CASE(gpt2_at_1024_ranks_on_one_process) {
   }
   BOOST_TEST(elements == 124439808);  // every element held exactly once
   BOOST_TEST(e.largest_unit == "embeddings");
-  BOOST_TEST(e.gathered_working_set_bytes == (50257 + 1024) * 768 * 4);
+  // 16-bit parameters and fp32 whole gradients
+  BOOST_TEST(e.gathered_working_set_bytes == (50257 + 1024) * 768 * (2 + 4));
 }
 
 // One fp32 parameter of 12 elements (unit "L", fully sharded) at N = 1..4 ranks: every N divides
@@ -230,19 +231,21 @@ BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
           ShardingMode mode;
           std::int64_t parameter, gradient, optimizer, forward, backward, reduce, working_set;
         };
-        // Mixed precision under shard_optimizer and shard_grad_op: no 16-bit copy between steps,
-        // fp32 (4-byte) gradients, every parameter whole in 16 bits during the step.
+        // Mixed precision: the whole gradients a backward writes are fp32 (4 bytes) in every
+        // mode; under shard_optimizer and shard_grad_op no 16-bit copy between steps, fp32
+        // gradients, every parameter whole in 16 bits during the step.
         const bool mixed = c.options.precision == Precision::mixed;
         const std::int64_t whole_p = mixed ? 0 : c.p, whole_g = mixed ? 4 : c.g;
         const std::int64_t whole_half = mixed ? 2 * 12 : 0;
         const std::vector<Expected> expected = {
-            {ShardingMode::no_shard, c.p * 12, c.g * 12, c.k * 12, 0, 0, 2 * ring * c.g, 12 * c.g},
+            {ShardingMode::no_shard, c.p * 12, c.g * 12, c.k * 12, 0, 0, 2 * ring * c.g,
+             12 * whole_g},
             {ShardingMode::shard_optimizer, whole_p * 12, whole_g * 12, c.k * piece, ring * c.p, 0,
              ring * c.g, whole_half},
             {ShardingMode::shard_grad_op, whole_p * 12, whole_g * piece, c.k * piece, ring * c.p, 0,
              ring * c.g, 12 * whole_g + whole_half},
             {ShardingMode::full_shard, c.p * piece, c.g * piece, c.k * piece, ring * c.p,
-             ring * c.p, ring * c.g, 12 * (c.p + c.g)},
+             ring * c.p, ring * c.g, 12 * (c.p + whole_g)},
         };
         const std::vector<PlanEstimate> every = estimate_every_mode(plan, c.options);
         BOOST_REQUIRE(every.size() == expected.size());
