@@ -918,6 +918,7 @@ class Run {
           {"shard_group_size", plan.world_size()},
           {"transport", group_.transport_name()},
           {"blas", fsdp_models::blas_description()},
+          {"half_compute", o_.mixed_precision.empty() ? "" : fsdp_models::half_gemm_description()},
           {"subnormals_flushed", fsdp_models::flushes_subnormals()},
           {"peak_flops", peak_flops_},
           {"model", trained_->description()},
@@ -957,6 +958,10 @@ class Run {
                   fsdp_models::blas_description().c_str(), peak_flops_ / 1e9,
                   fsdp_apps::count_of(ranks_, "rank").c_str(), o_.dtype.c_str(),
                   fsdp_models::flushes_subnormals() ? "; subnormal floats flushed to zero" : "");
+      if (!o_.mixed_precision.empty()) {
+        std::printf("%s compute: %s\n", o_.mixed_precision.c_str(),
+                    fsdp_models::half_gemm_description().c_str());
+      }
       std::printf("activations: %s per rank\n",
                   human(static_cast<double>(activation_bytes)).c_str());
       std::printf("data: %s\n", data_.train.description.c_str());

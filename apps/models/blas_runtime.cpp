@@ -38,6 +38,15 @@ const char* kernels_for_this_cpu() {
 
 }  // namespace
 
+std::string half_gemm_description() {
+  const bool sbgemm = dlsym(RTLD_DEFAULT, "cblas_sbgemm") != nullptr;
+  return std::string(
+             "16-bit parameters widened a panel of weight rows at a time into fp32 "
+             "GEMMs; ") +
+         (sbgemm ? "the BLAS has a bf16 GEMM (cblas_sbgemm), which fsdp does not call yet"
+                 : "the BLAS has no bf16 GEMM (no cblas_sbgemm)");
+}
+
 std::string blas_kernels() {
   const auto corename = openblas_function<GetCorename>("openblas_get_corename");
   return corename != nullptr ? corename() : "";

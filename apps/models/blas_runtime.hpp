@@ -10,6 +10,11 @@ namespace fsdp_models {
 // OpenBLAS, its build configuration and thread count; "cuBLAS ..." is not reported here.
 std::string blas_description();
 
+// How the models multiply by 16-bit parameters (models/half_parameter.hpp): which GEMM ran, and
+// whether the BLAS has a bf16 one (OpenBLAS's cblas_sbgemm, present only when OpenBLAS was built
+// with BUILD_BFLOAT16; Debian 12's is not).
+std::string half_gemm_description();
+
 // OpenBLAS built for many CPUs (Debian's, DYNAMIC_ARCH) picks its kernels by the CPU model when it
 // loads, and a model newer than the library falls back to its SSE3 kernels, "Prescott": on an
 // Emerald Rapids core (Intel family 6 model 207) Debian 12's OpenBLAS 0.3.21 multiplies fp32 at
