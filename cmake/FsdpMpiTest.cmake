@@ -45,3 +45,18 @@ function(fsdp_add_mpi_test)
     endif()
   endforeach()
 endfunction()
+
+# fsdp_isolate_mpi_sessions()
+# Gives every test of the current directory an Open MPI session directory base of its own
+# (OMPI_MCA_orte_tmpdir_base under the build tree); call it last, once the directory's tests exist.
+# Open MPI 4.1 singletons (a program started without mpiexec, as most tool tests are) of one user
+# on one node share one session directory, and each removes it recursively when it finishes, so
+# two that start and end at once under ctest -j can fail in MPI_Init ("orte_session_dir failed";
+# open-mpi/ompi#8510). A test's own processes start one after another, or under one mpiexec.
+function(fsdp_isolate_mpi_sessions)
+  get_directory_property(tests TESTS)
+  foreach(test IN LISTS tests)
+    set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT_MODIFICATION
+                 "OMPI_MCA_orte_tmpdir_base=set:${CMAKE_BINARY_DIR}/mpi-sessions/${test}")
+  endforeach()
+endfunction()
