@@ -80,8 +80,7 @@ inline constexpr bool
 template <class Scope>
 bool gathers_16_bit(Scope& scope) {
   if constexpr (kHasHalf<Scope>) {
-    const fsdp::DType dtype = scope.unit().param_dtype();
-    return dtype == fsdp::DType::bf16 || dtype == fsdp::DType::f16;
+    return scope.unit().gathers_in_half();
   } else {
     return false;
   }

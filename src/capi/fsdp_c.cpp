@@ -836,7 +836,6 @@ int fsdp_runtime_set_overlap(fsdp_runtime_t runtime, int max_gathered_units_back
 
 namespace {
 
-// The whole parameter, or its whole gradient, of the open scope's unit.
 // The View read(runtime, name) gives for a parameter of the open scope, as a pointer and a count.
 template <class Pointer, class Read>
 void scope_values(fsdp_runtime_t runtime, const char* parameter_name, Pointer* values,

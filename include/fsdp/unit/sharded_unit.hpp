@@ -147,6 +147,8 @@ class ShardedUnit {
   ShardingMode mode() const { return mode_; }
   // UnitOptions::param_dtype: bf16 or fp16 when the gathered parameters are 16-bit.
   DType param_dtype() const { return param_dtype_; }
+  // The gathered parameters are 16-bit (param_dtype bf16 or fp16): half() reads them.
+  bool gathers_in_half() const;
   // Hybrid sharding: the replica group (UnitOptions::replicas); nullptr without one.
   ProcessGroup* replicas() { return replicas_ ? &*replicas_ : nullptr; }
   // The mode keeps whole parameters from the forward to the backward (shard_grad_op,
@@ -201,7 +203,6 @@ class ShardedUnit {
   void make_resident_gradients();
   void start_resident_gather();
   void give_back_whole_parameters();
-  bool gathers_in_half() const;
   bool reduces_in_half() const;
   template <class H>
   void start_half_gather();
