@@ -4,9 +4,12 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
+#include <type_traits>
 #include <vector>
 
+#include "fsdp/core/half_conversion.hpp"
 #include "fsdp/core/memory_space.hpp"
+#include "fsdp/unit/gradient_piece.hpp"
 
 namespace fsdp::test {
 
@@ -33,6 +36,24 @@ auto on_host(const View& view) {
 template <class View, class HostView>
 void to_view(const View& view, const HostView& host) {
   Kokkos::deep_copy(view, host);
+}
+
+// A gradient piece's values on the host, widened when it is kept in bfloat16.
+template <class T>
+std::vector<T> values_of(const GradientPiece<T>& piece) {
+  std::vector<T> values;
+  piece.visit([&](const auto& grad) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(grad)>, Bfloat16Values<T>>) {
+      const auto bits = on_host(grad.bits());
+      for (std::size_t i = 0; i < bits.size(); ++i) {
+        values.push_back(static_cast<T>(half::from_bfloat16_bits(bits(i))));
+      }
+    } else {
+      const auto host = on_host(grad);
+      values.assign(host.data(), host.data() + host.size());
+    }
+  });
+  return values;
 }
 
 }  // namespace fsdp::test

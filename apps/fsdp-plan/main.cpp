@@ -38,6 +38,7 @@ struct Options {
   int world_size = 0;
   std::string optimizer = "adam";
   std::string precision = "fp32";
+  std::string grad_dtype = "fp32";
   std::string mode = "full_shard";
   int shard_group_size = 0;
   bool json = false;
@@ -211,6 +212,11 @@ std::vector<int> shown_ranks(const fsdp::PlanEstimate& e, bool all_ranks) {
   return shown;
 }
 
+// --grad-dtype as the estimate took it.
+const char* kept_gradients(const fsdp::EstimateOptions& options) {
+  return options.keeps_16_bit_gradients ? "bf16" : "fp32";
+}
+
 void print_json(const std::string& model, const fsdp::ShardingPlan& plan,
                 const fsdp::PlanEstimate& e, const std::vector<fsdp::PlanEstimate>& modes,
                 bool all_ranks) {
@@ -238,6 +244,7 @@ void print_json(const std::string& model, const fsdp::ShardingPlan& plan,
                               {"replicas", e.replicas()},
                               {"optimizer", fsdp::name_of(e.options.optimizer)},
                               {"precision", fsdp::name_of(e.options.precision)},
+                              {"grad_dtype", kept_gradients(e.options)},
                               {"imbalance", plan.imbalance()},
                               {"always_gathered", plan.always_gathered()},
                               {"largest_unit",
@@ -264,10 +271,11 @@ void print_table(const std::string& model, const fsdp::ShardingPlan& plan,
   std::printf("fsdp-plan: %s\n", model.c_str());
   std::printf(
       "  %s elements in %zu tensors; strategy %s; world size %d; mode %s (ZeRO-%d); "
-      "optimizer %s; precision %s\n",
+      "optimizer %s; precision %s%s\n",
       grouped(e.total_elements).c_str(), plan.parameters().size(), plan.strategy().c_str(),
       plan.world_size(), fsdp::name_of(e.options.mode), fsdp::zero_stage(e.options.mode),
-      fsdp::name_of(e.options.optimizer), fsdp::name_of(e.options.precision));
+      fsdp::name_of(e.options.optimizer), fsdp::name_of(e.options.precision),
+      e.options.keeps_16_bit_gradients ? " (gradients kept in bf16)" : "");
   if (replicas > 1) {
     std::printf(
         "  shard groups (HSDP) of %d ranks, %d copies (rank r is position r %% %d of "
@@ -353,9 +361,10 @@ int run(const Options& o) {
       throw CLI::ValidationError(error.message());
     }
   }
-  const fsdp::EstimateOptions estimate_options{
-      fsdp::parse_optimizer(o.optimizer), fsdp::parse_precision(o.precision),
-      fsdp::parse_sharding_mode(o.mode), o.shard_group_size};
+  fsdp::EstimateOptions estimate_options{fsdp::parse_optimizer(o.optimizer),
+                                         fsdp::parse_precision(o.precision),
+                                         fsdp::parse_sharding_mode(o.mode), o.shard_group_size};
+  estimate_options.keeps_16_bit_gradients = o.grad_dtype == "bf16";
   const fsdp::PlanEstimate estimate = fsdp::estimate(*plan, estimate_options);
   const std::vector<fsdp::PlanEstimate> modes = fsdp::estimate_every_mode(*plan, estimate_options);
   if (o.json) {
@@ -443,6 +452,12 @@ int main(int argc, char** argv) {
                  "grads, fp32 master weights and states)")
       ->check(fsdp_apps::parsed_by(fsdp::parse_precision, "PRECISION"))
       ->capture_default_str();
+  app.add_option("--grad-dtype", o.grad_dtype,
+                 "mixed precision: the dtype of the gradients kept between backward and step "
+                 "(pieces, ZeRO-1's whole gradients): fp32, or bf16 for the ZeRO paper's 2 bytes "
+                 "(UnitOptions::grad_dtype)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--mode", o.mode,
                  "what stays in pieces: full_shard (ZeRO-3: parameters, gradients, optimizer "
                  "state), shard_grad_op (ZeRO-2: gradients, optimizer state), shard_optimizer "
@@ -472,6 +487,11 @@ int main(int argc, char** argv) {
       if (o.world_size < 1) {
         throw CLI::ValidationError("give the number of ranks: --world-size N");
       }
+    }
+    if (o.grad_dtype == "bf16" && fsdp::parse_precision(o.precision) != fsdp::Precision::mixed) {
+      throw CLI::ValidationError(
+          "--grad-dtype bf16 keeps the gradients of mixed precision in 16 "
+          "bits; give --precision mixed with it");
     }
     fsdp_apps::require_not_input(o.output, "--output", o.model_path, "--model");
     fsdp_apps::require_not_input(o.output, "--output", o.preset_config, "--preset-config");

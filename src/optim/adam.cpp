@@ -6,6 +6,31 @@
 #include "fsdp/optim/sgd.hpp"
 
 namespace fsdp {
+namespace {
+
+template <class T>
+struct AdamCoefficients {
+  T lr, beta1, beta2, eps, correction1, correction2, l2, decay;
+};
+
+// One Adam step of a piece; grad is a DeviceView<T> or Bfloat16Values<T> (GradientPiece::visit).
+template <class T, class Grad>
+void adam_update(const ExecutionSpace& space, const DeviceView<T>& param, const Grad& grad,
+                 const DeviceView<T>& m, const DeviceView<T>& v, const AdamCoefficients<T>& c) {
+  const AdamCoefficients<T> k = c;  // by value into the kernel
+  Kokkos::parallel_for(
+      "fsdp::Adam::step", device_range(space, 0, static_cast<std::int64_t>(param.size())),
+      KOKKOS_LAMBDA(std::size_t i) {
+        const T g = static_cast<T>(grad(i)) + k.l2 * param(i);
+        param(i) *= k.decay;
+        m(i) = k.beta1 * m(i) + (T(1) - k.beta1) * g;
+        v(i) = k.beta2 * v(i) + (T(1) - k.beta2) * g * g;
+        param(i) -=
+            k.lr * (m(i) / k.correction1) / (device_math::sqrt(v(i) / k.correction2) + k.eps);
+      });
+}
+
+}  // namespace
 
 template <class T>
 Adam<T>::Adam(AdamOptions options) : options_(options) {
@@ -37,16 +62,17 @@ void Adam<T>::step(ShardedModel<T>& model) {
   require_grads(model, options_.decoupled_weight_decay ? "AdamW" : "Adam");
   ++steps_;
   const double t = static_cast<double>(steps_);
-  const T lr = static_cast<T>(options_.lr);
-  const T beta1 = static_cast<T>(options_.beta1);
-  const T beta2 = static_cast<T>(options_.beta2);
-  const T eps = static_cast<T>(options_.eps);
-  const T correction1 = static_cast<T>(1 - std::pow(options_.beta1, t));
-  const T correction2 = static_cast<T>(1 - std::pow(options_.beta2, t));
-  const T l2 = options_.decoupled_weight_decay ? T(0) : static_cast<T>(options_.weight_decay);
-  const T decay = options_.decoupled_weight_decay
-                      ? static_cast<T>(1 - options_.lr * options_.weight_decay)
-                      : T(1);
+  AdamCoefficients<T> coefficients{};
+  coefficients.lr = static_cast<T>(options_.lr);
+  coefficients.beta1 = static_cast<T>(options_.beta1);
+  coefficients.beta2 = static_cast<T>(options_.beta2);
+  coefficients.eps = static_cast<T>(options_.eps);
+  coefficients.correction1 = static_cast<T>(1 - std::pow(options_.beta1, t));
+  coefficients.correction2 = static_cast<T>(1 - std::pow(options_.beta2, t));
+  coefficients.l2 = options_.decoupled_weight_decay ? T(0) : static_cast<T>(options_.weight_decay);
+  coefficients.decay = options_.decoupled_weight_decay
+                           ? static_cast<T>(1 - options_.lr * options_.weight_decay)
+                           : T(1);
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     const ExecutionSpace& space = model.unit(u).execution_space();
     for (ShardedParameter<T>& p : model.unit(u).parameters()) {
@@ -57,19 +83,10 @@ void Adam<T>::step(ShardedModel<T>& model) {
         p.add_optimizer_state(kAdamFirstMoment);
         p.add_optimizer_state(kAdamSecondMoment);
       }
-      auto param = p.shard();
-      auto grad = p.grad_shard();
-      auto m = p.optimizer_state()[0].view();
-      auto v = p.optimizer_state()[1].view();
-      Kokkos::parallel_for(
-          "fsdp::Adam::step", device_range(space, 0, static_cast<std::int64_t>(param.size())),
-          KOKKOS_LAMBDA(std::size_t i) {
-            const T g = grad(i) + l2 * param(i);
-            param(i) *= decay;
-            m(i) = beta1 * m(i) + (T(1) - beta1) * g;
-            v(i) = beta2 * v(i) + (T(1) - beta2) * g * g;
-            param(i) -= lr * (m(i) / correction1) / (device_math::sqrt(v(i) / correction2) + eps);
-          });
+      p.grad_piece().visit([&](const auto& grad) {
+        adam_update(space, p.shard(), grad, p.optimizer_state()[0].view(),
+                    p.optimizer_state()[1].view(), coefficients);
+      });
     }
   }
   ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns

@@ -3,6 +3,30 @@
 #include <cmath>
 
 namespace fsdp {
+namespace {
+
+// The sum of squares of a piece's values: a DeviceView<T> or Bfloat16Values<T>.
+template <class Grad>
+double sum_of_squares(const ExecutionSpace& space, const Grad& grad) {
+  double sum = 0.0;
+  Kokkos::parallel_reduce(
+      "fsdp::grad_norm", device_range(space, 0, static_cast<std::int64_t>(grad.size())),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) {
+        const double g = static_cast<double>(grad(i));
+        acc += g * g;
+      },
+      sum);
+  return sum;
+}
+
+template <class Grad, class T>
+void scale_values(const ExecutionSpace& space, const Grad& grad, T scale) {
+  Kokkos::parallel_for(
+      "fsdp::clip_grad_norm", device_range(space, 0, static_cast<std::int64_t>(grad.size())),
+      KOKKOS_LAMBDA(std::size_t i) { grad(i) *= scale; });
+}
+
+}  // namespace
 
 template <class T>
 double grad_norm(ShardedModel<T>& model) {
@@ -15,16 +39,8 @@ double grad_norm(ShardedModel<T>& model) {
       if (p.placement() == Placement::replicated && !counts_replicated) {
         continue;  // every rank holds it; count it once
       }
-      auto grad = p.grad_shard();  // the real piece: padding is not part of it
-      double sum = 0.0;
-      Kokkos::parallel_reduce(
-          "fsdp::grad_norm", device_range(space, 0, static_cast<std::int64_t>(grad.size())),
-          KOKKOS_LAMBDA(std::size_t i, double& acc) {
-            const double g = static_cast<double>(grad(i));
-            acc += g * g;
-          },
-          sum);
-      local += sum;
+      // The real piece: padding is not part of it.
+      local += p.grad_piece().visit([&](const auto& grad) { return sum_of_squares(space, grad); });
     }
   }
   model.group().all_reduce(&local, 1, ReduceOp::sum);
@@ -42,10 +58,7 @@ double clip_grad_norm(ShardedModel<T>& model, double max_norm) {
     for (std::size_t u = 0; u < model.unit_count(); ++u) {
       const ExecutionSpace& space = model.unit(u).execution_space();
       for (ShardedParameter<T>& p : model.unit(u).parameters()) {
-        auto grad = p.grad_shard();
-        Kokkos::parallel_for(
-            "fsdp::clip_grad_norm", device_range(space, 0, static_cast<std::int64_t>(grad.size())),
-            KOKKOS_LAMBDA(std::size_t i) { grad(i) *= scale; });
+        p.grad_piece().visit([&](const auto& grad) { scale_values(space, grad, scale); });
       }
     }
     ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns

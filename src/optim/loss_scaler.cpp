@@ -4,6 +4,28 @@
 #include <string>
 
 namespace fsdp {
+namespace {
+
+// grad *= inverse; 1 when a result is infinite or NaN. grad: a DeviceView<T> or
+// Bfloat16Values<T> (a power-of-two scale divides bfloat16 exactly, as it does T).
+template <class Grad, class T>
+int unscale(const ExecutionSpace& space, const Grad& grad, T inverse) {
+  int bad = 0;
+  // x - x is 0 for every finite x and NaN for infinities and NaN.
+  Kokkos::parallel_reduce(
+      "fsdp::unscale_and_check", device_range(space, 0, static_cast<std::int64_t>(grad.size())),
+      KOKKOS_LAMBDA(std::size_t i, int& any) {
+        const T g = static_cast<T>(grad(i)) * inverse;
+        grad(i) = g;
+        if (!(g - g == T(0))) {
+          any = 1;
+        }
+      },
+      Kokkos::Max<int>(bad));
+  return bad;
+}
+
+}  // namespace
 
 LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
   require(std::isfinite(options_.init_scale) && options_.init_scale > 0,
@@ -28,19 +50,8 @@ bool LossScaler::unscale_and_check(ShardedModel<T>& model) {
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     const ExecutionSpace& space = model.unit(u).execution_space();
     for (ShardedParameter<T>& p : model.unit(u).parameters()) {
-      auto grad = p.grad_shard();
-      int bad = 0;
-      // x - x is 0 for every finite x and NaN for infinities and NaN.
-      Kokkos::parallel_reduce(
-          "fsdp::unscale_and_check", device_range(space, 0, static_cast<std::int64_t>(grad.size())),
-          KOKKOS_LAMBDA(std::size_t i, int& any) {
-            const T g = grad(i) * inverse;
-            grad(i) = g;
-            if (!(g - g == T(0))) {
-              any = 1;
-            }
-          },
-          Kokkos::Max<int>(bad));
+      const int bad =
+          p.grad_piece().visit([&](const auto& grad) { return unscale(space, grad, inverse); });
       found = found > bad ? found : bad;
     }
   }

@@ -1,6 +1,33 @@
 #include "fsdp/optim/sgd.hpp"
 
 namespace fsdp {
+namespace {
+
+template <class T>
+struct SgdCoefficients {
+  T lr, momentum, dampening, weight_decay;
+  bool first, nesterov;
+};
+
+// One SGD step of a piece; grad is a DeviceView<T> or Bfloat16Values<T> (GradientPiece::visit),
+// buffer the momentum buffer (empty without momentum).
+template <class T, class Grad>
+void sgd_update(const ExecutionSpace& space, const DeviceView<T>& param, const Grad& grad,
+                const DeviceView<T>& buffer, const SgdCoefficients<T>& c) {
+  const SgdCoefficients<T> k = c;  // by value into the kernel
+  Kokkos::parallel_for(
+      "fsdp::Sgd::step", device_range(space, 0, static_cast<std::int64_t>(param.size())),
+      KOKKOS_LAMBDA(std::size_t i) {
+        T g = static_cast<T>(grad(i)) + k.weight_decay * param(i);
+        if (k.momentum != T(0)) {
+          buffer(i) = k.first ? g : k.momentum * buffer(i) + (T(1) - k.dampening) * g;
+          g = k.nesterov ? g + k.momentum * buffer(i) : buffer(i);
+        }
+        param(i) -= k.lr * g;
+      });
+}
+
+}  // namespace
 
 template <class T>
 void require_grads(ShardedModel<T>& model, const char* optimizer) {
@@ -55,35 +82,27 @@ template <class T>
 void Sgd<T>::step(ShardedModel<T>& model) {
   agree_with_ranks(model);
   require_grads(model, "SGD");
-  const bool first = steps_ == 0;
-  const T lr = static_cast<T>(options_.lr);
-  const T momentum = static_cast<T>(options_.momentum);
-  const T dampening = static_cast<T>(options_.dampening);
-  const T weight_decay = static_cast<T>(options_.weight_decay);
-  const bool nesterov = options_.nesterov;
+  SgdCoefficients<T> coefficients{};
+  coefficients.first = steps_ == 0;
+  coefficients.lr = static_cast<T>(options_.lr);
+  coefficients.momentum = static_cast<T>(options_.momentum);
+  coefficients.dampening = static_cast<T>(options_.dampening);
+  coefficients.weight_decay = static_cast<T>(options_.weight_decay);
+  coefficients.nesterov = options_.nesterov;
+  const T momentum = coefficients.momentum;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     const ExecutionSpace& space = model.unit(u).execution_space();
     for (ShardedParameter<T>& p : model.unit(u).parameters()) {
       if (p.shard_size() == 0 || !p.trainable()) {
         continue;  // nothing here, or frozen: no step, no state
       }
-      auto param = p.shard();
-      auto grad = p.grad_shard();
       DeviceView<T> buffer;
       if (momentum != T(0)) {
         buffer = p.optimizer_state().empty() ? p.add_optimizer_state(kSgdMomentumBuffer)
                                              : p.optimizer_state()[0].view();
       }
-      Kokkos::parallel_for(
-          "fsdp::Sgd::step", device_range(space, 0, static_cast<std::int64_t>(param.size())),
-          KOKKOS_LAMBDA(std::size_t i) {
-            T g = grad(i) + weight_decay * param(i);
-            if (momentum != T(0)) {
-              buffer(i) = first ? g : momentum * buffer(i) + (T(1) - dampening) * g;
-              g = nesterov ? g + momentum * buffer(i) : buffer(i);
-            }
-            param(i) -= lr * g;
-          });
+      p.grad_piece().visit(
+          [&](const auto& grad) { sgd_update(space, p.shard(), grad, buffer, coefficients); });
     }
   }
   ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns

@@ -431,6 +431,8 @@ void Runtime<T>::end_backward(const std::string& unit) {
       stats_.most_reductions_in_flight =
           std::max(stats_.most_reductions_in_flight,
                    static_cast<std::int64_t>(model_.reductions_in_flight()));
+    } else {
+      units_[index]->fold_gradients();  // bfloat16 shard_optimizer: into the kept whole ones
     }
     progress();
   });

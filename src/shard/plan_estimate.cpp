@@ -188,11 +188,19 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   result.options = options;
   result.options.shard_group_size = n;
   result.world_size = world;
+  const bool mixed = options.precision == Precision::mixed;
+  // 16-bit kept gradients (UnitOptions::grad_dtype bf16): pieces and shard_optimizer's whole
+  // gradients at 2 bytes, so ZeRO-1 and ZeRO-2 come to the paper's bytes; fsdp keeps no 16-bit
+  // parameter piece, so no_shard and full_shard hold 2 Psi (2 Psi / N) less than the paper, which
+  // counts one. What a backward writes is fp32 and transient in every mode then: shard_optimizer
+  // folds it into its 16-bit whole gradients (never accumulates it) and reduces from a copy.
+  const bool half_gradients = mixed && options.keeps_16_bit_gradients;
+  const bool folds = half_gradients && !mode.pieces.gradients && mode.pieces.optimizer_state;
+  const bool transient_gradients = mode.transient_gradients || folds;
   // (gradients are transient whenever parameters are: both are in pieces then)
   result.working_set_holds =
-      mode.transient_gradients
-          ? (mode.transient_parameters ? "parameters and gradients" : "gradients")
-          : "";
+      transient_gradients ? (mode.transient_parameters ? "parameters and gradients" : "gradients")
+                          : "";
   // Every rank of a shard group is laid out as the plan's first n ranks (rank r is position
   // r % n of group r / n), so the sums are over the n positions of one group.
   detail::RankSums<RankEstimate> positions(n);
@@ -204,7 +212,6 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   // in K), and its gradients are fp32. ZeRO-1 comes to the paper's 2 Psi + 2 Psi + K Psi / N with
   // fp32 whole gradients in place of the 16-bit parameters and gradients plus 2 Psi during the
   // step; ZeRO-2 to (4 + K) Psi / N persistent, plus 2 Psi held during the step.
-  const bool mixed = options.precision == Precision::mixed;
   const bool whole_in_half = mixed && !mode.pieces.parameters && mode.pieces.optimizer_state;
   std::int64_t whole_half_bytes = 0;  // of every float parameter held whole through the step
 
@@ -223,9 +230,10 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     // one's only copy between steps is its fp32 piece (in `optimizer`).
     const bool frozen = bytes.gradient == 0 && is_floating(parameter.dtype);
     const std::int64_t kept_parameter_bytes =
-        frozen && options.precision == Precision::mixed ? 0 : bytes.parameter;
+        (frozen || half_gradients) && options.precision == Precision::mixed ? 0 : bytes.parameter;
     const std::int64_t held_parameter_bytes = widened ? 0 : kept_parameter_bytes;
-    const std::int64_t held_gradient_bytes = widened && !frozen ? 4 : bytes.gradient;
+    const std::int64_t held_gradient_bytes =
+        widened && !frozen && !half_gradients ? 4 : bytes.gradient;
     // The whole gradients a backward writes are fp32 under mixed precision too (reduced in
     // reduce_dtype from there), 4 bytes where the paper's are 2.
     const std::int64_t whole_gradient_bytes = mixed && bytes.gradient > 0 ? 4 : bytes.gradient;
@@ -308,20 +316,20 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     }
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];
-      const std::int64_t gradient = mode.transient_gradients ? numel * whole_gradient_bytes : 0;
+      const std::int64_t gradient = transient_gradients ? numel * whole_gradient_bytes : 0;
+      const bool accumulates = options.accumulates_whole_gradients && !folds;
       add_checked(unit.first, numel, "unit '" + parameter.unit() + "'");
       // Accumulating, every unit's gradients are held at once (added below), not only its own.
-      add_checked(unit.second,
-                  numel * (mode.transient_parameters ? bytes.parameter : 0) +
-                      (options.accumulates_whole_gradients ? 0 : gradient),
-                  "unit '" + parameter.unit() + "'");
-      add_checked(result.accumulated_gradient_bytes,
-                  options.accumulates_whole_gradients ? gradient : 0, "the whole gradients");
+      add_checked(
+          unit.second,
+          numel * (mode.transient_parameters ? bytes.parameter : 0) + (accumulates ? 0 : gradient),
+          "unit '" + parameter.unit() + "'");
+      add_checked(result.accumulated_gradient_bytes, accumulates ? gradient : 0,
+                  "the whole gradients");
       const bool reduced_piece =
           where.placement == Placement::sharded && !mode.all_reduce_gradients;
       add_checked(reducing[parameter.unit()],
-                  (options.accumulates_whole_gradients ? 0 : gradient) +
-                      (reduced_piece ? block * held_gradient_bytes : 0),
+                  (accumulates ? 0 : gradient) + (reduced_piece ? block * held_gradient_bytes : 0),
                   "unit '" + parameter.unit() + "'");
     }
   }

@@ -14,13 +14,32 @@ View slice(const View& view, std::int64_t offset, std::int64_t count) {
                                               static_cast<std::size_t>(offset + count)));
 }
 
-// target += source, a kernel on space (not fenced: the caller fences once after all of them).
-template <class T>
-void add_into(const ExecutionSpace& space, const DeviceView<T>& target,
-              const DeviceView<T>& source) {
+// target += source over source.size() elements, a kernel on space (not fenced: the caller fences
+// once after all of them). Target: a DeviceView<T> or Bfloat16Values<T>.
+template <class Values, class T>
+void add_values(const ExecutionSpace& space, const Values& target, const DeviceView<T>& source) {
   Kokkos::parallel_for(
-      "fsdp::add_into", device_range(space, 0, static_cast<std::int64_t>(target.size())),
+      "fsdp::add_into", device_range(space, 0, static_cast<std::int64_t>(source.size())),
       KOKKOS_LAMBDA(std::size_t i) { target(i) += source(i); });
+}
+
+template <class Values, class T>
+void copy_values(const ExecutionSpace& space, const Values& target, const DeviceView<T>& source) {
+  Kokkos::parallel_for(
+      "fsdp::copy_into", device_range(space, 0, static_cast<std::int64_t>(source.size())),
+      KOKKOS_LAMBDA(std::size_t i) { target(i) = source(i); });
+}
+
+// A kept gradient (in T or bfloat16) += source; = source.
+template <class T>
+void add_into(const ExecutionSpace& space, const GradientPiece<T>& target,
+              const DeviceView<T>& source) {
+  target.visit([&](const auto& values) { add_values(space, values, source); });
+}
+template <class T>
+void copy_into(const ExecutionSpace& space, const GradientPiece<T>& target,
+               const DeviceView<T>& source) {
+  target.visit([&](const auto& values) { copy_values(space, values, source); });
 }
 
 // The copies between rank-major communication buffers and whole parameters (UnitLayout::unpack
@@ -64,6 +83,33 @@ void widen_into(const ExecutionSpace& space, const DeviceView<std::uint16_t>& fr
 
 bool is_half(DType dtype) {
   return dtype == DType::bf16 || dtype == DType::f16;
+}
+
+// count elements of a kept gradient buffer from offset, as a GradientPiece.
+template <class Kept>
+auto piece_of(const Kept& kept, std::int64_t offset, std::int64_t count) {
+  using T = typename std::decay_t<decltype(kept.values.view())>::value_type;
+  return kept.bfloat16.allocated()
+             ? GradientPiece<T>(Bfloat16Values<T>(slice(kept.bfloat16.view(), offset, count)))
+             : GradientPiece<T>(slice(kept.values.view(), offset, count));
+}
+
+template <class Kept>
+auto whole_piece(const Kept& kept) {
+  const auto count = static_cast<std::int64_t>(
+      kept.bfloat16.allocated() ? kept.bfloat16.view().size() : kept.values.view().size());
+  return piece_of(kept, 0, count);
+}
+
+// Zeroes a kept gradient buffer (bfloat16 +0 is all bits zero), on space.
+template <class Kept>
+void zero_kept(const ExecutionSpace& space, Kept& kept) {
+  if (kept.values.allocated()) {
+    Kokkos::deep_copy(space, kept.values.view(), 0);
+  }
+  if (kept.bfloat16.allocated()) {
+    Kokkos::deep_copy(space, kept.bfloat16.view(), std::uint16_t{0});
+  }
 }
 
 }  // namespace
@@ -128,6 +174,17 @@ typename ShardedParameter<T>::View ShardedParameter<T>::grad() {
 }
 
 template <class T>
+const typename ShardedParameter<T>::View& ShardedParameter<T>::grad_shard() const {
+  if (grad_piece_.in_bfloat16()) {
+    throw Error(ErrorKind::state, "grad_shard() of parameter '" + info_.name + "': unit '" +
+                                      unit_->name() +
+                                      "' keeps its gradients in bfloat16 (UnitOptions::grad_dtype "
+                                      "bf16); read them with grad_piece()");
+  }
+  return grad_piece_.values();
+}
+
+template <class T>
 typename ShardedParameter<T>::View ShardedParameter<T>::add_optimizer_state(
     const std::string& label) {
   optimizer_state_.emplace_back(unit_->tracker_, MemoryCategory::optimizer_state,
@@ -159,6 +216,7 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
       replica_reductions_(options.replicas),
       param_dtype_(options.param_dtype),
       reduce_dtype_(options.reduce_dtype),
+      grad_dtype_(options.grad_dtype),
       tracker_(std::move(tracker)),
       pool_(std::move(pool)) {
   // First, so that ranks given different units fail together instead of some failing below.
@@ -190,6 +248,16 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
                   ") keeps fp32 master weights: use a float model, not " + name_of(dtype_of<T>()));
     }
   }
+  require(grad_dtype_ == DType::f32 || grad_dtype_ == dtype_of<T>() ||
+              (grad_dtype_ == DType::bf16 && dtype_of<T>() == DType::f32),
+          [&] {
+            return "grad_dtype " + std::string(name_of(grad_dtype_)) + " for a model of " +
+                   name_of(dtype_of<T>()) +
+                   (grad_dtype_ == DType::f16
+                        ? ": unscaling loss-scaled gradients would take them below float16's "
+                          "range; keep them in bf16 (float's range) or fp32"
+                        : "; give bf16 (a float model) or fp32 for no cast");
+          });
   layout_ = make_unit_layout(plan, indices, group_.rank(), static_cast<std::int64_t>(sizeof(T)),
                              options.direct_gather_bytes);
   parameters_.reserve(indices.size());
@@ -211,7 +279,11 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
           : make_unit_layout(plan, trained_indices, group_.rank(),
                              static_cast<std::int64_t>(sizeof(T)), options.direct_gather_bytes);
   for (std::size_t k = 0; k < trained_.size(); ++k) {
-    parameters_[trained_[k]].grad_layout_ = grad_layout_.parameters[k];
+    ShardedParameter<T>& p = parameters_[trained_[k]];
+    p.grad_layout_ = grad_layout_.parameters[k];
+    if (keeps_bfloat16_gradients()) {  // empty where another rank owns the whole parameter
+      p.grad_piece_ = GradientPiece<T>(Bfloat16Values<T>(DeviceView<std::uint16_t>()));
+    }
   }
 
   // Sharded: every piece a view of the flat buffers (the empty trailing ones too), unless the
@@ -228,13 +300,13 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
     }
   }
   if (!resident_grads) {
-    flat_grad_shard_ = TrackedView<T>(tracker_, MemoryCategory::gradient_shards,
-                                      name_ + ".grad_shards", grad_layout_.flat_numel);
+    flat_grad_shard_ = keep_gradients(MemoryCategory::gradient_shards, name_ + ".grad_shards",
+                                      grad_layout_.flat_numel);
     for (const auto* kind : {&grad_layout_.packed, &grad_layout_.direct}) {
       for (std::size_t i : *kind) {
         ShardedParameter<T>& p = grad_parameter(i);
-        p.grad_shard_ =
-            slice(flat_grad_shard_.view(), p.grad_layout_.flat_offset, p.grad_layout_.piece.size);
+        p.grad_piece_ =
+            piece_of(flat_grad_shard_, p.grad_layout_.flat_offset, p.grad_layout_.piece.size);
       }
     }
   }
@@ -260,10 +332,10 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
       continue;
     }
     owner_grads_[k] =
-        TrackedView<T>(tracker_, MemoryCategory::gradient_shards, name_ + ".whole_grads", g.numel);
+        keep_gradients(MemoryCategory::gradient_shards, name_ + ".whole_grads", g.numel);
     for (std::size_t i : g.members) {
       ShardedParameter<T>& p = grad_parameter(i);
-      p.grad_shard_ = slice(owner_grads_[k].view(), p.grad_layout_.flat_offset, p.numel());
+      p.grad_piece_ = piece_of(owner_grads_[k], p.grad_layout_.flat_offset, p.numel());
     }
   }
 
@@ -277,9 +349,9 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
   for (std::size_t i : grad_layout_.replicated) {
     ShardedParameter<T>& p = grad_parameter(i);
     if (!resident_grads) {
-      replicated_grads_.emplace_back(tracker_, MemoryCategory::gradient_shards, p.name() + ".grad",
-                                     p.numel());
-      p.grad_shard_ = replicated_grads_.back().view();
+      replicated_grads_.push_back(
+          keep_gradients(MemoryCategory::gradient_shards, p.name() + ".grad", p.numel()));
+      p.grad_piece_ = whole_piece(replicated_grads_.back());
     }
   }
   direct_full_.resize(layout_.direct.size());
@@ -347,16 +419,35 @@ void ShardedUnit<T>::make_resident_gradients() {
   // Every rank's gradient piece sits where its reduce-scatter chunk lands in the whole gradient:
   // a packed or direct parameter's piece at its element offset, an owner's whole parameter and a
   // replicated one where their gradient starts.
-  full_grads_ = TrackedView<T>(tracker_, MemoryCategory::resident_gradients, name_ + ".grads",
-                               grad_layout_.full_grad_numel);
+  if (writes_resident_gradients()) {  // in T: what grad() writes into
+    full_grads_ = TrackedView<T>(tracker_, MemoryCategory::resident_gradients, name_ + ".grads",
+                                 grad_layout_.full_grad_numel);
+  } else {
+    resident_grads_ = keep_gradients(MemoryCategory::resident_gradients, name_ + ".grads",
+                                     grad_layout_.full_grad_numel);
+  }
   for (std::size_t i : trained_) {
     ShardedParameter<T>& p = parameters_[i];
     const ShardRange& piece = p.grad_layout_.piece;
-    p.grad_shard_ =
-        p.placement() == Placement::sharded
-            ? slice(full_grads_.view(), p.grad_layout_.grad_offset + piece.offset, piece.size)
-            : slice(full_grads_.view(), p.grad_layout_.grad_offset, piece.size);
+    const std::int64_t offset =
+        p.grad_layout_.grad_offset + (p.placement() == Placement::sharded ? piece.offset : 0);
+    p.grad_piece_ = writes_resident_gradients()
+                        ? GradientPiece<T>(slice(full_grads_.view(), offset, piece.size))
+                        : piece_of(resident_grads_, offset, piece.size);
   }
+}
+
+template <class T>
+typename ShardedUnit<T>::KeptGradients ShardedUnit<T>::keep_gradients(MemoryCategory category,
+                                                                      const std::string& label,
+                                                                      std::int64_t count) {
+  KeptGradients kept;
+  if (keeps_bfloat16_gradients()) {
+    kept.bfloat16 = TrackedView<std::uint16_t>(tracker_, category, label, count);
+  } else {
+    kept.values = TrackedView<T>(tracker_, category, label, count);
+  }
+  return kept;
 }
 
 template <class T>
@@ -802,7 +893,7 @@ void ShardedUnit<T>::release() {
 
 template <class T>
 typename ShardedUnit<T>::View ShardedUnit<T>::full_gradients() {
-  if (keeps_gradients() && reducing()) {
+  if (writes_resident_gradients() && reducing()) {
     wait_reduction();  // the resident whole gradients are the reduction's buffer
   }
   if (!full_grads_.allocated() && grad_layout_.full_grad_numel > 0) {
@@ -839,8 +930,11 @@ void ShardedUnit<T>::reduce_scatter_grads_async() {
       ErrorKind::state);
   const int n = group_.size();
   Reduction& r = reduction_;
+  if (keeps_gradients() && keeps_bfloat16_gradients()) {
+    widen_resident_gradients();
+  }
   r.grads = full_gradients();  // zeros if this rank wrote none
-  if (!keeps_gradients()) {
+  if (!writes_resident_gradients()) {
     r.owned_grads = std::move(full_grads_);  // the reduction's now; grad() starts new ones
   }
   const View& grads = r.grads;
@@ -890,6 +984,33 @@ void ShardedUnit<T>::reduce_scatter_grads_async() {
     reduction_ = Reduction{};
     throw;
   }
+}
+
+template <class T>
+void ShardedUnit<T>::widen_resident_gradients() {
+  const std::int64_t n = grad_layout_.full_grad_numel;
+  if (n == 0) {
+    return;
+  }
+  if (full_grads_.allocated()) {
+    add_into(space_, whole_piece(resident_grads_), full_grads_.view());
+  } else {
+    full_grads_ = pool_->acquire(MemoryCategory::full_gradients, name_ + ".grads", n, false);
+  }
+  widen_into<bfloat16>(space_, resident_grads_.bfloat16.view(), full_grads_.view());
+}
+
+template <class T>
+void ShardedUnit<T>::fold_gradients() {
+  if (!keeps_gradients() || !keeps_bfloat16_gradients() || !full_grads_.allocated()) {
+    return;
+  }
+  if (reducing()) {
+    wait_reduction();  // it writes the pieces inside the kept whole gradients
+  }
+  add_into(space_, whole_piece(resident_grads_), full_grads_.view());
+  space_.fence();
+  pool_->give_back(full_grads_);
 }
 
 template <class T>
@@ -965,29 +1086,28 @@ void ShardedUnit<T>::finish_reduction() {
   const View& grads = r.grads;
   const std::vector<TrackedView<T>>& staging = r.staging;
   if (keeps_gradients()) {
-    reduce_into_resident_gradients(staging);
+    reduce_into_resident_gradients(staging, grads);
   } else {
     std::size_t next = 0;
     if (!grad_layout_.packed.empty()) {
-      add_into(space_, slice(flat_grad_shard_.view(), 0, grad_layout_.packed_numel),
+      add_into(space_, piece_of(flat_grad_shard_, 0, grad_layout_.packed_numel),
                staging[next++].view());
     }
     for (std::size_t i : grad_layout_.direct) {
       const ShardedParameter<T>& p = grad_parameter(i);
-      add_into(
-          space_,
-          slice(flat_grad_shard_.view(), p.grad_layout_.flat_offset, p.grad_layout_.piece.padded),
-          staging[next++].view());
+      add_into(space_,
+               piece_of(flat_grad_shard_, p.grad_layout_.flat_offset, p.grad_layout_.piece.padded),
+               staging[next++].view());
     }
     for (std::size_t k = 0; k < owner_grads_.size(); ++k) {
       const OwnerGroupLayout& g = grad_layout_.owners[k];
       if (g.owner == group_.rank()) {
-        add_into(space_, owner_grads_[k].view(), slice(grads, g.grad_offset, g.numel));
+        add_into(space_, whole_piece(owner_grads_[k]), slice(grads, g.grad_offset, g.numel));
       }
     }
     for (std::size_t k = 0; k < grad_layout_.replicated.size(); ++k) {
       const ShardedParameter<T>& p = grad_parameter(grad_layout_.replicated[k]);
-      add_into(space_, replicated_grads_[k].view(),
+      add_into(space_, whole_piece(replicated_grads_[k]),
                slice(grads, p.grad_layout_.grad_offset, p.numel()));
     }
   }
@@ -1109,21 +1229,32 @@ void ShardedUnit<T>::average_over_replicas(const std::vector<TrackedView<T>>& st
 
 // shard_optimizer: the averaged chunks (staging, in the order reduce_scatter_grads issued them)
 // are copied over this rank's pieces inside the whole gradients; the owners' and replicated
-// gradients were reduced in place.
+// gradients were reduced in place in grads, which are the kept whole gradients in T and are
+// copied into them in bfloat16.
 template <class T>
-void ShardedUnit<T>::reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging) {
+void ShardedUnit<T>::reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging,
+                                                    const View& grads) {
   std::size_t next = 0;
   if (!grad_layout_.packed.empty()) {
     const View chunk = staging[next++].view();
     for (std::size_t i : grad_layout_.packed) {
       const ShardedParameter<T>& p = grad_parameter(i);
-      Kokkos::deep_copy(space_, p.grad_shard_,
-                        slice(chunk, p.grad_layout_.flat_offset, p.shard_size()));
+      copy_into(space_, p.grad_piece_, slice(chunk, p.grad_layout_.flat_offset, p.shard_size()));
     }
   }
   for (std::size_t i : grad_layout_.direct) {
     const ShardedParameter<T>& p = grad_parameter(i);
-    Kokkos::deep_copy(space_, p.grad_shard_, slice(staging[next++].view(), 0, p.shard_size()));
+    copy_into(space_, p.grad_piece_, slice(staging[next++].view(), 0, p.shard_size()));
+  }
+  if (keeps_bfloat16_gradients()) {
+    for (std::size_t i : trained_) {
+      const ShardedParameter<T>& p = parameters_[i];
+      if (p.placement() != Placement::sharded) {  // an owned whole one, or a replicated one
+        copy_into(space_, p.grad_piece_,
+                  slice(grads, p.grad_layout_.grad_offset,
+                        static_cast<std::int64_t>(p.grad_piece_.size())));
+      }
+    }
   }
 }
 
@@ -1132,21 +1263,18 @@ void ShardedUnit<T>::zero_grad() {
   if (reducing()) {
     wait_reduction();  // its result would land in the zeroed pieces
   }
-  if (keeps_gradients() && full_grads_.allocated()) {
+  if (writes_resident_gradients() && full_grads_.allocated()) {
     Kokkos::deep_copy(space_, full_grads_.view(), T(0));
   } else if (full_grads_.allocated()) {
     pool_->give_back(full_grads_);  // whole gradients never reduced (accumulation): dropped
   }
-  if (flat_grad_shard_.allocated()) {
-    Kokkos::deep_copy(space_, flat_grad_shard_.view(), T(0));
+  zero_kept(space_, flat_grad_shard_);
+  zero_kept(space_, resident_grads_);
+  for (KeptGradients& grad : owner_grads_) {
+    zero_kept(space_, grad);
   }
-  for (TrackedView<T>& grad : owner_grads_) {
-    if (grad.allocated()) {
-      Kokkos::deep_copy(space_, grad.view(), T(0));
-    }
-  }
-  for (TrackedView<T>& grad : replicated_grads_) {
-    Kokkos::deep_copy(space_, grad.view(), T(0));
+  for (KeptGradients& grad : replicated_grads_) {
+    zero_kept(space_, grad);
   }
   space_.fence();
   has_grads_ = false;

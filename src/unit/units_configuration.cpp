@@ -23,6 +23,7 @@ Configuration units_configuration(Configuration configuration, DType element,
       .integer("direct_gather_bytes", options.direct_gather_bytes)
       .text("param_dtype", name_of(options.param_dtype))
       .text("reduce_dtype", name_of(options.reduce_dtype))
+      .text("grad_dtype", name_of(options.grad_dtype))
       .integer("replica group size", options.replicas ? options.replicas->size() : 0);
 }
 

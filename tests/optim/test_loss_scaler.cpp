@@ -14,10 +14,14 @@ using namespace fsdp::test;
 
 namespace {
 
-ShardedModel<float> make_model(ProcessGroup& group) {
+// grad_dtype bf16 keeps the gradient pieces in bfloat16, which the scaler unscales in place.
+ShardedModel<float> make_model(ProcessGroup& group, DType grad_dtype = DType::f32) {
   std::vector<ParameterInfo> parameters = {{"w", {5, 3}, DType::f32, "l", false},
                                            {"b", {3}, DType::f32, "l", false}};
-  return ShardedModel<float>(group, make_strategy("full")->make_plan(parameters, group.size()));
+  ShardedModelOptions options;
+  options.unit.grad_dtype = grad_dtype;
+  return ShardedModel<float>(group, make_strategy("full")->make_plan(parameters, group.size()),
+                             options);
 }
 
 // One backward: every rank adds value to every gradient element; rank `poisoned` (if >= 0) puts
@@ -40,22 +44,20 @@ void backward(ShardedModel<float>& model, float value, int poisoned = -1, float 
   unit.reduce_scatter_grads();
 }
 
-std::vector<float> values_of(const DeviceView<float>& view) {
-  const auto host = on_host(view);
-  return std::vector<float>(host.data(), host.data() + host.size());
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(unscaling_divides_exactly_and_finds_nothing_in_finite_gradients) {
   ProcessGroup group(MPI_COMM_WORLD);
-  ShardedModel<float> model = make_model(group);
-  LossScaler scaler;
-  backward(model, static_cast<float>(scaler.scale() * 0.375));
-  BOOST_TEST(!scaler.unscale_and_check(model));
-  for (ShardedParameter<float>& p : model.unit(0).parameters()) {
-    for (float g : values_of(p.grad_shard())) {
-      BOOST_TEST(g == 0.375f);  // a power-of-two scale divides exactly
+  for (const DType grad_dtype : {DType::f32, DType::bf16}) {
+    ShardedModel<float> model = make_model(group, grad_dtype);
+    LossScaler scaler;
+    backward(model, static_cast<float>(scaler.scale() * 0.375));
+    BOOST_TEST(!scaler.unscale_and_check(model));
+    for (ShardedParameter<float>& p : model.unit(0).parameters()) {
+      BOOST_TEST(p.grad_piece().in_bfloat16() == (grad_dtype == DType::bf16));
+      for (float g : values_of(p.grad_piece())) {
+        BOOST_TEST(g == 0.375f);  // a power-of-two scale divides exactly
+      }
     }
   }
 }
@@ -65,16 +67,17 @@ BOOST_AUTO_TEST_CASE(an_overflow_on_one_rank_skips_the_step_on_every_rank) {
   const int last = group.size() - 1;
   for (const float poison :
        {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-        std::numeric_limits<float>::quiet_NaN()}) {
-    ShardedModel<float> model = make_model(group);
-    LossScaler scaler;
-    backward(model, 1.0f, last, poison);
-    const bool found = scaler.unscale_and_check(model);
-    BOOST_TEST(found, "rank " << last << " put " << poison << " into a gradient");
-    scaler.update(found);
-    BOOST_TEST(scaler.scale() == 32768.0);
-    BOOST_TEST(scaler.state().skipped_steps == 1);
-  }
+        std::numeric_limits<float>::quiet_NaN()})
+    for (const DType grad_dtype : {DType::f32, DType::bf16}) {
+      ShardedModel<float> model = make_model(group, grad_dtype);
+      LossScaler scaler;
+      backward(model, 1.0f, last, poison);
+      const bool found = scaler.unscale_and_check(model);
+      BOOST_TEST(found, "rank " << last << " put " << poison << " into a gradient");
+      scaler.update(found);
+      BOOST_TEST(scaler.scale() == 32768.0);
+      BOOST_TEST(scaler.state().skipped_steps == 1);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(the_scale_grows_after_exactly_growth_interval_clean_steps) {
@@ -118,9 +121,12 @@ BOOST_AUTO_TEST_CASE(a_training_loop_skips_exactly_the_step_that_overflowed) {
   options.init_scale = 1024;
   LossScaler scaler(options);
   const int overflowing = 2;
-  std::vector<float> before;
+  const auto piece_of_w = [&] {
+    const auto host = on_host(model.parameter("w").shard());
+    return std::vector<float>(host.data(), host.data() + host.size());
+  };
   for (int step = 0; step < 5; ++step) {
-    before = values_of(model.parameter("w").shard());
+    const std::vector<float> before = piece_of_w();
     backward(model, static_cast<float>(scaler.scale() * 0.25),
              step == overflowing ? group.size() - 1 : -1, std::numeric_limits<float>::infinity());
     const bool found = scaler.unscale_and_check(model);
@@ -130,7 +136,7 @@ BOOST_AUTO_TEST_CASE(a_training_loop_skips_exactly_the_step_that_overflowed) {
     }
     scaler.update(found);
     model.zero_grad();
-    const std::vector<float> after = values_of(model.parameter("w").shard());
+    const std::vector<float> after = piece_of_w();
     for (std::size_t i = 0; i < after.size(); ++i) {
       // SGD with lr 0.5 on a gradient of 0.25: every clean step moves each element by -0.125.
       BOOST_TEST(after[i] == before[i] - (found ? 0.0f : 0.125f), "step " << step);

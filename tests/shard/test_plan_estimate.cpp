@@ -509,6 +509,24 @@ BOOST_AUTO_TEST_CASE(zero_paper_figure_1) {
   BOOST_TEST(every[1].max_send_bytes() == 2 * 63 * (psi / 64) * 2);
   BOOST_TEST(every[2].max_send_bytes() == 2 * 63 * (psi / 64) * 2);
   BOOST_TEST(every[3].max_send_bytes() == 3 * 63 * (psi / 64) * 2);
+
+  // With 16-bit kept gradients (grad_dtype bf16) ZeRO-1 and ZeRO-2 hold exactly the paper's bytes
+  // during the step (persistent + the 16-bit whole parameters): P_os 2 Psi of whole gradients +
+  // K Psi / N, P_os+g (2 + K) Psi / N, each + 2 Psi. Stages 0 and 3 hold 2 Psi (2 Psi / N) less
+  // than the paper: fsdp keeps no 16-bit copy of the parameters beside the fp32 masters.
+  EstimateOptions half_gradients{OptimizerKind::adam, Precision::mixed};
+  half_gradients.keeps_16_bit_gradients = true;
+  const std::vector<PlanEstimate> paper = estimate_every_mode(plan, half_gradients);
+  const auto during_the_step = [](const PlanEstimate& e) {
+    return e.fullest_rank().persistent_bytes() + e.whole_half_parameter_bytes;
+  };
+  BOOST_TEST(during_the_step(paper[0]) == 105'000'000'000);
+  BOOST_TEST(during_the_step(paper[1]) == 31'406'250'000);
+  BOOST_TEST(during_the_step(paper[2]) == 16'640'625'000);
+  BOOST_TEST(during_the_step(paper[3]) == 1'640'625'000);
+  // What a backward writes is fp32 and transient in every mode, shard_optimizer's too.
+  BOOST_TEST(paper[1].gathered_working_set_bytes == 15'000'000'000 + 4 * psi);
+  BOOST_TEST(paper[1].working_set_holds == "gradients");
 }
 
 // Byte counts that would overflow 64 bits are errors naming what overflowed, never negative

@@ -52,6 +52,37 @@ bool masters_are_fp32(ShardedModel<float>& model, DType dtype) {
   return finer > 0;
 }
 
+// grad_dtype bf16: every trained piece is kept in bfloat16, the gradient bytes are 2 per element
+// of the pieces (no T copy kept besides), and grad_shard() refuses to hand a T view of them.
+bool gradients_kept_in_bfloat16(ShardedModel<float>& model) {
+  bool kept = true;
+  std::int64_t elements = 0;
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    ShardedUnit<float>& unit = model.unit(u);
+    for (ShardedParameter<float>& p : unit.parameters()) {
+      kept = kept && (!p.trainable() || p.grad_piece().in_bfloat16());
+      if (!unit.keeps_gradients()) {
+        elements += static_cast<std::int64_t>(p.grad_piece().size());
+      }
+    }
+    if (unit.keeps_gradients()) {
+      elements += unit.gradient_layout().full_grad_numel;
+    }
+  }
+  const MemoryReport& memory = model.memory();
+  const std::int64_t bytes = memory.current_of(MemoryCategory::gradient_shards) +
+                             memory.current_of(MemoryCategory::resident_gradients);
+  BOOST_TEST(bytes >= 2 * elements);       // padding of the last pieces aside
+  BOOST_TEST(bytes <= 2 * elements + 64);  // ... and nothing in 4 bytes
+  try {
+    (void)model.unit(0).parameters()[0].grad_shard();
+    kept = false;
+  } catch (const Error& e) {
+    kept = kept && e.kind() == ErrorKind::state;
+  }
+  return kept;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(sixteen_bit_training_ends_near_fp32_training) {
@@ -63,11 +94,13 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_training_ends_near_fp32_training) {
   struct Policy {
     DType param, reduce;
     double tolerance;
+    DType grad = DType::f32;
   };
   const std::vector<Policy> policies = {{DType::bf16, DType::bf16, 2e-2},
                                         {DType::bf16, DType::f32, 2e-2},
                                         {DType::f32, DType::bf16, 2e-2},
-                                        {DType::f16, DType::f16, 2e-3}};
+                                        {DType::f16, DType::f16, 2e-3},
+                                        {DType::bf16, DType::bf16, 2e-2, DType::bf16}};
   for (const int shards : {world.size(), world.size() % 2 == 0 ? world.size() / 2 : 1}) {
     HybridGroups groups = make_hybrid_groups(world, shards);
     for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
@@ -78,6 +111,7 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_training_ends_near_fp32_training) {
           options.unit.mode = mode;
           options.unit.param_dtype = policy.param;
           options.unit.reduce_dtype = policy.reduce;
+          options.unit.grad_dtype = policy.grad;
           if (shards < world.size()) {
             options.unit.replicas = groups.replicate;
           }
@@ -88,21 +122,28 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_training_ends_near_fp32_training) {
           init_parameters(model);
           Reference<float> reference;
           Adam<float> adam(setup.adam);
+          // Kept bf16 gradients are clipped too: clip_grad_norm scales them in place.
+          OptimizerSetup policy_setup = setup;
+          policy_setup.clip = policy.grad == DType::bf16 ? 0.01 : 0.0;
           for (int s = 0; s < steps; ++s) {
-            sharded_train_step<float>(model, world, setup, [&] { adam.step(model); });
-            reference.train_step(setup);
+            sharded_train_step<float>(model, world, policy_setup, [&] { adam.step(model); });
+            reference.train_step(policy_setup);
           }
           const double difference = largest_relative_difference(model, reference, false);
           BOOST_TEST_CONTEXT(name_of(mode)
                              << " " << strategy.name << " params " << name_of(policy.param)
-                             << " reduce " << name_of(policy.reduce) << ", "
-                             << world.size() / shards << "x" << shards) {
+                             << " reduce " << name_of(policy.reduce) << " grads "
+                             << name_of(policy.grad) << ", " << world.size() / shards << "x"
+                             << shards) {
             BOOST_TEST_MESSAGE("largest relative difference to fp32 training " << difference);
             BOOST_TEST(difference <= policy.tolerance);
             BOOST_TEST(difference > 1e-6);  // it did compute in 16 bits
             if (policy.param != DType::f32) {
               BOOST_TEST(unrounded_elements(model, policy.param) == 0);
               BOOST_TEST(masters_are_fp32(model, policy.param));
+            }
+            if (policy.grad == DType::bf16) {
+              BOOST_TEST(gradients_kept_in_bfloat16(model));
             }
           }
         }
@@ -184,4 +225,22 @@ BOOST_AUTO_TEST_CASE(what_mixed_precision_does_not_support_is_refused) {
             options);
       },
       "mixed precision reduce_dtype int32 for a model of fp32");
+  options = ShardedModelOptions{};
+  options.unit.grad_dtype = DType::f16;
+  refused(
+      [&] {
+        ShardedModel<float> model(
+            group, make_strategy("full")->make_plan(tiny_mlp_parameters<float>(), group.size()),
+            options);
+      },
+      "grad_dtype fp16 for a model of fp32: unscaling loss-scaled gradients would take them "
+      "below float16's range");
+  options.unit.grad_dtype = DType::bf16;
+  refused(
+      [&] {
+        ShardedModel<double> model(
+            group, make_strategy("full")->make_plan(tiny_mlp_parameters<double>(), group.size()),
+            options);
+      },
+      "grad_dtype bf16 for a model of fp64; give bf16 (a float model) or fp32 for no cast");
 }

@@ -47,6 +47,10 @@ struct EstimateOptions {
   // it completes (reduction_in_flight_bytes). 0: every reduction is waited for when its unit's
   // backward ends, as the estimates before overlap assumed.
   int reductions_in_flight = 0;
+  // Precision::mixed with UnitOptions::grad_dtype bf16: the gradients kept between the backward
+  // and the step (pieces, shard_optimizer's whole gradients) are 2 bytes per element, the
+  // paper's; false: fp32, 4 bytes (fsdp's default).
+  bool keeps_16_bit_gradients = false;
 };
 
 // Bytes per element of one parameter by role: the K of the ZeRO paper is `optimizer`.

@@ -10,6 +10,7 @@
 #include "fsdp/core/memory_space.hpp"
 #include "fsdp/shard/parameter_info.hpp"
 #include "fsdp/shard/sharding_plan.hpp"
+#include "fsdp/unit/gradient_piece.hpp"
 #include "fsdp/unit/memory_tracker.hpp"
 #include "fsdp/unit/unit_layout.hpp"
 
@@ -44,9 +45,11 @@ class ShardedParameter {
   std::int64_t shard_offset() const { return layout_.piece.offset; }
   std::int64_t shard_size() const { return static_cast<std::int64_t>(shard_.size()); }
   // The piece itself, and its gradient (what the optimizer updates; empty when frozen).
-  // Persistent.
+  // Persistent. grad_shard() is the gradient kept in T: error (ErrorKind::state) when the unit
+  // keeps gradients in bfloat16 (UnitOptions::grad_dtype); grad_piece() reads either.
   const View& shard() const { return shard_; }
-  const View& grad_shard() const { return grad_shard_; }
+  const View& grad_shard() const;
+  const GradientPiece<T>& grad_piece() const { return grad_piece_; }
 
   // The whole parameter, numel() elements in row-major order of its shape. Only while the unit
   // is gathered; the View stays valid until the unit is released. With a 16-bit param_dtype
@@ -81,7 +84,7 @@ class ShardedParameter {
   ParameterLayout layout_;       // its piece and offsets in the unit's buffers
   ParameterLayout grad_layout_;  // its gradient's offsets (ShardedUnit::gradient_layout())
   View shard_;
-  View grad_shard_;
+  GradientPiece<T> grad_piece_;
   View full_;
   DeviceView<std::uint16_t> half_;  // 16-bit gathers: the gathered parameter
   TrackedView<T> widened_;          // ... and full_'s storage once full() widened it

@@ -50,6 +50,14 @@ struct UnitOptions {
   // the MPI operator) and adds the result into the fp32 gradient pieces. f32: no cast.
   DType param_dtype = DType::f32;
   DType reduce_dtype = DType::f32;
+  // The gradients the unit keeps between the backward and the optimizer step: the pieces, and
+  // shard_optimizer's whole gradients. bf16 keeps them in bfloat16 (ZeRO's 2 bytes per element;
+  // DeepSpeed's grad_accum_dtype): each reduction's result is added in and rounded, and the
+  // optimizers read them widened (ShardedParameter::grad_piece()). What a backward writes,
+  // grad(), stays T: a whole unit's sums in 16 bits would lose their low bits at every addition.
+  // fp16 is refused: dividing loss-scaled gradients by the scale would take them below float16's
+  // range. f32: no cast.
+  DType grad_dtype = DType::f32;
 };
 
 template <class T>
@@ -138,6 +146,11 @@ class ShardedUnit {
   // Completes the reduction in flight (no-op when none); rethrows its failure, after which the
   // unit has no reduction in flight and its gradients of that reduction are lost.
   void wait_reduction();
+  // shard_optimizer with grad_dtype bf16: adds the whole gradients written since into the kept
+  // bfloat16 whole gradients and frees them, so that micro-batches accumulate without holding T
+  // copies of every unit (a runtime folds at the end of each backward scope it does not reduce).
+  // No-op otherwise.
+  void fold_gradients();
   // True once gradients were reduce-scattered since the last zero_grad().
   bool has_grads() const { return has_grads_; }
   // Zeroes the gradient pieces, and drops whole gradients written and not reduced since.
@@ -161,6 +174,8 @@ class ShardedUnit {
   bool keeps_parameters() const;
   // Whole gradients stay allocated and gradient pieces are views into them (shard_optimizer).
   bool keeps_gradients() const;
+  // UnitOptions::grad_dtype bf16: the kept gradients are bfloat16.
+  bool keeps_bfloat16_gradients() const { return grad_dtype_ == DType::bf16; }
   std::int64_t gather_count() const { return gather_count_; }
   std::int64_t release_count() const { return release_count_; }
   // Bytes of the unit's full parameters (a gather holds these, plus the padding of the
@@ -184,6 +199,12 @@ class ShardedUnit {
               const std::vector<std::size_t>& indices, std::shared_ptr<MemoryTracker> tracker,
               std::shared_ptr<BufferPool<T>> pool, const UnitOptions& options,
               bool check_agreement);
+  // A gradient buffer the unit keeps (pieces, shard_optimizer's whole gradients): in T, or in
+  // bfloat16 under grad_dtype bf16; the other stays unallocated.
+  struct KeptGradients {
+    TrackedView<T> values;
+    TrackedView<std::uint16_t> bfloat16;
+  };
   struct OwnerBuffers {       // of the whole parameters of one owner rank (UnitLayout::owners)
     TrackedView<T> storage;   // the owner's persistent copy
     TrackedView<T> gathered;  // everyone else's copy while gathered
@@ -201,6 +222,15 @@ class ShardedUnit {
 
   void make_resident_parameters();
   void make_resident_gradients();
+  KeptGradients keep_gradients(MemoryCategory category, const std::string& label,
+                               std::int64_t count);
+  // The whole gradients a backward writes are the resident ones (shard_optimizer in T).
+  bool writes_resident_gradients() const {
+    return keeps_gradients() && !keeps_bfloat16_gradients();
+  }
+  // shard_optimizer in bfloat16: the reduction's T input, the kept whole gradients plus what was
+  // written since (fold_gradients), widened into the buffer grad() wrote.
+  void widen_resident_gradients();
   void start_resident_gather();
   void give_back_whole_parameters();
   bool reduces_in_half() const;
@@ -224,7 +254,8 @@ class ShardedUnit {
   bool advance_reduction();
   void finish_reduction();
   void release_reduction();
-  void reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging);
+  void reduce_into_resident_gradients(const std::vector<TrackedView<T>>& staging,
+                                      const View& grads);
 
   std::string name_;
   ProcessGroup group_;
@@ -237,6 +268,7 @@ class ShardedUnit {
   std::optional<ProcessGroup> replica_reductions_;
   DType param_dtype_;
   DType reduce_dtype_;
+  DType grad_dtype_;
   // A 16-bit gather's or reduction's buffers, in the order they were made; freed when it ends.
   std::vector<TrackedView<std::uint16_t>> half_buffers_;
   // A 16-bit param_dtype: the gathered parameters, in 16 bits, while gathered.
@@ -256,11 +288,14 @@ class ShardedUnit {
   // buffer: the packed (small) ones first, then the direct (large) ones.
   ExecutionSpace space_;
   TrackedView<T> flat_shard_;
-  TrackedView<T> flat_grad_shard_;
-  std::vector<OwnerBuffers> owners_;         // parallel to layout_.owners
-  std::vector<TrackedView<T>> owner_grads_;  // parallel to grad_layout_.owners; owned ones only
+  KeptGradients flat_grad_shard_;
+  std::vector<OwnerBuffers> owners_;        // parallel to layout_.owners
+  std::vector<KeptGradients> owner_grads_;  // parallel to grad_layout_.owners; owned ones only
   std::vector<TrackedView<T>> replicated_storage_;
-  std::vector<TrackedView<T>> replicated_grads_;
+  std::vector<KeptGradients> replicated_grads_;
+  // shard_optimizer in bfloat16: the whole gradients kept between steps (in T they are
+  // full_grads_ itself).
+  KeptGradients resident_grads_;
 
   UnitState state_ = UnitState::sharded;
   std::vector<Work> in_flight_;
@@ -277,7 +312,7 @@ class ShardedUnit {
     ReductionStage stage = ReductionStage::none;
     std::vector<Work> works;
     View grads;                           // the whole gradients being reduced
-    TrackedView<T> owned_grads;           // ... unless resident (shard_optimizer)
+    TrackedView<T> owned_grads;           // ... unless resident (shard_optimizer in T)
     std::vector<TrackedView<T>> staging;  // outputs, added into the gradient pieces at the end
     TrackedView<T> packed_send;
     std::vector<TrackedView<std::uint16_t>> half_buffers;           // reduce_dtype copies
