@@ -53,7 +53,8 @@ enum fsdp_error {
 };
 
 /* Element types: FSDP_FLOAT32 and FSDP_FLOAT64 for a model's parameters (one per model); the
- * 16-bit ones only for the mixed-precision policy (fsdp_model_set_mixed_precision). */
+ * 16-bit ones only for the mixed-precision policy (fsdp_model_set_mixed_precision,
+ * fsdp_model_set_grad_dtype). */
 enum fsdp_dtype { FSDP_FLOAT32 = 1, FSDP_FLOAT64 = 2, FSDP_BFLOAT16 = 3, FSDP_FLOAT16 = 4 };
 
 /* Kinds of pattern for the hybrid strategy (fsdp_model_add_strategy_pattern). */
@@ -128,6 +129,14 @@ int fsdp_model_set_shard_group_size(fsdp_model_t model, int shard_group_size);
  * the default. FSDP_ERROR_INVALID_ARGUMENT for another value or a 16-bit dtype on an
  * FSDP_FLOAT64 model; FSDP_ERROR_STATE after fsdp_model_shard. */
 int fsdp_model_set_mixed_precision(fsdp_model_t model, int param_dtype, int reduce_dtype);
+/* Before fsdp_model_shard: the dtype of the gradients the model keeps between the backward and
+ * the optimizer step (the gradient pieces, and FSDP_MODE_SHARD_OPTIMIZER's whole gradients;
+ * UnitOptions::grad_dtype, docs/modes.md). FSDP_BFLOAT16 keeps them in 2 bytes (an FSDP_FLOAT32
+ * model); what fsdp_grad hands the backward stays the model's dtype. FSDP_FLOAT32 (or the
+ * model's own dtype): no cast, the default. FSDP_ERROR_INVALID_ARGUMENT for FSDP_FLOAT16
+ * (unscaling loss-scaled gradients would leave its range), another value, or FSDP_BFLOAT16 on an
+ * FSDP_FLOAT64 model; FSDP_ERROR_STATE after fsdp_model_shard. */
+int fsdp_model_set_grad_dtype(fsdp_model_t model, int grad_dtype);
 /* Collective over comm: makes the plan with strategy "full", "layerwise" or "hybrid" on rank 0,
  * agrees on it over the group (agree_on_plan: every rank must have added the same parameters),
  * and allocates this rank's pieces, all zero. The model keeps its own duplicate of comm.

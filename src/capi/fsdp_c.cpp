@@ -188,6 +188,7 @@ struct fsdp_model_s {
   int shard_group_size = -1;                   // -1: no hybrid sharding
   fsdp::DType param_dtype = fsdp::DType::f32;  // f32: no cast (for double models too)
   fsdp::DType reduce_dtype = fsdp::DType::f32;
+  fsdp::DType grad_dtype = fsdp::DType::f32;
   // Empty until fsdp_model_shard. Shared with the runtimes and optimizers made from the model.
   FloatOrDouble<fsdp::ShardedModel> sharded;
   // The save in the background (fsdp_checkpoint_save_in_background) and its snapshot memory.
@@ -501,6 +502,18 @@ int fsdp_model_set_mixed_precision(fsdp_model_t model, int param_dtype, int redu
   });
 }
 
+int fsdp_model_set_grad_dtype(fsdp_model_t model, int grad_dtype) {
+  return guarded("fsdp_model_set_grad_dtype", [&] {
+    require_handle(model, "model");
+    require_not_sharded(model, "the gradients' dtype");
+    require_argument(grad_dtype != FSDP_FLOAT16,
+                     "grad_dtype FSDP_FLOAT16: unscaling loss-scaled gradients would take them "
+                     "below float16's range; give FSDP_BFLOAT16 (3, float's range) or "
+                     "FSDP_FLOAT32 (1) for no cast");
+    model->grad_dtype = mixed_precision_dtype(grad_dtype, "grad_dtype", model->dtype);
+  });
+}
+
 namespace {
 
 void shard_model(fsdp_model_t model, MPI_Comm comm, const char* strategy_name) {
@@ -526,6 +539,7 @@ void shard_model(fsdp_model_t model, MPI_Comm comm, const char* strategy_name) {
   options.unit.mode = model->mode;
   options.unit.param_dtype = model->param_dtype;
   options.unit.reduce_dtype = model->reduce_dtype;
+  options.unit.grad_dtype = model->grad_dtype;
   std::optional<fsdp::HybridGroups> hybrid;
   if (model->shard_group_size >= 0) {
     try {

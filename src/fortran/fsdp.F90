@@ -26,7 +26,7 @@ module fsdp
   integer, parameter, public :: FSDP_ERROR_TIMEOUT = 10
   integer, parameter, public :: FSDP_ERROR_COMMUNICATION = 11
   integer, parameter, public :: FSDP_ERROR_IO = 12
-  ! Element types (enum fsdp_dtype; the 16-bit ones for fsdp_model_set_mixed_precision only) and
+  ! Element types (enum fsdp_dtype; the 16-bit ones for the mixed-precision calls only) and
   ! hybrid pattern kinds (enum fsdp_pattern_kind).
   integer, parameter, public :: FSDP_FLOAT32 = 1
   integer, parameter, public :: FSDP_FLOAT64 = 2
@@ -90,6 +90,7 @@ module fsdp
   public :: fsdp_last_error, fsdp_version, fsdp_initialize, fsdp_finalize
   public :: fsdp_model_create, fsdp_model_add_parameter, fsdp_model_add_strategy_pattern
   public :: fsdp_model_set_mode, fsdp_model_set_shard_group_size, fsdp_model_set_mixed_precision
+  public :: fsdp_model_set_grad_dtype
   public :: fsdp_model_shard, fsdp_model_parameter_numel, fsdp_model_parameter_piece
   public :: fsdp_model_dtype, fsdp_model_rank
   public :: fsdp_model_init_from_full, fsdp_model_init_from_root, fsdp_model_init_with
@@ -197,6 +198,12 @@ module fsdp
       type(c_ptr), value :: model
       integer(c_int), value :: param_dtype, reduce_dtype
     end function c_model_set_mixed_precision
+    integer(c_int) function c_model_set_grad_dtype(model, grad_dtype) &
+        bind(c, name='fsdp_model_set_grad_dtype')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int), value :: grad_dtype
+    end function c_model_set_grad_dtype
     integer(c_int) function c_model_shard(model, comm, strategy) bind(c, name='fsdp_model_shard')
       import :: c_int, c_ptr, c_char
       type(c_ptr), value :: model
@@ -744,6 +751,16 @@ contains
     ierr = int(c_model_set_mixed_precision(model%handle, int(param_dtype, c_int), &
                                            int(reduce_dtype, c_int)))
   end subroutine fsdp_model_set_mixed_precision
+
+  ! Before fsdp_model_shard: the dtype of the gradients kept between the backward and the
+  ! optimizer step, FSDP_BFLOAT16 (2 bytes, an FSDP_FLOAT32 model) or FSDP_FLOAT32 for no cast
+  ! (the default); fsdp_grad stays the model's dtype.
+  subroutine fsdp_model_set_grad_dtype(model, grad_dtype, ierr)
+    type(fsdp_model), intent(in) :: model
+    integer, intent(in) :: grad_dtype
+    integer, intent(out) :: ierr
+    ierr = int(c_model_set_grad_dtype(model%handle, int(grad_dtype, c_int)))
+  end subroutine fsdp_model_set_grad_dtype
 
   ! Collective over comm: agrees on the plan of strategy 'full', 'layerwise' or 'hybrid'.
   subroutine model_shard_integer(model, comm, strategy, ierr)

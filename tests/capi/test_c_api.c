@@ -234,14 +234,17 @@ static void full_parameter(fsdp_runtime_t runtime, int i, int dtype, uint32_t ze
 }
 
 /* mode: an fsdp_sharding_mode; shard_group_size: -1 for no hybrid sharding; param_dtype,
- * reduce_dtype: the mixed-precision policy (FSDP_FLOAT32: no cast). */
+ * reduce_dtype: the mixed-precision policy (FSDP_FLOAT32: no cast); grad_dtype: the kept
+ * gradients' (FSDP_FLOAT32: no cast). */
 static fsdp_model_t make_mixed_model(int dtype, const char* strategy, int mode,
-                                     int shard_group_size, int param_dtype, int reduce_dtype) {
+                                     int shard_group_size, int param_dtype, int reduce_dtype,
+                                     int grad_dtype) {
   fsdp_model_t model = NULL;
   CHECK_OK(fsdp_model_create(dtype, &model));
   CHECK_OK(fsdp_model_set_mode(model, mode));
   CHECK_OK(fsdp_model_set_shard_group_size(model, shard_group_size));
   CHECK_OK(fsdp_model_set_mixed_precision(model, param_dtype, reduce_dtype));
+  CHECK_OK(fsdp_model_set_grad_dtype(model, grad_dtype));
   const int64_t shapes[NPARAM][2] = {{HIDDEN, IN}, {HIDDEN, 0}, {OUT, HIDDEN}, {OUT, 0}};
   const int ndims[NPARAM] = {2, 1, 2, 1};
   const char* const layers[NPARAM] = {"l0", "l0", "l1", "l1"};
@@ -256,7 +259,8 @@ static fsdp_model_t make_mixed_model(int dtype, const char* strategy, int mode,
 
 static fsdp_model_t make_model_in_mode(int dtype, const char* strategy, int mode,
                                        int shard_group_size) {
-  return make_mixed_model(dtype, strategy, mode, shard_group_size, FSDP_FLOAT32, FSDP_FLOAT32);
+  return make_mixed_model(dtype, strategy, mode, shard_group_size, FSDP_FLOAT32, FSDP_FLOAT32,
+                          FSDP_FLOAT32);
 }
 
 static fsdp_model_t make_model(int dtype, const char* strategy) {
@@ -388,13 +392,14 @@ typedef struct {
   int poisoned_step; /* -1, or the step where the last rank writes an infinity (with a scaler) */
   double tolerance;
   const char* label;
+  int grad_dtype; /* of the kept gradients: FSDP_FLOAT32 (no cast) or FSDP_BFLOAT16 */
 } Training;
 
 static void train_and_check(const Training* t) {
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   fsdp_model_t model = make_mixed_model(t->dtype, t->strategy, t->mode, t->shard_group_size,
-                                        t->param_dtype, t->reduce_dtype);
+                                        t->param_dtype, t->reduce_dtype, t->grad_dtype);
   init_model(model, t->dtype);
   fsdp_runtime_t runtime = NULL;
   CHECK_OK(fsdp_runtime_create(model, 2, unit_order, t->prefetch, t->limit, &runtime));
@@ -444,6 +449,24 @@ static void train_and_check(const Training* t) {
     CHECK(moved > 1e-3, "%s: training moved the parameters by only %g", t->label, moved);
   }
   compare(model, t->dtype, &expected, t->tolerance, t->label);
+  if (t->grad_dtype == FSDP_BFLOAT16) {
+    /* The kept gradients are 2 bytes per element: half the fp32 pieces' bytes under full_shard,
+     * every element whole under shard_optimizer. */
+    int64_t pieces = 0, gradients = 0, resident = 0, elements = 0;
+    CHECK_OK(fsdp_memory_bytes(model, FSDP_MEMORY_PARAMETER_SHARDS, &pieces, NULL));
+    CHECK_OK(fsdp_memory_bytes(model, FSDP_MEMORY_GRADIENT_SHARDS, &gradients, NULL));
+    CHECK_OK(fsdp_memory_bytes(model, FSDP_MEMORY_RESIDENT_GRADIENTS, &resident, NULL));
+    for (int i = 0; i < NPARAM; ++i) {
+      elements += parameter_numel[i];
+    }
+    if (t->mode == FSDP_MODE_SHARD_OPTIMIZER) {
+      CHECK(gradients == 0 && resident == 2 * elements, "%s: %lld B of whole gradients for %lld",
+            t->label, (long long)resident, (long long)elements);
+    } else {
+      CHECK(2 * gradients == pieces && resident == 0, "%s: %lld B of gradients, %lld of pieces",
+            t->label, (long long)gradients, (long long)pieces);
+    }
+  }
   /* Any order of destruction: the model's storage lives until the last handle goes. */
   fsdp_model_destroy(model);
   fsdp_optimizer_destroy(optimizer);
@@ -455,7 +478,7 @@ static void train_in_mode_and_compare(int dtype, const char* strategy, int mode,
                                       int limit, double tolerance, const char* label) {
   const Training t = {
       dtype, strategy, mode, shard_group_size, FSDP_FLOAT32, FSDP_FLOAT32, rule, steps, prefetch,
-      limit, NULL,     -1,   tolerance,        label};
+      limit, NULL,     -1,   tolerance,        label,        FSDP_FLOAT32};
   train_and_check(&t);
 }
 
@@ -880,8 +903,8 @@ static void exact_mixed_step(int param_dtype, int reduce_dtype) {
   const double odd = 1.0 + 0x1p-12;
   const double full_value = param_dtype == FSDP_FLOAT32 ? odd : 1.0;
   const double after = reduce_dtype == FSDP_FLOAT32 ? 0.0 : 0x1p-12;
-  fsdp_model_t model =
-      make_mixed_model(FSDP_FLOAT32, "full", FSDP_MODE_FULL_SHARD, -1, param_dtype, reduce_dtype);
+  fsdp_model_t model = make_mixed_model(FSDP_FLOAT32, "full", FSDP_MODE_FULL_SHARD, -1, param_dtype,
+                                        reduce_dtype, FSDP_FLOAT32);
   float values[HIDDEN * IN];
   for (int e = 0; e < HIDDEN * IN; ++e) {
     values[e] = (float)odd;
@@ -917,9 +940,18 @@ static void exact_mixed_step(int param_dtype, int reduce_dtype) {
 static void train_mixed(int param_dtype, int reduce_dtype, int mode, double tolerance,
                         const char* label) {
   const Rule adamw = {1, 0.01, 0.0, 0.05};
-  const Training t = {FSDP_FLOAT32, "full", mode,      -1,   param_dtype,
-                      reduce_dtype, adamw,  3,         1,    2,
-                      NULL,         -1,     tolerance, label};
+  const Training t = {FSDP_FLOAT32, "full", mode,      -1,    param_dtype,
+                      reduce_dtype, adamw,  3,         1,     2,
+                      NULL,         -1,     tolerance, label, FSDP_FLOAT32};
+  train_and_check(&t);
+}
+
+/* The same with the gradients kept in bfloat16 (fsdp_model_set_grad_dtype). */
+static void train_with_bf16_gradients(int mode, const char* label) {
+  const Rule adamw = {1, 0.01, 0.0, 0.05};
+  const Training t = {
+      FSDP_FLOAT32, "full", mode,           -1,    FSDP_BFLOAT16, FSDP_BFLOAT16, adamw, 3, 1, 2,
+      NULL,         -1,     BF16_TOLERANCE, label, FSDP_BFLOAT16};
   train_and_check(&t);
 }
 
@@ -934,6 +966,9 @@ static void test_mixed_precision(void) {
               "fp16 full_shard AdamW");
   train_mixed(FSDP_FLOAT16, FSDP_FLOAT16, FSDP_MODE_NO_SHARD, FP16_TOLERANCE,
               "fp16 no_shard AdamW");
+  train_with_bf16_gradients(FSDP_MODE_FULL_SHARD, "bf16, bf16 gradients, full_shard AdamW");
+  train_with_bf16_gradients(FSDP_MODE_SHARD_OPTIMIZER,
+                            "bf16, bf16 gradients, shard_optimizer AdamW");
   exact_mixed_step(FSDP_FLOAT32, FSDP_FLOAT32);
   exact_mixed_step(FSDP_BFLOAT16, FSDP_FLOAT32);
   exact_mixed_step(FSDP_FLOAT32, FSDP_BFLOAT16);
@@ -964,6 +999,15 @@ static void test_mixed_precision(void) {
         "message: %s", fsdp_last_error());
   CHECK_CODE(fsdp_model_set_mixed_precision(NULL, FSDP_BFLOAT16, FSDP_BFLOAT16),
              FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_model_set_grad_dtype(model, FSDP_FLOAT16), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(
+      strstr(fsdp_last_error(), "grad_dtype FSDP_FLOAT16: unscaling loss-scaled gradients") != NULL,
+      "message: %s", fsdp_last_error());
+  fsdp_model_destroy(model);
+  CHECK_OK(fsdp_model_create(FSDP_FLOAT64, &model));
+  CHECK_CODE(fsdp_model_set_grad_dtype(model, FSDP_BFLOAT16), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "grad_dtype FSDP_BFLOAT16 for an FSDP_FLOAT64 model") != NULL,
+        "message: %s", fsdp_last_error());
   fsdp_model_destroy(model);
   model = make_model(FSDP_FLOAT32, "full");
   CHECK_CODE(fsdp_model_set_mixed_precision(model, FSDP_BFLOAT16, FSDP_BFLOAT16), FSDP_ERROR_STATE);
@@ -971,6 +1015,7 @@ static void test_mixed_precision(void) {
                "the mixed-precision policy is set before fsdp_model_shard; the model is already "
                "sharded") != NULL,
         "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_model_set_grad_dtype(model, FSDP_BFLOAT16), FSDP_ERROR_STATE);
   fsdp_model_destroy(model);
   if (world_rank == 0) {
     printf("test_c_api: mixed precision: ok\n");
@@ -986,8 +1031,8 @@ static fsdp_loss_scaler_t train_with_scaler(int dtype, int mode, int half, int p
   const Rule sgd = {0, 0.1, 0.9, 0.01};
   fsdp_loss_scaler_t scaler = NULL;
   CHECK_OK(fsdp_loss_scaler_create(1024.0, 2.0, 0.5, 2, &scaler));
-  const Training t = {dtype, "full", mode, -1,     half,          half,      sgd,
-                      4,     1,      2,    scaler, poisoned_step, tolerance, label};
+  const Training t = {dtype, "full", mode,          -1,        half,  half,        sgd, 4, 1,
+                      2,     scaler, poisoned_step, tolerance, label, FSDP_FLOAT32};
   train_and_check(&t);
   return scaler;
 }

@@ -196,6 +196,7 @@ program test_fortran
   call train_and_compare(FSDP_MODE_SHARD_OPTIMIZER, merge(2, 1, mod(world_size, 2) == 0))
   call train_and_compare(FSDP_MODE_NO_SHARD)
   call train_and_compare(FSDP_MODE_FULL_SHARD, half=FSDP_BFLOAT16)
+  call train_and_compare(FSDP_MODE_SHARD_OPTIMIZER, half=FSDP_BFLOAT16, grad_dtype=FSDP_BFLOAT16)
   call sgd_rule_single_precision(.false.)
   call sgd_rule_single_precision(.true.)
   call error_paths()
@@ -213,12 +214,13 @@ contains
 
   ! half: gathers and reductions in that 16-bit dtype (mixed precision) when present.
   subroutine make_model(model, dtype, strategy, integer_comm, mode, shard_group_size, half, &
-                        freeze_l0w)
+                        freeze_l0w, grad_dtype)
     type(fsdp_model), intent(out) :: model
     integer, intent(in) :: dtype
     character(len=*), intent(in) :: strategy
     logical, intent(in) :: integer_comm
     integer, intent(in), optional :: mode, shard_group_size, half
+    integer, intent(in), optional :: grad_dtype  ! of the kept gradients
     logical, intent(in), optional :: freeze_l0w  ! l0.w frozen (trainable=.false.)
     logical :: l0w_trainable
     call fsdp_model_create(model, dtype, ierr)
@@ -226,6 +228,10 @@ contains
     if (present(half)) then
       call fsdp_model_set_mixed_precision(model, half, half, ierr)
       call check_ok(ierr, 'fsdp_model_set_mixed_precision')
+    end if
+    if (present(grad_dtype)) then
+      call fsdp_model_set_grad_dtype(model, grad_dtype, ierr)
+      call check_ok(ierr, 'fsdp_model_set_grad_dtype')
     end if
     if (present(mode)) then
       call fsdp_model_set_mode(model, mode, ierr)
@@ -424,8 +430,8 @@ contains
   ! present (the result must not depend on them). half (FSDP_BFLOAT16 or FSDP_FLOAT16): an fp32
   ! model gathering and reducing in that dtype, its gradients scaled by a loss scaler (1024,
   ! growing after 2 clean steps), within half_tolerance; without half, fp64 within 1e-12.
-  subroutine train_and_compare(mode, shard_group_size, half)
-    integer, intent(in), optional :: mode, shard_group_size, half
+  subroutine train_and_compare(mode, shard_group_size, half, grad_dtype)
+    integer, intent(in), optional :: mode, shard_group_size, half, grad_dtype
     ! |fsdp - fp64 by hand| after 3 steps in 16 bits; measured at 1-3 ranks: bf16 at most 6.4e-4.
     real(c_double), parameter :: half_tolerance = 2d-3
     type(fsdp_model) :: model
@@ -438,7 +444,7 @@ contains
     real(c_double) :: got(n_all), expected(n_all), largest, scale
     real(c_double), parameter :: lr = 0.1d0, momentum = 0.9d0, decay = 0.01d0
     integer, parameter :: steps = 3
-    integer(c_int64_t) :: clean, skipped
+    integer(c_int64_t) :: clean, skipped, whole_grad_bytes, peak_bytes
     logical :: mixed, found_inf
     integer :: step, r, zero_bits
 
@@ -446,7 +452,7 @@ contains
     zero_bits = 0
     if (mixed) zero_bits = merge(int(z'FFFF'), int(z'1FFF'), half == FSDP_BFLOAT16)
     call make_model(model, merge(FSDP_FLOAT32, FSDP_FLOAT64, mixed), 'full', .true., mode, &
-                    shard_group_size, half)
+                    shard_group_size, half, grad_dtype=grad_dtype)
     call initial(w0, b0, w1, b1)
     call init_parameter(model, 'l0.w', [w0], mixed, .false.)
     call init_parameter(model, 'l0.b', b0, mixed, .false.)
@@ -533,6 +539,13 @@ contains
     if (world_rank == 0 .and. .not. mixed) print '(a,es10.3)', &
       'test_fortran: fp64 SGD through the scopes: largest difference from unsharded training ', &
       largest
+
+    if (present(grad_dtype)) then  ! shard_optimizer's whole gradients kept in 2 bytes
+      call fsdp_memory_bytes(model, FSDP_MEMORY_RESIDENT_GRADIENTS, whole_grad_bytes, peak_bytes, &
+                             ierr)
+      call check_ok(ierr, 'fsdp_memory_bytes')
+      call check(whole_grad_bytes == 2 * n_all, 'the whole gradients are bfloat16')
+    end if
 
     call fsdp_optimizer_destroy(sgd)
     call fsdp_runtime_destroy(runtime)
@@ -639,6 +652,9 @@ contains
     call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'bf16 for an fp64 model')
     call check(index(fsdp_last_error(), 'create the model with FSDP_FLOAT32') > 0, &
                'the message says what would be right')
+    call fsdp_model_set_grad_dtype(model, FSDP_FLOAT16, ierr)
+    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'fp16 kept gradients')
+    call check(index(fsdp_last_error(), "below float16's range") > 0, 'the message says why')
     call fsdp_model_destroy(model)
     call loss_scaler_settings()
     call make_model(model, FSDP_FLOAT64, 'layerwise', .true.)
