@@ -118,6 +118,8 @@ struct MemoryOptions {
   std::string strategy = "full";
   std::vector<std::string> modes = {"full_shard", "shard_grad_op", "shard_optimizer", "no_shard"};
   std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
+  // The 16-bit rows' UnitOptions::grad_dtype: fp32 or bf16 (kept gradients in 2 bytes).
+  std::string grad_dtype = "fp32";
 };
 
 // What one way of training held on one rank at its peak, by fsdp's tracker and by the kernel.
@@ -132,12 +134,13 @@ struct MemoryRow {
 // reduce-scatter; then Adam on the pieces. The figures are those of the second step: the first
 // makes Adam's moments and fills the buffer pool, which every later step holds.
 MemoryRow memory_of_a_step(ProcessGroup& group, const ShardingPlan& plan, ShardingMode mode,
-                           DType precision) {
+                           DType precision, DType grad_dtype) {
   const PeakMemory before_the_model;
   ShardedModelOptions options;
   options.unit.mode = mode;
   options.unit.param_dtype = precision;
   options.unit.reduce_dtype = precision;
+  options.unit.grad_dtype = grad_dtype;
   ShardedModel<float> model(group, plan, options);
   for (const ParameterInfo& p : plan.parameters()) {
     model.init_with(p.name, [](std::int64_t first, float* values, std::int64_t count) {
@@ -199,10 +202,11 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
   if (group.rank() == 0 && !common.json) {
     std::printf(
         "fsdp-bench memory: %s, %d layers of %lld x %lld fp32 (%.1f MB of parameters), "
-        "strategy %s, Adam; the second training step of each row, the fullest rank's figures\n",
+        "strategy %s, Adam, 16-bit rows keep gradients in %s; the second training step of each "
+        "row, the fullest rank's figures\n",
         fsdp_apps::count_of(n, "rank").c_str(), options.layers,
         static_cast<long long>(options.hidden), static_cast<long long>(options.hidden),
-        unsharded.total_elements * 4 / 1e6, options.strategy.c_str());
+        unsharded.total_elements * 4 / 1e6, options.strategy.c_str(), options.grad_dtype.c_str());
     std::printf(
         "peak: fsdp's tracked buffers; estimate: fsdp::estimate's persistent + working set "
         "(fsdp-plan); resident: the kernel's peak resident set (VmHWM); added: minus the "
@@ -215,7 +219,9 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
     const ShardingMode mode = parse_sharding_mode(mode_name);
     for (const std::string& precision_name : options.precisions) {
       const DType precision = parse_dtype(precision_name);
-      const MemoryRow mine = memory_of_a_step(group, plan, mode, precision);
+      const DType grad_dtype =
+          precision == DType::f32 ? DType::f32 : parse_dtype(options.grad_dtype);
+      const MemoryRow mine = memory_of_a_step(group, plan, mode, precision, grad_dtype);
       malloc_trim(0);  // the next row starts from a process that gave this one's memory back
       MemoryRow most;
       for (auto [field, out] : {std::pair{&MemoryRow::peak, &most.peak},
@@ -228,6 +234,7 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
       }
       EstimateOptions estimate_options{
           OptimizerKind::adam, precision == DType::f32 ? Precision::fp32 : Precision::mixed, mode};
+      estimate_options.keeps_16_bit_gradients = grad_dtype == DType::bf16;
       const PlanEstimate planned = estimate(plan, estimate_options);
       const std::int64_t estimate_bytes = planned.peak_bytes();
       const double over_unsharded = static_cast<double>(most.peak) /
@@ -236,6 +243,7 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
                                {"ranks", n},
                                {"mode", name_of(mode)},
                                {"precision", name_of(precision)},
+                               {"grad_dtype", name_of(grad_dtype)},
                                {"peak_bytes", most.peak},
                                {"estimate_bytes", estimate_bytes},
                                {"model_state_bytes", most.state},
@@ -284,6 +292,11 @@ void add_memory(CLI::App& app, const CommonOptions& common) {
                   "over fp32 masters)")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  sub->add_option("--grad-dtype", options->grad_dtype,
+                  "the 16-bit rows' kept gradients (UnitOptions::grad_dtype): fp32, or bf16 (2 "
+                  "bytes, the ZeRO paper's)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   sub->callback([options, &common] { run_memory(*options, common); });
 }

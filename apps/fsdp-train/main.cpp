@@ -225,6 +225,11 @@ int main(int argc, char** argv) {
                    "bf16 or fp16: parameters gathered and gradients reduced in 16 bits over "
                    "fp32 master pieces (fp16 with dynamic loss scaling); needs --dtype fp32")
         ->check(CLI::IsMember({"bf16", "fp16"}));
+    app.add_option("--grad-dtype", o.grad_dtype,
+                   "with --mixed-precision: keep the reduced gradients (and shard_optimizer's "
+                   "whole ones) in fp32 or bf16, the ZeRO paper's 2 bytes")
+        ->check(CLI::IsMember({"fp32", "bf16"}))
+        ->capture_default_str();
     auto* shard_group = app.add_option(
         "--shard-group-size", o.shard_group_size,
         "hybrid sharding: shard within groups of this many consecutive ranks and replicate "

@@ -347,6 +347,7 @@ class Run {
       const fsdp::DType half = fsdp::parse_dtype(o_.mixed_precision);
       model_options.unit.param_dtype = half;
       model_options.unit.reduce_dtype = half;
+      model_options.unit.grad_dtype = fsdp::parse_dtype(o_.grad_dtype);
       if (half == fsdp::DType::f16) {
         scaler.emplace();
       }
@@ -580,6 +581,7 @@ class Run {
     summary["strategy"] = plan.strategy();
     summary["mode"] = fsdp::name_of(model.mode());
     summary["mixed_precision"] = o_.mixed_precision.empty() ? "none" : o_.mixed_precision;
+    summary["grad_dtype"] = o_.mixed_precision.empty() ? o_.dtype : o_.grad_dtype;
     if (scaler) {
       summary["skipped_steps"] = scaler->state().skipped_steps;
       summary["loss_scale"] = scaler->scale();
@@ -1111,6 +1113,10 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
                 "--mixed-precision " + o.mixed_precision +
                     " keeps fp32 master weights: use --dtype fp32 (the default), not --dtype " +
                     o.dtype);
+  fsdp::require(o.grad_dtype == "fp32" || !o.mixed_precision.empty(),
+                "--grad-dtype " + o.grad_dtype +
+                    " keeps mixed precision's gradients in 16 bits: give --mixed-precision bf16 "
+                    "or fp16 with it");
   const int shards = hybrid_shard_group_size(o, ranks);
   fsdp::require(shards <= 0 || ranks % shards == 0,
                 "--shard-group-size " + std::to_string(shards) + " does not divide the " +

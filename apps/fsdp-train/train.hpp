@@ -47,6 +47,9 @@ struct TrainOptions {
   // "" (none), "bf16" or "fp16": 16-bit gathered parameters and gradient reductions over fp32
   // master pieces (fp16 with dynamic loss scaling).
   std::string mixed_precision;
+  // With mixed_precision: the dtype of the gradients kept between backward and step
+  // (UnitOptions::grad_dtype), "fp32" or "bf16".
+  std::string grad_dtype = "fp32";
   std::vector<std::string> full_shard_patterns;
   std::vector<std::string> layer_wise_patterns;
   // Parameter-name globs of parameters to freeze (fine-tuning): never reduced or stepped.

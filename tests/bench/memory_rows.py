@@ -17,7 +17,10 @@ never a time:
   * in bf16 and fp16, shard_grad_op and shard_optimizer peak below their fp32 rows: their whole
     parameters are held in 2 bytes from forward to backward, which at 3 or more ranks outweighs
     the fp32 pieces kept apart;
-  * the fp16 rows hold what the bf16 rows hold.
+  * the fp16 rows hold what the bf16 rows hold;
+  * with --grad-dtype bf16 (a second run, bf16 rows), the gradients kept are 2 bytes per element
+    in the model state, the peak follows the estimate, and every mode peaks below its bf16 row
+    with fp32 gradients.
 
 Exits 0 when everything holds ("all checks passed"), 1 with a message otherwise.
 """
@@ -39,17 +42,14 @@ def fail(message):
     sys.exit(1)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--mpiexec", required=True)
-    parser.add_argument("--bench", required=True)
-    parser.add_argument("--ranks", type=int, required=True)
-    args = parser.parse_args()
+def check_rows(args, precisions, grad_dtype):
+    """Runs fsdp-bench memory for these precisions, the 16-bit rows keeping gradients in
+    grad_dtype, checks each row's model state and peak, and returns the rows by (mode,
+    precision)."""
     n = args.ranks
-    if n < 3:
-        fail("needs 3 or more ranks, where 16-bit whole parameters save memory")
     command = [args.mpiexec, "-n", str(n), args.bench, "--json", "memory", "--hidden",
-               str(HIDDEN), "--layers", str(LAYERS)]
+               str(HIDDEN), "--layers", str(LAYERS), "--precision", ",".join(precisions),
+               "--grad-dtype", grad_dtype]
     print("$ " + " ".join(command), flush=True)
     result = subprocess.run(command, capture_output=True, text=True, timeout=240)
     print(result.stdout, flush=True)
@@ -63,23 +63,27 @@ def main():
     elements = LAYERS * (HIDDEN * HIDDEN + HIDDEN)
     per_rank = elements / n
     for mode in MODES:
-        for precision in PRECISIONS:
+        for precision in precisions:
             row = rows.get((mode, precision))
             if row is None:
                 fail("no row for %s %s" % (mode, precision))
             if row["ranks"] != n:
                 fail("%s %s: %d ranks" % (mode, precision, row["ranks"]))
             half = precision != "fp32"
-            # Bytes per element of the model state: in pieces 4 (master) + 4 (gradient) + 8
-            # (Adam); whole where the mode keeps it whole, in fp32.
+            # Bytes per element of the model state: in pieces 4 (master) + g (gradient) + 8
+            # (Adam); whole where the mode keeps it whole, in fp32. g is 4, or 2 for the 16-bit
+            # rows keeping bf16 gradients.
+            g = 2 if half and grad_dtype == "bf16" else 4
+            if row["grad_dtype"] != ("bf16" if g == 2 else "fp32"):
+                fail("%s %s: grad_dtype %s" % (mode, precision, row["grad_dtype"]))
             if mode == "full_shard":
-                state = 16 * per_rank
+                state = (12 + g) * per_rank
             elif mode == "shard_grad_op":
-                state = 12 * per_rank + (4 * per_rank if half else 4 * elements)
+                state = (12 + g) * per_rank if half else 12 * per_rank + 4 * elements
             elif mode == "shard_optimizer":
-                state = 8 * per_rank + (4 * per_rank if half else 4 * elements) + 4 * elements
+                state = 12 * per_rank + g * elements if half else 8 * per_rank + 8 * elements
             else:
-                state = 16 * elements
+                state = (12 + g) * elements
             measured = row["model_state_bytes"]
             if abs(measured - state) > 0.01 * state + 4 * 64 * n:  # padding of uneven pieces
                 fail("%s %s: model state %d bytes, %d by the bytes per element" %
@@ -88,8 +92,26 @@ def main():
             if not 0.9 * estimate <= peak <= 1.1 * estimate + POOL:
                 fail("%s %s: tracked peak %d bytes, the estimate %d (and a pool of %d)" %
                      (mode, precision, peak, estimate, POOL))
-            print("%-16s %-5s state %9d (by hand %9d)  peak %9d  estimate %9d" %
-                  (mode, precision, measured, state, peak, estimate), flush=True)
+            print("%-16s %-5s grads %-4s state %9d (by hand %9d)  peak %9d  estimate %9d" %
+                  (mode, precision, grad_dtype if half else "fp32", measured, state, peak,
+                   estimate), flush=True)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mpiexec", required=True)
+    parser.add_argument("--bench", required=True)
+    parser.add_argument("--ranks", type=int, required=True)
+    args = parser.parse_args()
+    if args.ranks < 3:
+        fail("needs 3 or more ranks, where 16-bit whole parameters save memory")
+    rows = check_rows(args, PRECISIONS, "fp32")
+    kept16 = check_rows(args, ["bf16"], "bf16")
+    for mode in MODES:
+        if kept16[(mode, "bf16")]["peak_bytes"] >= rows[(mode, "bf16")]["peak_bytes"]:
+            fail("%s: the peak with bf16 gradients %d is not below fp32 gradients' %d" %
+                 (mode, kept16[(mode, "bf16")]["peak_bytes"], rows[(mode, "bf16")]["peak_bytes"]))
     for mode in ("shard_grad_op", "shard_optimizer"):
         for precision in ("bf16", "fp16"):
             if rows[(mode, precision)]["peak_bytes"] >= rows[(mode, "fp32")]["peak_bytes"]:
