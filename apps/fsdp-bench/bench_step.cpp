@@ -62,6 +62,8 @@ struct StepOptions {
   int max_reductions_in_flight = RuntimeOptions{}.max_reductions_in_flight;
   // CollectiveOptions::network, "BANDWIDTH,LATENCY"; empty: collectives complete when MPI's do.
   std::string network;
+  // The 16-bit ways' UnitOptions::grad_dtype: "fp32" or "bf16" (kept gradients in 2 bytes).
+  std::string grad_dtype = "fp32";
 };
 
 // One way of training: a row of the table.
@@ -80,6 +82,7 @@ struct Way {
   // free (the network off).
   bool waits_for_reductions = false;
   bool free_network = false;
+  DType grad_dtype = DType::f32;  // the units' grad_dtype (16-bit ways: --grad-dtype)
   // "fp32", "bf16", "fp16"; and the estimate's name for it: fp32 or mixed.
   const char* precision_name() const { return dtype == DType::f32 ? "fp32" : name_of(dtype); }
   Precision precision() const { return dtype == DType::f32 ? Precision::fp32 : Precision::mixed; }
@@ -274,6 +277,7 @@ struct Trainer {
     options.unit.mode = way.mode;
     options.unit.param_dtype = way.dtype;
     options.unit.reduce_dtype = way.dtype;
+    options.unit.grad_dtype = way.grad_dtype;
     if (way.dtype == DType::f16) {
       scaler.emplace();
     }
@@ -366,8 +370,8 @@ struct Formula {
 };
 
 Formula formula(const Way& way, const BenchModel& bench, int world, int rank) {
-  const EstimateOptions options{OptimizerKind::adam, way.precision(), way.mode,
-                                way.shard_group_size};
+  EstimateOptions options{OptimizerKind::adam, way.precision(), way.mode, way.shard_group_size};
+  options.keeps_16_bit_gradients = way.grad_dtype == DType::bf16;
   const std::vector<ParameterInfo>& parameters = bench.parameters;
   std::vector<ParameterInfo> kept;
   for (const ParameterInfo& p : parameters) {
@@ -444,6 +448,9 @@ std::vector<Way> ways(const StepOptions& options, int ranks) {
       unchecked.push_back(way);
     }
     result = std::move(unchecked);
+  }
+  for (Way& way : result) {
+    way.grad_dtype = way.dtype == DType::f32 ? DType::f32 : parse_dtype(options.grad_dtype);
   }
   result.push_back({"one_rank", ShardingMode::full_shard, DType::f32, true, 1, true});
   return result;
@@ -683,6 +690,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"name", way.name},
         {"mode", way.one_rank ? "one_rank" : name_of(way.mode)},
         {"precision", way.precision_name()},
+        {"grad_dtype", name_of(way.grad_dtype)},
         {"formula_precision", name_of(way.precision())},
         {"prefetch", way.prefetch},
         {"max_gathered_units", options.max_gathered_units},
@@ -800,6 +808,11 @@ void add_step(CLI::App& app, const CommonOptions& common) {
                   "baseline, always runs")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  sub->add_option("--grad-dtype", options->grad_dtype,
+                  "the 16-bit ways' kept gradients (UnitOptions::grad_dtype): fp32, or bf16 (2 "
+                  "bytes, the ZeRO paper's)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   sub->add_option(
          "--collective-check", options->collective_check,

@@ -197,22 +197,27 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
   const bool half_gradients = mixed && options.keeps_16_bit_gradients;
   const bool folds = half_gradients && !mode.pieces.gradients && mode.pieces.optimizer_state;
   const bool transient_gradients = mode.transient_gradients || folds;
-  // (gradients are transient whenever parameters are: both are in pieces then)
-  result.working_set_holds =
-      transient_gradients ? (mode.transient_parameters ? "parameters and gradients" : "gradients")
-                          : "";
-  // Every rank of a shard group is laid out as the plan's first n ranks (rank r is position
-  // r % n of group r / n), so the sums are over the n positions of one group.
-  detail::RankSums<RankEstimate> positions(n);
-  std::map<std::string, std::pair<std::int64_t, std::int64_t>> units;  // elements, bytes
-  std::map<std::string, std::int64_t> reducing;  // bytes a unit's reduction in flight holds
   // Mixed precision where parameters stay whole for the step (shard_grad_op, shard_optimizer):
   // every float parameter is held whole in 16 bits from its forward to its backward (the paper's
   // 2 Psi of parameters, which it keeps between steps too; fsdp keeps the fp32 master pieces,
   // in K), and its gradients are fp32. ZeRO-1 comes to the paper's 2 Psi + 2 Psi + K Psi / N with
   // fp32 whole gradients in place of the 16-bit parameters and gradients plus 2 Psi during the
-  // step; ZeRO-2 to (4 + K) Psi / N persistent, plus 2 Psi held during the step.
+  // step; ZeRO-2 to (4 + K) Psi / N persistent, plus 2 Psi held during the step. Elsewhere mixed
+  // precision gathers a 16-bit copy of what the mode keeps whole too (no_shard, replicated
+  // parameters) with each unit.
   const bool whole_in_half = mixed && !mode.pieces.parameters && mode.pieces.optimizer_state;
+  const bool transient_parameters = mode.transient_parameters || (mixed && !whole_in_half);
+  // (gradients are transient whenever parameters are: both are in pieces then)
+  result.working_set_holds =
+      transient_gradients ? (transient_parameters ? "parameters and gradients" : "gradients") : "";
+  // Every rank of a shard group is laid out as the plan's first n ranks (rank r is position
+  // r % n of group r / n), so the sums are over the n positions of one group.
+  detail::RankSums<RankEstimate> positions(n);
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> units;  // elements, bytes
+  std::map<std::string, std::int64_t> reducing;  // bytes a unit's reduction in flight holds
+  // Of each unit's 16-bit whole parameters held through the step (whole_half_bytes), which it
+  // releases before its reduction.
+  std::map<std::string, std::int64_t> released_before_reducing;
   std::int64_t whole_half_bytes = 0;  // of every float parameter held whole through the step
 
   for (std::size_t i = 0; i < plan.parameters().size(); ++i) {
@@ -238,6 +243,8 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     // reduce_dtype from there), 4 bytes where the paper's are 2.
     const std::int64_t whole_gradient_bytes = mixed && bytes.gradient > 0 ? 4 : bytes.gradient;
     add_checked(whole_half_bytes, widened ? 2 * numel : 0, "the 16-bit whole parameters");
+    add_checked(released_before_reducing[parameter.unit()], widened ? 2 * numel : 0,
+                "the 16-bit whole parameters");
 
     // Shard groups average the reduced gradient pieces over the replicas in the pieces' dtype:
     // under mixed precision the 16-bit reduction is widened into fp32 pieces first, so 4 bytes
@@ -314,23 +321,46 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
         }
       }
     }
+    // The parameter as a gathered unit holds it: in pieces, gathered whole (bytes.parameter); in
+    // mixed precision also where it is kept whole (no_shard, replicated), as a 16-bit copy made
+    // at each gather, unless the mode holds that copy through the step (whole_half_bytes).
+    const std::int64_t gathered_bytes =
+        mixed && is_floating(parameter.dtype) && !widened                       ? 2
+        : mode.transient_parameters && where.placement != Placement::replicated ? bytes.parameter
+                                                                                : 0;
+    if (where.placement == Placement::replicated && gathered_bytes > 0) {
+      add_checked(units[parameter.unit()].second, numel * gathered_bytes,
+                  "unit '" + parameter.unit() + "'");
+    }
+    // Mixed precision reduces a 16-bit copy of the gradients (2 bytes per element, an
+    // all-reduce's in place), and receives this rank's piece in 16 bits beside its fp32 result.
+    const bool reduced_piece = where.placement == Placement::sharded && !mode.all_reduce_gradients;
+    const std::int64_t half_reduction =
+        mixed && bytes.gradient > 0 ? 2 * numel + (reduced_piece ? 2 * block : 0) : 0;
+    add_checked(reducing[parameter.unit()], half_reduction, "unit '" + parameter.unit() + "'");
     if (where.placement != Placement::replicated) {
       auto& unit = units[parameter.unit()];
       const std::int64_t gradient = transient_gradients ? numel * whole_gradient_bytes : 0;
       const bool accumulates = options.accumulates_whole_gradients && !folds;
       add_checked(unit.first, numel, "unit '" + parameter.unit() + "'");
       // Accumulating, every unit's gradients are held at once (added below), not only its own.
-      add_checked(
-          unit.second,
-          numel * (mode.transient_parameters ? bytes.parameter : 0) + (accumulates ? 0 : gradient),
-          "unit '" + parameter.unit() + "'");
+      add_checked(unit.second, numel * gathered_bytes + (accumulates ? 0 : gradient),
+                  "unit '" + parameter.unit() + "'");
       add_checked(result.accumulated_gradient_bytes, accumulates ? gradient : 0,
                   "the whole gradients");
-      const bool reduced_piece =
-          where.placement == Placement::sharded && !mode.all_reduce_gradients;
+      // The reduced piece lands in T (fp32 under mixed precision, whatever the pieces keep).
+      const std::int64_t staging_bytes = mixed && bytes.gradient > 0 ? 4 : held_gradient_bytes;
       add_checked(reducing[parameter.unit()],
-                  (accumulates ? 0 : gradient) + (reduced_piece ? block * held_gradient_bytes : 0),
+                  (accumulates ? 0 : gradient) + (reduced_piece ? block * staging_bytes : 0),
                   "unit '" + parameter.unit() + "'");
+    }
+  }
+  // Mixed precision: a unit's reduction, after its parameters are released, holds more than its
+  // computation (the 16-bit copies beside the fp32 gradients): the working set is the larger.
+  // (In fp32 the computation's parameters and gradients are the most.)
+  for (auto& [name, unit] : units) {
+    if (mixed && options.reductions_in_flight == 0) {
+      unit.second = std::max(unit.second, reducing[name] - released_before_reducing[name]);
     }
   }
   for (const auto& [name, unit] : units) {  // ordered: the first of equal units by name
@@ -344,7 +374,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     result.working_set_holds.clear();  // nothing transient: no unit, or no trained element
   }
   if (result.accumulated_gradient_bytes > 0) {
-    result.working_set_holds = mode.transient_parameters
+    result.working_set_holds = transient_parameters
                                    ? "one unit's parameters and every unit's gradients"
                                    : "every unit's gradients";
   }

@@ -81,7 +81,10 @@ BOOST_AUTO_TEST_CASE(full_sharding_ten_elements_on_four_ranks) {
   BOOST_TEST(mixed.ranks[0].optimizer_bytes == 36);
   BOOST_TEST(mixed.ranks[0].forward_gather_send_bytes == 18);
   BOOST_TEST(mixed.ranks[0].gradient_send_bytes == 18);
-  BOOST_TEST(mixed.gathered_working_set_bytes == 60);  // 10 * (2 + 4): fp32 whole gradients
+  // The computation holds 10 * (2 + 4) (16-bit parameters, fp32 whole gradients); the reduction
+  // more: the fp32 gradients and their 16-bit copy, 10 * (4 + 2), and the piece of 3 elements in
+  // 16 bits and its fp32 result, 3 * (2 + 4).
+  BOOST_TEST(mixed.gathered_working_set_bytes == 78);
 }
 
 // Reductions in flight (EstimateOptions::reductions_in_flight): each holds the largest unit's
@@ -193,8 +196,11 @@ BOOST_AUTO_TEST_CASE(gpt2_at_1024_ranks_on_one_process) {
   }
   BOOST_TEST(elements == 124439808);  // every element held exactly once
   BOOST_TEST(e.largest_unit == "embeddings");
-  // 16-bit parameters and fp32 whole gradients
-  BOOST_TEST(e.gathered_working_set_bytes == (50257 + 1024) * 768 * (2 + 4));
+  // The reduction of the embeddings: fp32 whole gradients and their 16-bit copy (4 + 2 bytes,
+  // as much as the computation's 16-bit parameters and fp32 gradients), and each piece, ceil(numel
+  // / 1024) elements, received in 16 bits beside its fp32 result (2 + 4).
+  BOOST_TEST(e.gathered_working_set_bytes ==
+             (50257 + 1024) * 768 * (4 + 2) + (37693 + 768) * (2 + 4));
 }
 
 // One fp32 parameter of 12 elements (unit "L", fully sharded) at N = 1..4 ranks: every N divides
@@ -237,15 +243,24 @@ BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
         const bool mixed = c.options.precision == Precision::mixed;
         const std::int64_t whole_p = mixed ? 0 : c.p, whole_g = mixed ? 4 : c.g;
         const std::int64_t whole_half = mixed ? 2 * 12 : 0;
+        // A mixed-precision reduction holds a 16-bit copy of the gradients (2 bytes each) and
+        // the piece in 16 bits and fp32 (2 + 4), beside the fp32 whole gradients where they are
+        // transient (4): more than the computation's 16-bit parameters and fp32 gradients. Under
+        // shard_grad_op and shard_optimizer the unit released its 16-bit whole parameters (2
+        // bytes each) before, so the copy of the gradients takes their place.
+        const std::int64_t piece_copies = mixed ? (2 + 4) * piece : 0;
+        const std::int64_t copies = (mixed ? 2 * 12 : 0) + piece_copies;
         const std::vector<Expected> expected = {
+            // no_shard in mixed precision gathers a 16-bit copy of each unit: 2 bytes more, as
+            // much as its all-reduce's 16-bit copy (in place: no piece).
             {ShardingMode::no_shard, c.p * 12, c.g * 12, c.k * 12, 0, 0, 2 * ring * c.g,
-             12 * whole_g},
+             12 * (whole_g + (mixed ? 2 : 0))},
             {ShardingMode::shard_optimizer, whole_p * 12, whole_g * 12, c.k * piece, ring * c.p, 0,
-             ring * c.g, whole_half},
+             ring * c.g, whole_half + piece_copies},
             {ShardingMode::shard_grad_op, whole_p * 12, whole_g * piece, c.k * piece, ring * c.p, 0,
-             ring * c.g, 12 * whole_g + whole_half},
+             ring * c.g, 12 * whole_g + whole_half + piece_copies},
             {ShardingMode::full_shard, c.p * piece, c.g * piece, c.k * piece, ring * c.p,
-             ring * c.p, ring * c.g, 12 * (c.p + whole_g)},
+             ring * c.p, ring * c.g, mixed ? 12 * whole_g + copies : 12 * (c.p + whole_g)},
         };
         const std::vector<PlanEstimate> every = estimate_every_mode(plan, c.options);
         BOOST_REQUIRE(every.size() == expected.size());
@@ -273,7 +288,10 @@ BOOST_AUTO_TEST_CASE(every_mode_on_one_to_four_ranks_by_hand) {
               check_rank(rank, want);
             }
             BOOST_TEST(e.gathered_working_set_bytes == x.working_set);
-            BOOST_TEST(e.largest_unit == (x.mode == ShardingMode::shard_optimizer ? "" : "L"));
+            // shard_optimizer reduces its resident whole gradients in place: nothing transient
+            // but in mixed precision, the reduction's 16-bit copies.
+            BOOST_TEST(e.largest_unit ==
+                       (x.mode == ShardingMode::shard_optimizer && !mixed ? "" : "L"));
             BOOST_TEST(
                 e.whole_half_parameter_bytes ==
                 (x.mode == ShardingMode::shard_optimizer || x.mode == ShardingMode::shard_grad_op
@@ -500,10 +518,12 @@ BOOST_AUTO_TEST_CASE(zero_paper_figure_1) {
   BOOST_TEST(every[1].whole_half_parameter_bytes == 15'000'000'000);
   BOOST_TEST(every[2].whole_half_parameter_bytes == 15'000'000'000);
   BOOST_TEST(every[3].whole_half_parameter_bytes == 0);
-  BOOST_TEST(every[1].gathered_working_set_bytes == 15'000'000'000);
-  // shard_grad_op's working set: the 16-bit whole parameters and the largest unit's 4-byte
-  // gradients
-  BOOST_TEST(every[2].gathered_working_set_bytes == 15'000'000'000 + 4 * psi);
+  // The working sets, of the model as one unit: the 16-bit whole parameters, then the
+  // reduction's 16-bit copy of the gradients in their place (2 Psi) and the piece in 16 bits and
+  // fp32 (6 Psi / N); shard_grad_op reduces its 4-byte whole gradients from a transient buffer.
+  const std::int64_t copies = 6 * (psi / 64);
+  BOOST_TEST(every[1].gathered_working_set_bytes == 15'000'000'000 + copies);
+  BOOST_TEST(every[2].gathered_working_set_bytes == 15'000'000'000 + 4 * psi + copies);
   // Communication: stages 0-2 move 2 Psi per step, stage 3 3 Psi ((N-1)/N of it per rank).
   BOOST_TEST(every[0].max_send_bytes() == 2 * 63 * (psi / 64) * 2);
   BOOST_TEST(every[1].max_send_bytes() == 2 * 63 * (psi / 64) * 2);
@@ -525,7 +545,7 @@ BOOST_AUTO_TEST_CASE(zero_paper_figure_1) {
   BOOST_TEST(during_the_step(paper[2]) == 16'640'625'000);
   BOOST_TEST(during_the_step(paper[3]) == 1'640'625'000);
   // What a backward writes is fp32 and transient in every mode, shard_optimizer's too.
-  BOOST_TEST(paper[1].gathered_working_set_bytes == 15'000'000'000 + 4 * psi);
+  BOOST_TEST(paper[1].gathered_working_set_bytes == 15'000'000'000 + 4 * psi + copies);
   BOOST_TEST(paper[1].working_set_holds == "gradients");
 }
 

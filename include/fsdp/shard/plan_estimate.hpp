@@ -161,7 +161,9 @@ struct PlanEstimate {
   // buffer). Replicated parameters are resident and excluded. shard_optimizer has none: the
   // name is empty and both figures 0 (but for whole_half_parameter_bytes). Under mixed precision
   // the parameters are 16-bit, as a model that reads them with half() holds them; one that reads
-  // them with full() adds a float copy (4 bytes per element read) while its scope is open.
+  // them with full() adds a float copy (4 bytes per element read) while its scope is open. A
+  // unit gathers a 16-bit copy of its replicated parameters (and no_shard of all of them) too,
+  // counted here; shard_grad_op and shard_optimizer hold those in whole_half_parameter_bytes.
   std::string largest_unit;
   std::int64_t largest_unit_elements = 0;
   std::int64_t gathered_working_set_bytes = 0;
