@@ -102,7 +102,7 @@ MPI_Datatype datatype_of(DType dtype) {
 
 MPI_Op op_of(ReduceOp op, DType dtype) {
   const int column = op == ReduceOp::max ? 1 : op == ReduceOp::min ? 2 : 0;
-  if (dtype == DType::bf16 || dtype == DType::f16) {
+  if (is_16_bit(dtype)) {
     static HalfOps half_ops;  // thread-safe one-time creation, after MPI_Init
     return half_ops.ops[dtype == DType::bf16 ? 0 : 1][column];
   }

@@ -73,4 +73,8 @@ bool is_floating(DType dtype) {
   return dtype != DType::i32 && dtype != DType::i64;
 }
 
+bool is_16_bit(DType dtype) {
+  return dtype == DType::bf16 || dtype == DType::f16;
+}
+
 }  // namespace fsdp

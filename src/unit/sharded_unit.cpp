@@ -81,10 +81,6 @@ void widen_into(const ExecutionSpace& space, const DeviceView<std::uint16_t>& fr
       KOKKOS_LAMBDA(std::size_t i) { to(i) = static_cast<T>(half::widen(in(i))); });
 }
 
-bool is_half(DType dtype) {
-  return dtype == DType::bf16 || dtype == DType::f16;
-}
-
 // count elements of a kept gradient buffer from offset, as a GradientPiece.
 template <class Kept>
 auto piece_of(const Kept& kept, std::int64_t offset, std::int64_t count) {
@@ -148,7 +144,7 @@ DeviceView<std::uint16_t> ShardedParameter<T>::half() const {
                 name_of(unit_->state()) +
                 "; gather the unit (or enter its scope) before reading whole parameters");
   }
-  if (!is_half(unit_->param_dtype())) {
+  if (!is_16_bit(unit_->param_dtype())) {
     throw Error(ErrorKind::state,
                 "half() of parameter '" + info_.name + "': unit '" + unit_->name() +
                     "' gathers its parameters in " + name_of(dtype_of<T>()) +
@@ -239,10 +235,10 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
   for (const auto& [dtype, option] : {std::make_pair(param_dtype_, "param_dtype"),
                                       std::make_pair(reduce_dtype_, "reduce_dtype")}) {
     // f32 is "no cast" (the default) for float and double models alike.
-    require(dtype == DType::f32 || dtype == dtype_of<T>() || is_half(dtype),
+    require(dtype == DType::f32 || dtype == dtype_of<T>() || is_16_bit(dtype),
             std::string("mixed precision ") + option + " " + name_of(dtype) + " for a model of " +
                 name_of(dtype_of<T>()) + "; give bf16, fp16, or fp32 for no cast");
-    if (is_half(dtype)) {
+    if (is_16_bit(dtype)) {
       require(dtype_of<T>() == DType::f32,
               std::string("mixed precision (") + option + " " + name_of(dtype) +
                   ") keeps fp32 master weights: use a float model, not " + name_of(dtype_of<T>()));
@@ -584,12 +580,12 @@ void ShardedUnit<T>::start_gather() {
 
 template <class T>
 bool ShardedUnit<T>::gathers_in_half() const {
-  return is_half(param_dtype_);
+  return is_16_bit(param_dtype_);
 }
 
 template <class T>
 bool ShardedUnit<T>::reduces_in_half() const {
-  return is_half(reduce_dtype_);
+  return is_16_bit(reduce_dtype_);
 }
 
 template <class T>

@@ -14,6 +14,10 @@ BOOST_AUTO_TEST_CASE(sizes_come_from_the_dtype) {
   BOOST_TEST(size_of(DType::f16) == 2u);
   BOOST_TEST(size_of(DType::i32) == 4u);
   BOOST_TEST(size_of(DType::i64) == 8u);
+  for (const DType dtype :
+       {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64}) {
+    BOOST_TEST(is_16_bit(dtype) == (dtype == DType::bf16 || dtype == DType::f16));
+  }
   static_assert(dtype_of<const double>() == DType::f64);
   static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2);
 }

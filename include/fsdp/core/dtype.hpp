@@ -34,6 +34,8 @@ const char* name_of(DType dtype);
 // "half"); throws Error listing the accepted names otherwise.
 DType parse_dtype(const std::string& name);
 bool is_floating(DType dtype);
+// bf16 or fp16: the 16-bit storage types of mixed precision.
+bool is_16_bit(DType dtype);
 
 // The DType of a C++ element type, at compile time.
 template <class T>
