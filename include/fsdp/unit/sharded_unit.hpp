@@ -47,7 +47,7 @@ struct UnitOptions {
   // pieces stay fp32 master weights. full() widens a parameter to float when it is read, a copy
   // that lives until drop_widened() or release() (a Runtime drops them when a scope closes).
   // reduce_dtype bf16 or fp16 reduces the gradients in 16 bits (summed in float and rounded by
-  // the MPI operator) and adds the result into the fp32 gradient pieces. f32: no cast.
+  // the MPI operator) and adds the result into the gradient pieces. f32: no cast.
   DType param_dtype = DType::f32;
   DType reduce_dtype = DType::f32;
   // The gradients the unit keeps between the backward and the optimizer step: the pieces, and
@@ -126,7 +126,7 @@ class ShardedUnit {
   void reduce_scatter_grads();
   // The same reduction, started and not waited for: the collectives (and any 16-bit cast before
   // them) are issued and the call returns. The unit's whole gradients move to the reduction, so
-  // grad() starts new ones (shard_optimizer's resident ones: grad() waits for the reduction
+  // grad() starts new ones (shard_optimizer's resident ones in T: grad() waits for the reduction
   // first). A reduction in flight holds those gradients and its communication buffers (counted
   // by the tracker) until it completes. One per unit: a second waits for the first.
   void reduce_scatter_grads_async();
@@ -172,7 +172,8 @@ class ShardedUnit {
   // parameters are 16-bit, so the fp32 pieces are stored apart and the gathered parameters are
   // allocated at each gather, as under full_shard.
   bool keeps_parameters() const;
-  // Whole gradients stay allocated and gradient pieces are views into them (shard_optimizer).
+  // Whole gradients stay allocated and gradient pieces are views into them (shard_optimizer; in
+  // bfloat16 under grad_dtype bf16, beside a transient T buffer that grad() writes).
   bool keeps_gradients() const;
   // UnitOptions::grad_dtype bf16: the kept gradients are bfloat16.
   bool keeps_bfloat16_gradients() const { return grad_dtype_ == DType::bf16; }
