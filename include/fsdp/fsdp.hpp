@@ -67,6 +67,7 @@
 
 // unit: sharded units and models
 #include "fsdp/unit/buffer_pool.hpp"
+#include "fsdp/unit/gradient_piece.hpp"
 #include "fsdp/unit/memory_tracker.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 #include "fsdp/unit/sharded_parameter.hpp"
