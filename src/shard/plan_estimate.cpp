@@ -239,18 +239,16 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
     const std::int64_t held_parameter_bytes = widened ? 0 : kept_parameter_bytes;
     const std::int64_t held_gradient_bytes =
         widened && !frozen && !half_gradients ? 4 : bytes.gradient;
-    // The whole gradients a backward writes are fp32 under mixed precision too (reduced in
-    // reduce_dtype from there), 4 bytes where the paper's are 2.
+    // A gradient element as fsdp computes with it, in the model's dtype: fp32 under mixed
+    // precision too, 4 bytes where the paper's are 2. So are the whole gradients a backward
+    // writes (reduced in reduce_dtype from there), the reduced piece, whatever dtype the pieces
+    // keep, and what shard groups average over the replicas (PyTorch's HSDP all-reduces in
+    // reduce_dtype instead; fsdp keeps fp32 here, docs/modes.md).
     const std::int64_t whole_gradient_bytes = mixed && bytes.gradient > 0 ? 4 : bytes.gradient;
     add_checked(whole_half_bytes, widened ? 2 * numel : 0, "the 16-bit whole parameters");
     add_checked(released_before_reducing[parameter.unit()], widened ? 2 * numel : 0,
                 "the 16-bit whole parameters");
 
-    // Shard groups average the reduced gradient pieces over the replicas in the pieces' dtype:
-    // under mixed precision the 16-bit reduction is widened into fp32 pieces first, so 4 bytes
-    // (PyTorch's HSDP all-reduces in reduce_dtype instead; fsdp keeps fp32 here, docs/modes.md).
-    const std::int64_t replica_gradient_bytes =
-        options.precision == Precision::mixed && bytes.gradient > 0 ? 4 : bytes.gradient;
     const std::int64_t block =
         ceil_div(numel, std::int64_t{n});  // the padded piece every ring step moves
     add_checked(result.total_elements, numel, "the model's elements");
@@ -305,7 +303,7 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
       rank.backward_gather_send_bytes = (mode.gathers_per_step >= 2 ? gather : 0) * bytes.parameter;
       rank.gradient_send_bytes = reduce * bytes.gradient;
       rank.replica_gradient_send_bytes =
-          2 * (replicas - 1) * ceil_div(reduced, replicas) * replica_gradient_bytes;
+          2 * (replicas - 1) * ceil_div(reduced, replicas) * whole_gradient_bytes;
       return rank;
     };
     // The positions with equal pieces (piece_runs), split at a whole parameter's owner.
@@ -348,10 +346,8 @@ PlanEstimate estimate(const ShardingPlan& plan, const EstimateOptions& options) 
                   "unit '" + parameter.unit() + "'");
       add_checked(result.accumulated_gradient_bytes, accumulates ? gradient : 0,
                   "the whole gradients");
-      // The reduced piece lands in T (fp32 under mixed precision, whatever the pieces keep).
-      const std::int64_t staging_bytes = mixed && bytes.gradient > 0 ? 4 : held_gradient_bytes;
       add_checked(reducing[parameter.unit()],
-                  (accumulates ? 0 : gradient) + (reduced_piece ? block * staging_bytes : 0),
+                  (accumulates ? 0 : gradient) + (reduced_piece ? block * whole_gradient_bytes : 0),
                   "unit '" + parameter.unit() + "'");
     }
   }
