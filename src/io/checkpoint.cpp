@@ -60,6 +60,8 @@
 #include "fsdp/shard/sharding_plan.hpp"
 #include "fsdp/unit/memory_tracker.hpp"
 #include "hdf5_attributes.hpp"
+#include "host_block.hpp"
+#include "read_ahead.hpp"
 
 namespace fsdp {
 namespace {
@@ -802,20 +804,36 @@ std::vector<std::string> differences(const std::vector<CheckpointTensor>& in_fil
   return lines;
 }
 
-// Reads every piece's elements into fresh Views (same order on every rank: the reads are
-// collective), checks the checksums (checksummed: a checkpoint's tensors, each of which must
-// match its checksum; not: a plain file's, which have none), and only then copies them into the
-// pieces. A read that fails on one rank does not stop it from joining the others' collective
-// reads: failures are agreed on at the end.
+// host_checksum over raw bytes holding T elements: what the threads of a load and of a
+// background save sum with.
+template <class T>
+std::uint64_t host_checksum(const char* data, std::int64_t count, std::int64_t first) {
+  return fsdp::host_checksum(reinterpret_cast<const T*>(data), count, first);
+}
+
+// Reads every piece's elements into one staging block of host memory (same order on every rank:
+// the reads are collective), checks the checksums (checksummed: a checkpoint's tensors, each of
+// which must match its checksum; not: a plain file's, which have none), and only then copies them
+// into the pieces. A ReadAhead thread faults in the staging ahead of the reads and sums each piece
+// once it is read. A read that fails on one rank does not stop it from joining the others'
+// collective reads: failures are agreed on at the end.
 template <class T>
 void read_pieces(ProcessGroup& group, const std::string& path, const std::string& group_prefix,
                  std::vector<Piece<T>>& pieces, const std::vector<CheckpointTensor>& header_tensors,
                  const std::function<std::string(const std::string&)>& file_name,
                  bool checksummed) {
   const hdf5::Checker file(path, file_text(path));
-  std::vector<DeviceView<T>> staged(pieces.size());
+  std::vector<ReadAhead::Range> ranges(pieces.size());
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    ranges[i] = {bytes, pieces[i].count, pieces[i].first, checksummed && pieces[i].counted};
+    bytes += static_cast<std::size_t>(pieces[i].count) * sizeof(T);
+  }
+  const HostBlock staging(bytes, HostBlock::Pages::base);
+  std::vector<std::uint64_t> sums;
   std::exception_ptr failure;
   {
+    ReadAhead ahead(staging, ranges, sizeof(T), &host_checksum<T>);
     hdf5::QuietErrorStack quiet;
     try {
       Handle handle = open_file(file, group.mpi_comm());
@@ -829,23 +847,21 @@ void read_pieces(ProcessGroup& group, const std::string& path, const std::string
               file.check(H5Dopen2(handle.get(), (group_prefix + name).c_str(), H5P_DEFAULT),
                          "H5Dopen2", what),
               H5Dclose);
-          staged[i] = DeviceView<T>(
-              Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::checkpoint_read"),
-              static_cast<std::size_t>(piece.count));
-          auto host = Kokkos::create_mirror_view(staged[i]);
           auto [file_space, memory] =
               selections(file, dataset.get(), piece.shape, piece.first, piece.count, what);
+          ahead.await_pages(i);
           file.check_status(H5Dread(dataset.get(), memory_type<T>(), memory.get(), file_space.get(),
-                                    dxpl.get(), host.data()),
+                                    dxpl.get(), staging.data() + ranges[i].at),
                             "H5Dread", what);
-          Kokkos::deep_copy(staged[i], host);
         } catch (...) {
           if (!failure) {
             failure = std::current_exception();
           }
         }
+        ahead.have_read(i);
       }
       file.check_status(handle.close(), "H5Fclose", "the file");
+      sums = ahead.sums();
     } catch (...) {
       if (!failure) {
         failure = std::current_exception();
@@ -854,11 +870,9 @@ void read_pieces(ProcessGroup& group, const std::string& path, const std::string
   }
   raise_on_every_rank(group, "read " + file_text(path), failure);
 
-  std::vector<Piece<T>> staged_pieces = pieces;
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    staged_pieces[i].view = staged[i];
+  if (checksummed) {
+    all_reduce_wrapping_sums(group, sums.data(), sums.size());
   }
-  const std::vector<std::uint64_t> sums = checksums(group, staged_pieces);
   std::vector<std::string> damaged;
   for (std::size_t i = 0; checksummed && i < pieces.size(); ++i) {
     const std::string name = file_name(pieces[i].tensor);
@@ -874,7 +888,10 @@ void read_pieces(ProcessGroup& group, const std::string& path, const std::string
   }
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].count > 0) {
-      Kokkos::deep_copy(pieces[i].space, pieces[i].view, staged[i]);
+      const Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+          staged(reinterpret_cast<const T*>(staging.data() + ranges[i].at),
+                 static_cast<std::size_t>(pieces[i].count));
+      Kokkos::deep_copy(pieces[i].space, pieces[i].view, staged);
     }
   }
   for (const Piece<T>& piece : pieces) {
@@ -1185,8 +1202,7 @@ struct BackgroundSave::Job {
   std::string path;
   std::string tmp;
   int rank = 0;
-  std::unique_ptr<char[]> snapshot;  // kept for the next save
-  std::size_t capacity = 0;
+  HostBlock snapshot;  // kept for the next save
   // The model's tracker, where the snapshot's bytes count (MemoryCategory::checkpoint_snapshot).
   std::shared_ptr<MemoryTracker> tracker;
   std::size_t element_bytes = 0;
@@ -1207,7 +1223,7 @@ struct BackgroundSave::Job {
         if (run.count == 0) {
           return;
         }
-        const char* data = snapshot.get() + run.at;
+        const char* data = snapshot.data() + run.at;
         sums[i] = checksum(data, run.count, run.first);
         write_at(fd, data, static_cast<std::size_t>(run.count) * element_bytes, run.offset,
                  "dataset " + tensors[i], tmp);
@@ -1231,27 +1247,28 @@ struct BackgroundSave::Job {
   // A snapshot of at least `bytes`, counted by `owner`: the one kept from the last save when it
   // is large enough. Only while no thread reads it.
   void hold_snapshot(const std::shared_ptr<MemoryTracker>& owner, std::size_t bytes) {
-    if (capacity < bytes) {
+    if (snapshot.size() < bytes) {
       drop_snapshot();  // the old one goes before the new one comes
-      snapshot.reset(new char[bytes]);
-      capacity = bytes;
+      snapshot = HostBlock(bytes, HostBlock::Pages::huge);
     }
     if (tracker != owner) {
       if (tracker) {
-        tracker->freed(MemoryCategory::checkpoint_snapshot, static_cast<std::int64_t>(capacity));
+        tracker->freed(MemoryCategory::checkpoint_snapshot,
+                       static_cast<std::int64_t>(snapshot.size()));
       }
       tracker = owner;
-      tracker->allocated(MemoryCategory::checkpoint_snapshot, static_cast<std::int64_t>(capacity));
+      tracker->allocated(MemoryCategory::checkpoint_snapshot,
+                         static_cast<std::int64_t>(snapshot.size()));
     }
   }
 
   void drop_snapshot() {
     if (tracker) {
-      tracker->freed(MemoryCategory::checkpoint_snapshot, static_cast<std::int64_t>(capacity));
+      tracker->freed(MemoryCategory::checkpoint_snapshot,
+                     static_cast<std::int64_t>(snapshot.size()));
       tracker.reset();
     }
-    snapshot.reset();
-    capacity = 0;
+    snapshot = HostBlock();
   }
 
   // A save still pending is abandoned: the thread is joined (it reads the snapshot, which goes
@@ -1266,11 +1283,6 @@ struct BackgroundSave::Job {
 };
 
 namespace {
-
-template <class T>
-std::uint64_t host_checksum(const char* data, std::int64_t count, std::int64_t first) {
-  return fsdp::host_checksum(reinterpret_cast<const T*>(data), count, first);
-}
 
 // The writers' part of save_checkpoint_in_background: contents, snapshot, layout, thread.
 template <class T>
@@ -1299,7 +1311,7 @@ void start_writing(BackgroundSave::Job& job, ShardedModel<T>& model, const Optim
     run.count = piece.count;
     run.first = piece.first;
     const Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> copy(
-        reinterpret_cast<T*>(job.snapshot.get() + at), static_cast<std::size_t>(piece.count));
+        reinterpret_cast<T*>(job.snapshot.data() + at), static_cast<std::size_t>(piece.count));
     Kokkos::deep_copy(copy, piece.view);
     at += static_cast<std::size_t>(piece.count) * sizeof(T);
   }
@@ -1334,7 +1346,7 @@ const std::string& BackgroundSave::path() const {
 }
 
 std::int64_t BackgroundSave::snapshot_bytes() const {
-  return job_ ? static_cast<std::int64_t>(job_->capacity) : 0;
+  return job_ ? static_cast<std::int64_t>(job_->snapshot.size()) : 0;
 }
 
 bool BackgroundSave::try_finish() {
