@@ -63,8 +63,8 @@ BOOST_AUTO_TEST_CASE(sums_are_the_checksums_of_what_was_read) {
       BOOST_TEST(sums[r] == sum, "range " << r);
       // Every range still holds what was written into it: the faulting-in of the next ranges
       // (whose first page this one's last shares) left it alone.
-      BOOST_TEST(std::memcmp(staging.data() + ranges[r].at, expected.data(),
-                             expected.size() * sizeof(float)) == 0,
+      BOOST_TEST((expected.empty() || std::memcmp(staging.data() + ranges[r].at, expected.data(),
+                                                  expected.size() * sizeof(float)) == 0),
                  "range " << r);
     }
   }
