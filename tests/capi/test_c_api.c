@@ -202,7 +202,9 @@ static uint32_t float_bits_of_half(uint16_t half, uint32_t zero_bits) {
 }
 
 /* Reads the parameter as doubles; the float bits in zero_bits must be zero, and with a 16-bit
- * param_dtype (zero_bits nonzero) fsdp_half must give the same values in 16 bits. */
+ * param_dtype (zero_bits nonzero) fsdp_half must give the same values in 16 bits, which are then
+ * what the model computes with (widened here, one parameter at a time, as a kernel without a
+ * 16-bit GEMM would). */
 static void full_parameter(fsdp_runtime_t runtime, int i, int dtype, uint32_t zero_bits,
                            double* out) {
   void* values = NULL;
@@ -226,9 +228,12 @@ static void full_parameter(fsdp_runtime_t runtime, int i, int dtype, uint32_t ze
       memcpy(&bits, (const float*)values + e, sizeof bits);
       CHECK((bits & zero_bits) == 0, "%s[%lld] = %.9g (bits 0x%08x) is not a 16-bit value",
             parameter_names[i], (long long)e, out[e], (unsigned)bits);
-      CHECK(float_bits_of_half(halves[e], zero_bits) == bits,
-            "fsdp_half: %s[%lld] = 0x%04x, fsdp_full gives bits 0x%08x", parameter_names[i],
-            (long long)e, (unsigned)halves[e], (unsigned)bits);
+      const uint32_t half_bits = float_bits_of_half(halves[e], zero_bits);
+      CHECK(half_bits == bits, "fsdp_half: %s[%lld] = 0x%04x, fsdp_full gives bits 0x%08x",
+            parameter_names[i], (long long)e, (unsigned)halves[e], (unsigned)bits);
+      float widened = 0.0f;
+      memcpy(&widened, &half_bits, sizeof widened);
+      out[e] = widened;
     }
   }
 }

@@ -263,7 +263,8 @@ contains
   ! The whole parameter (n elements) inside its unit's scope, as real(c_double); single: from a
   ! real(c_float) model, whose floats must have the bits of zero_bits clear (16-bit values), and
   ! fsdp_half must give them in 16 bits (bf16: the upper halves of the floats), or be refused
-  ! when the model gathers in its own kind.
+  ! when the model gathers in its own kind. With bf16 the values come from fsdp_half's 16 bits,
+  ! widened here: what the model computes with.
   subroutine read_full(runtime, name, n, values, single, zero_bits)
     type(fsdp_runtime), intent(in) :: runtime
     character(len=*), intent(in) :: name
@@ -290,8 +291,11 @@ contains
       if (zero_bits == int(z'FFFF')) then
         call check(all(shiftl(iand(int(h, c_int32_t), int(z'FFFF', c_int32_t)), 16) == &
                        transfer(p32, [0_c_int32_t])), 'fsdp_half gives the bf16 bits of ' // name)
+        values = real(transfer(shiftl(iand(int(h, c_int32_t), int(z'FFFF', c_int32_t)), 16), &
+                               0.0_c_float, n), c_double)
+      else
+        values = real(p32, c_double)
       end if
-      values = real(p32, c_double)
     else
       call fsdp_full(runtime, name, p64, ierr)
       call check_ok(ierr, 'full ' // name)
