@@ -26,6 +26,7 @@
 #include "fsdp/core/error.hpp"
 #include "fsdp/io/background_save.hpp"
 #include "fsdp/io/checkpoint.hpp"
+#include "fsdp/optim/optimizer.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 
@@ -38,6 +39,9 @@ struct CheckpointOptions {
   int repeats = 4;
   std::string directory = "fsdp-bench-checkpoint";
   bool keep = false;
+  // The checkpoint also holds Adam's two moments (three times the bytes), and every load is a
+  // resume's: into a model whose Adam has no state yet.
+  bool adam_state = false;
 };
 
 constexpr std::int64_t kColumns = 4096;
@@ -58,42 +62,78 @@ KOKKOS_INLINE_FUNCTION float value_at(std::int64_t parameter, std::int64_t index
   return static_cast<float>((index * 7 + parameter * 13) % 1021) * 0.25f;
 }
 
-void fill(ShardedModel<float>& model) {
-  std::int64_t p = 0;
+// Each piece a checkpoint holds, in the file's order: every parameter's shard, then (when the
+// model's parameters have optimizer state) every state of every parameter. `which` numbers them.
+template <class Visit>
+void for_each_piece(ShardedModel<float>& model, const Visit& visit) {
+  std::int64_t which = 0;
+  std::size_t states = 0;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     for (auto& parameter : model.unit(u).parameters()) {
-      const auto shard = parameter.shard();
-      const std::int64_t first = parameter.shard_offset();
-      const std::int64_t which = p++;
-      Kokkos::parallel_for(
-          "fsdp-bench::fill", Kokkos::RangePolicy<ExecutionSpace>(0, shard.size()),
-          KOKKOS_LAMBDA(std::size_t i) {
-            shard(i) = value_at(which, first + static_cast<std::int64_t>(i));
-          });
+      visit(which++, parameter.shard(), parameter);
+      states = std::max(states, parameter.optimizer_state().size());
     }
   }
+  for (std::size_t k = 0; k < states; ++k) {
+    for (std::size_t u = 0; u < model.unit_count(); ++u) {
+      for (auto& parameter : model.unit(u).parameters()) {
+        visit(which++, parameter.optimizer_state()[k].view(), parameter);
+      }
+    }
+  }
+}
+
+void fill(ShardedModel<float>& model) {
+  for_each_piece(model, [](std::int64_t which, const DeviceView<float>& piece,
+                           ShardedParameter<float>& parameter) {
+    const std::int64_t first = parameter.shard_offset();
+    Kokkos::parallel_for(
+        "fsdp-bench::fill", Kokkos::RangePolicy<ExecutionSpace>(0, piece.size()),
+        KOKKOS_LAMBDA(std::size_t i) {
+          piece(i) = value_at(which, first + static_cast<std::int64_t>(i));
+        });
+  });
   ExecutionSpace().fence();
 }
 
 std::int64_t wrong_elements(ShardedModel<float>& model) {
-  std::int64_t wrong = 0, p = 0;
-  for (std::size_t u = 0; u < model.unit_count(); ++u) {
-    for (auto& parameter : model.unit(u).parameters()) {
-      const auto shard = parameter.shard();
-      const std::int64_t first = parameter.shard_offset();
-      const std::int64_t which = p++;
-      std::int64_t here = 0;
-      Kokkos::parallel_reduce(
-          "fsdp-bench::check", Kokkos::RangePolicy<ExecutionSpace>(0, shard.size()),
-          KOKKOS_LAMBDA(std::size_t i, std::int64_t & count) {
-            count += shard(i) != value_at(which, first + static_cast<std::int64_t>(i)) ? 1 : 0;
-          },
-          here);
-      wrong += here;
-    }
-  }
+  std::int64_t wrong = 0;
+  for_each_piece(model, [&](std::int64_t which, const DeviceView<float>& piece,
+                            ShardedParameter<float>& parameter) {
+    const std::int64_t first = parameter.shard_offset();
+    std::int64_t here = 0;
+    Kokkos::parallel_reduce(
+        "fsdp-bench::check", Kokkos::RangePolicy<ExecutionSpace>(0, piece.size()),
+        KOKKOS_LAMBDA(std::size_t i, std::int64_t & count) {
+          count += piece(i) != value_at(which, first + static_cast<std::int64_t>(i)) ? 1 : 0;
+        },
+        here);
+    wrong += here;
+  });
   model.group().all_reduce(&wrong, 1);
   return wrong;
+}
+
+// Gives every parameter Adam's two moments, as a step would have (their values set by fill),
+// and the optimizer one step.
+void give_adam_state(ShardedModel<float>& model, Optimizer<float>& adam) {
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    for (auto& parameter : model.unit(u).parameters()) {
+      for (const std::string& state : adam.state_names()) {
+        parameter.add_optimizer_state(state);
+      }
+    }
+  }
+  adam.set_step_count(1);
+}
+
+// A resume's model: its parameters' optimizer state goes (a new optimizer has none).
+void drop_optimizer_state(ShardedModel<float>& model) {
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    for (auto& parameter : model.unit(u).parameters()) {
+      parameter.optimizer_state().clear();
+    }
+  }
 }
 
 // Each rank's pieces as (file offset in bytes, host bytes): the unsharded parameters one after
@@ -106,14 +146,13 @@ struct PlainPiece {
 std::vector<PlainPiece> plain_pieces(ShardedModel<float>& model) {
   std::vector<PlainPiece> pieces;
   std::int64_t base = 0;
-  for (std::size_t u = 0; u < model.unit_count(); ++u) {
-    for (auto& parameter : model.unit(u).parameters()) {
-      auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), parameter.shard());
-      pieces.push_back({static_cast<off_t>((base + parameter.shard_offset()) * sizeof(float)),
-                        Kokkos::View<float*, Kokkos::HostSpace>(host)});
-      base += parameter.numel();
-    }
-  }
+  for_each_piece(
+      model, [&](std::int64_t, const DeviceView<float>& piece, ShardedParameter<float>& parameter) {
+        auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), piece);
+        pieces.push_back({static_cast<off_t>((base + parameter.shard_offset()) * sizeof(float)),
+                          Kokkos::View<float*, Kokkos::HostSpace>(host)});
+        base += parameter.numel();
+      });
   return pieces;
 }
 
@@ -197,6 +236,7 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
   for (const ParameterInfo& p : parameters) {
     bytes += static_cast<double>(p.numel()) * sizeof(float);
   }
+  bytes *= o.adam_state ? 3 : 1;  // the parameters and Adam's two moments
 
   std::vector<double> save_s, write_s, load_s, read_s;
   // A background save: the time it kept the caller (the snapshot and the file's layout), and the
@@ -209,14 +249,22 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
     const ShardingPlan plan = make_strategy("full")->make_plan(parameters, n);
     ShardedModel<float> saved(world, plan);
     ShardedModel<float> loaded(world, plan);
+    Optimizer<float> saved_adam("adam", OptimizerSettings{});
+    Optimizer<float> loaded_adam("adam", OptimizerSettings{});
+    if (o.adam_state) {
+      give_adam_state(saved, saved_adam);
+    }
+    const Optimizer<float>* saved_optimizer = o.adam_state ? &saved_adam : nullptr;
+    Optimizer<float>* loaded_optimizer = o.adam_state ? &loaded_adam : nullptr;
     fill(saved);
     std::vector<PlainPiece> pieces = plain_pieces(saved);
     // The kernel's write-back throttling depends on what was written just before: the order of
     // the two writes (and of the two reads) alternates between repeats.
     const auto save = [&] {
       settle(world, {checkpoint, plain});
-      save_s.push_back(timed(
-          world, [&] { save_checkpoint<float>(checkpoint, saved, nullptr, CheckpointState{}); }));
+      save_s.push_back(timed(world, [&] {
+        save_checkpoint<float>(checkpoint, saved, saved_optimizer, CheckpointState{});
+      }));
     };
     const auto write = [&] {
       settle(world, {checkpoint, plain});
@@ -234,14 +282,16 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
     const auto save_in_background = [&] {
       settle(world, {checkpoint, plain, background});
       blocked_s.push_back(timed(world, [&] {
-        save_checkpoint_in_background<float>(background_save, background, saved, nullptr,
+        save_checkpoint_in_background<float>(background_save, background, saved, saved_optimizer,
                                              CheckpointState{});
       }));
       finish_s.push_back(timed(world, [&] { background_save.finish(); }));
     };
     const auto load = [&] {
+      drop_optimizer_state(loaded);  // a resume's new optimizer has none
       settle(world, {checkpoint, plain});
-      load_s.push_back(timed(world, [&] { load_checkpoint<float>(checkpoint, loaded, nullptr); }));
+      load_s.push_back(
+          timed(world, [&] { load_checkpoint<float>(checkpoint, loaded, loaded_optimizer); }));
     };
     const auto read = [&] {
       settle(world, {checkpoint, plain});
@@ -293,6 +343,7 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
   nlohmann::json result = {{"benchmark", "checkpoint"},
                            {"ranks", n},
                            {"bytes", bytes},
+                           {"adam_state", o.adam_state},
                            {"save_s", save},
                            {"save_gb_per_s", bytes / save / 1e9},
                            {"posix_write_gb_per_s", bytes / write / 1e9},
@@ -316,10 +367,11 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
   }
   emit(common, world.rank(), result, [&] {
     std::printf(
-        "checkpoint: %.2f GB of fp32 parameters (%d x [%lld, %lld]) on %s, median of "
+        "checkpoint: %.2f GB of fp32 parameters%s (%d x [%lld, %lld]) on %s, median of "
         "%d\n",
-        bytes / 1e9, o.layers, static_cast<long long>(parameters[0].shape[0]),
-        static_cast<long long>(kColumns), fsdp_apps::count_of(n, "rank").c_str(), o.repeats);
+        bytes / 1e9, o.adam_state ? " and Adam's two moments, loaded by a resume" : "", o.layers,
+        static_cast<long long>(parameters[0].shape[0]), static_cast<long long>(kColumns),
+        fsdp_apps::count_of(n, "rank").c_str(), o.repeats);
     std::printf("  save %.2f s, %.2f GB/s; POSIX pwrite+fsync %.2f GB/s: ratio %.2f (goal 0.7)\n",
                 save, bytes / save / 1e9, bytes / write / 1e9, write / save);
     std::printf("  load %.2f s, %.2f GB/s; POSIX pread %.2f GB/s: ratio %.2f (goal 0.7)\n", load,
@@ -356,6 +408,9 @@ void add_checkpoint(CLI::App& app, const CommonOptions& common) {
                   "where the files are written (on the file system to measure)")
       ->capture_default_str();
   sub->add_flag("--keep", options->keep, "keep the files");
+  sub->add_flag("--adam-state", options->adam_state,
+                "the checkpoint also holds Adam's two moments (three times the bytes), and each "
+                "load is a resume's: into a model whose new Adam has no state yet");
   sub->callback([options, &common] { run_checkpoint(*options, common); });
 }
 

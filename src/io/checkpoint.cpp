@@ -522,6 +522,9 @@ struct Piece {
   // This rank writes these elements and counts them in the checksum: every element of a tensor
   // is counted by exactly one rank (a replicated parameter's by rank 0 only).
   bool counted = false;
+  // The view is not the model's yet (optimizer state a load makes): a load may read into it
+  // directly, since it joins the model only when every check passed.
+  bool fresh = false;
   ExecutionSpace space;
 };
 
@@ -814,26 +817,40 @@ std::uint64_t host_checksum(const char* data, std::int64_t count, std::int64_t f
 // Reads every piece's elements into one staging block of host memory (same order on every rank:
 // the reads are collective), checks the checksums (checksummed: a checkpoint's tensors, each of
 // which must match its checksum; not: a plain file's, which have none), and only then copies them
-// into the pieces. A ReadAhead thread faults in the staging ahead of the reads and sums each piece
-// once it is read. A read that fails on one rank does not stop it from joining the others'
-// collective reads: failures are agreed on at the end.
+// into the pieces. A fresh piece the host can write is read into directly instead. A ReadAhead
+// thread faults in the memory ahead of the reads and sums each piece once it is read. A read
+// that fails on one rank does not stop it from joining the others' collective reads: failures
+// are agreed on at the end.
 template <class T>
 void read_pieces(ProcessGroup& group, const std::string& path, const std::string& group_prefix,
                  std::vector<Piece<T>>& pieces, const std::vector<CheckpointTensor>& header_tensors,
                  const std::function<std::string(const std::string&)>& file_name,
                  bool checksummed) {
   const hdf5::Checker file(path, file_text(path));
-  std::vector<ReadAhead::Range> ranges(pieces.size());
+  constexpr bool host_writes_pieces =
+      Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                                 typename DeviceView<T>::memory_space>::accessible;
+  std::vector<bool> staged(pieces.size());
+  std::vector<std::size_t> at(pieces.size(), 0);  // a staged piece's byte in the staging
   std::size_t bytes = 0;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    ranges[i] = {bytes, pieces[i].count, pieces[i].first, checksummed && pieces[i].counted};
-    bytes += static_cast<std::size_t>(pieces[i].count) * sizeof(T);
+    staged[i] = !(host_writes_pieces && pieces[i].fresh && pieces[i].view.span_is_contiguous());
+    if (staged[i]) {
+      at[i] = bytes;
+      bytes += static_cast<std::size_t>(pieces[i].count) * sizeof(T);
+    }
   }
   const HostBlock staging(bytes, HostBlock::Pages::base);
+  std::vector<ReadAhead::Range> ranges(pieces.size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    char* data =
+        staged[i] ? staging.data() + at[i] : reinterpret_cast<char*>(pieces[i].view.data());
+    ranges[i] = {data, pieces[i].count, pieces[i].first, checksummed && pieces[i].counted};
+  }
   std::vector<std::uint64_t> sums;
   std::exception_ptr failure;
   {
-    ReadAhead ahead(staging, ranges, sizeof(T), &host_checksum<T>);
+    ReadAhead ahead(ranges, sizeof(T), &host_checksum<T>);
     hdf5::QuietErrorStack quiet;
     try {
       Handle handle = open_file(file, group.mpi_comm());
@@ -851,7 +868,7 @@ void read_pieces(ProcessGroup& group, const std::string& path, const std::string
               selections(file, dataset.get(), piece.shape, piece.first, piece.count, what);
           ahead.await_pages(i);
           file.check_status(H5Dread(dataset.get(), memory_type<T>(), memory.get(), file_space.get(),
-                                    dxpl.get(), staging.data() + ranges[i].at),
+                                    dxpl.get(), ranges[i].data),
                             "H5Dread", what);
         } catch (...) {
           if (!failure) {
@@ -887,11 +904,11 @@ void read_pieces(ProcessGroup& group, const std::string& path, const std::string
     throw damaged_error(file_text(path), damaged, "nothing was loaded");
   }
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    if (pieces[i].count > 0) {
+    if (staged[i] && pieces[i].count > 0) {
       const Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
-          staged(reinterpret_cast<const T*>(staging.data() + ranges[i].at),
+          values(reinterpret_cast<const T*>(ranges[i].data),
                  static_cast<std::size_t>(pieces[i].count));
-      Kokkos::deep_copy(pieces[i].space, pieces[i].view, staged);
+      Kokkos::deep_copy(pieces[i].space, pieces[i].view, values);
     }
   }
   for (const Piece<T>& piece : pieces) {
@@ -1452,26 +1469,32 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
                                          join(lines, "\n  "));
   }
 
-  // Views for optimizer state the pieces do not have yet are made now and filled by
-  // read_pieces; they join the parameters only when every check passed.
+  // Optimizer state the pieces do not have yet (a resume's new optimizer has none) is made now,
+  // counted as optimizer state, and filled by read_pieces (directly, where the host can write
+  // it); it joins the parameters only when every check passed.
   auto pieces = pieces_of(model, state_names, [&](ShardedParameter<T>& p, std::size_t k) {
-    if (k < p.optimizer_state().size()) {
-      return p.optimizer_state()[k].view();
-    }
-    return DeviceView<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::checkpoint_state"),
-                         static_cast<std::size_t>(p.shard_size()));
+    return k < p.optimizer_state().size() ? p.optimizer_state()[k].view() : DeviceView<T>();
   });
+  std::vector<TrackedView<T>> new_state(pieces.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    ShardedParameter<T>& p = model.parameter(tensors[i].parameter->name);
+    if (tensors[i].state > 0 && p.shard_size() > 0 && pieces[i].view.data() == nullptr) {
+      new_state[i] =
+          TrackedView<T>(model.tracker(), MemoryCategory::optimizer_state,
+                         p.name() + "." + state_names[tensors[i].state - 1], p.shard_size(), false);
+      pieces[i].view = new_state[i].view();
+      pieces[i].fresh = true;
+    }
+  }
   read_pieces<T>(
       group, path, "/", pieces, header.tensors, [](const std::string& name) { return name; }, true);
-  // Every check passed: the new state goes into the parameters that had none.
+  // Every check passed: the new state goes into the parameters that had none (each parameter's
+  // states in the optimizer's order: the tensors list them state by state).
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].state == 0) {
-      continue;
-    }
-    const std::size_t k = tensors[i].state - 1;
-    ShardedParameter<T>& p = model.parameter(tensors[i].parameter->name);
-    if (p.shard_size() > 0 && k >= p.optimizer_state().size()) {
-      Kokkos::deep_copy(p.add_optimizer_state(state_names[k]), pieces[i].view);
+    if (new_state[i].allocated()) {
+      model.parameter(tensors[i].parameter->name)
+          .optimizer_state()
+          .push_back(std::move(new_state[i]));
     }
   }
   if (optimizer != nullptr) {

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -45,11 +46,12 @@ HostBlock::HostBlock(std::size_t bytes, Pages pages) {
 #endif
 }
 
-void HostBlock::populate(std::size_t offset, std::size_t bytes) const {
-  // From the first page that starts in the range: a page it shares with the range before was
-  // faulted in with that one, and may be in use now.
-  char* begin = data_.get() + (offset + kPage - 1) / kPage * kPage;
-  char* end = data_.get() + offset + bytes;
+void populate_pages(char* data, std::size_t bytes) {
+  // From the first page that starts in the range: a page it shares with the bytes before it was
+  // faulted in with those, and may be in use now.
+  const auto start = reinterpret_cast<std::uintptr_t>(data);
+  char* begin = data + ((start + kPage - 1) / kPage * kPage - start);
+  char* end = data + bytes;
   if (begin >= end) {
     return;
   }

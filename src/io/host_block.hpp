@@ -26,12 +26,6 @@ class HostBlock {
   char* data() const { return data_.get(); }
   std::size_t size() const { return size_; }
 
-  // Faults in the pages of [offset, offset + bytes) for writing now (MADV_POPULATE_WRITE where
-  // the kernel has it, else a write to each page), so that whoever writes them next does not;
-  // a page the range shares with the bytes before it is left alone. Any thread; nothing else
-  // may use the range meanwhile, and its values are unspecified afterwards.
-  void populate(std::size_t offset, std::size_t bytes) const;
-
  private:
   struct Release {
     void operator()(char* p) const;
@@ -39,5 +33,12 @@ class HostBlock {
   std::unique_ptr<char, Release> data_;
   std::size_t size_ = 0;
 };
+
+// Faults in the pages that begin in [data, data + bytes) for writing now (MADV_POPULATE_WRITE
+// where the kernel has it, else a write to each page), so that whoever writes them next does
+// not; a page the range shares with the bytes before it is left alone (it may belong to someone
+// else). Any thread, any host memory; nothing else may use the range meanwhile, and its values
+// are unspecified afterwards.
+void populate_pages(char* data, std::size_t bytes);
 
 }  // namespace fsdp

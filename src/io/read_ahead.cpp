@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "host_block.hpp"
+
 namespace fsdp {
 namespace {
 
@@ -11,10 +13,8 @@ constexpr std::size_t kRangesAhead = 2;
 
 }  // namespace
 
-ReadAhead::ReadAhead(const HostBlock& staging, std::vector<Range> ranges, std::size_t element_bytes,
-                     Sum sum)
-    : staging_(staging),
-      ranges_(std::move(ranges)),
+ReadAhead::ReadAhead(std::vector<Range> ranges, std::size_t element_bytes, Sum sum)
+    : ranges_(std::move(ranges)),
       element_bytes_(element_bytes),
       sum_(sum),
       sums_(ranges_.size(), 0),
@@ -58,7 +58,7 @@ void ReadAhead::run() {
     if (populated_ < n && populated_ < read_ + kRangesAhead) {
       const Range& range = ranges_[populated_];
       lock.unlock();
-      staging_.populate(range.at, static_cast<std::size_t>(range.count) * element_bytes_);
+      populate_pages(range.data, static_cast<std::size_t>(range.count) * element_bytes_);
       lock.lock();
       ++populated_;
       changed_.notify_all();
@@ -66,7 +66,7 @@ void ReadAhead::run() {
       const Range& range = ranges_[summed];
       lock.unlock();
       if (range.summed && range.count > 0) {
-        sums_[summed] = sum_(staging_.data() + range.at, range.count, range.first);
+        sums_[summed] = sum_(range.data, range.count, range.first);
       }
       lock.lock();
       ++summed;

@@ -1,6 +1,6 @@
-// ReadAhead: the thread beside a checkpoint load's reads. The reading thread reads ranges of a
-// HostBlock one after the other (MPI-IO, waiting on the disk); this thread faults in the pages
-// of the next ranges before the reads reach them, and sums each range's checksum as soon as it
+// ReadAhead: the thread beside a checkpoint load's reads. The reading thread reads ranges of host
+// memory one after the other (MPI-IO, waiting on the disk); this thread faults in the pages of
+// the next ranges before the reads reach them, and sums each range's checksum as soon as it
 // has been read. A load then takes about as long as its reads, where it used to read into fresh
 // pages and sum everything afterwards (docs/performance.md). Host arithmetic only: no MPI, no
 // Kokkos.
@@ -13,15 +13,13 @@
 #include <thread>
 #include <vector>
 
-#include "host_block.hpp"
-
 namespace fsdp {
 
 class ReadAhead {
  public:
-  // Elements [first, first + count) of a tensor, at byte `at` of the staging.
+  // Elements [first, first + count) of a tensor, read into host memory at data.
   struct Range {
-    std::size_t at = 0;
+    char* data = nullptr;
     std::int64_t count = 0;
     std::int64_t first = 0;  // the flat index of its first element
     bool summed = false;     // whether its checksum is wanted
@@ -29,9 +27,8 @@ class ReadAhead {
   // The checksum of count elements at data whose first has flat index first.
   using Sum = std::uint64_t (*)(const char* data, std::int64_t count, std::int64_t first);
 
-  // Starts the thread. Ranges lie in the staging in increasing order, without overlapping.
-  ReadAhead(const HostBlock& staging, std::vector<Range> ranges, std::size_t element_bytes,
-            Sum sum);
+  // Starts the thread. Ranges do not overlap.
+  ReadAhead(std::vector<Range> ranges, std::size_t element_bytes, Sum sum);
   // Stops the thread (without summing what remains) and joins it.
   ~ReadAhead();
   ReadAhead(const ReadAhead&) = delete;
@@ -49,7 +46,6 @@ class ReadAhead {
  private:
   void run();
 
-  const HostBlock& staging_;
   const std::vector<Range> ranges_;
   const std::size_t element_bytes_;
   const Sum sum_;

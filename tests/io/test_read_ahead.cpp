@@ -29,22 +29,27 @@ float value_of(std::size_t range, std::int64_t i) {
 BOOST_AUTO_TEST_CASE(sums_are_the_checksums_of_what_was_read) {
   // Sizes that end inside a page, an empty range, one not summed, and one of several pages.
   const std::vector<std::int64_t> counts = {5, 1000, 0, 3, 70000, 1023, 1};
-  std::vector<ReadAhead::Range> ranges;
+  std::vector<std::size_t> at;
   std::size_t bytes = 0;
-  for (std::size_t r = 0; r < counts.size(); ++r) {
-    ranges.push_back({bytes, counts[r], static_cast<std::int64_t>(r) * 7, r != 3});
-    bytes += static_cast<std::size_t>(counts[r]) * sizeof(float);
+  for (const std::int64_t count : counts) {
+    at.push_back(bytes);
+    bytes += static_cast<std::size_t>(count) * sizeof(float);
   }
   for (const HostBlock::Pages pages : {HostBlock::Pages::base, HostBlock::Pages::huge}) {
     const HostBlock staging(bytes, pages);
     BOOST_TEST(staging.size() == bytes);
     BOOST_TEST(reinterpret_cast<std::uintptr_t>(staging.data()) % 4096 == 0u);
+    std::vector<ReadAhead::Range> ranges;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      ranges.push_back(
+          {staging.data() + at[r], counts[r], static_cast<std::int64_t>(r) * 7, r != 3});
+    }
     std::vector<std::uint64_t> sums;
     {
-      ReadAhead ahead(staging, ranges, sizeof(float), &float_sum);
+      ReadAhead ahead(ranges, sizeof(float), &float_sum);
       for (std::size_t r = 0; r < ranges.size(); ++r) {
         ahead.await_pages(r);
-        auto* values = reinterpret_cast<float*>(staging.data() + ranges[r].at);
+        auto* values = reinterpret_cast<float*>(ranges[r].data);
         for (std::int64_t i = 0; i < counts[r]; ++i) {
           values[i] = value_of(r, i);
         }
@@ -63,7 +68,7 @@ BOOST_AUTO_TEST_CASE(sums_are_the_checksums_of_what_was_read) {
       BOOST_TEST(sums[r] == sum, "range " << r);
       // Every range still holds what was written into it: the faulting-in of the next ranges
       // (whose first page this one's last shares) left it alone.
-      BOOST_TEST((expected.empty() || std::memcmp(staging.data() + ranges[r].at, expected.data(),
+      BOOST_TEST((expected.empty() || std::memcmp(ranges[r].data, expected.data(),
                                                   expected.size() * sizeof(float)) == 0),
                  "range " << r);
     }
@@ -74,9 +79,9 @@ BOOST_AUTO_TEST_CASE(destroyed_before_the_last_read_it_stops) {
   const HostBlock staging(8 * 4096, HostBlock::Pages::base);
   std::vector<ReadAhead::Range> ranges;
   for (std::size_t r = 0; r < 8; ++r) {
-    ranges.push_back({r * 4096, 1024, 0, true});
+    ranges.push_back({staging.data() + r * 4096, 1024, 0, true});
   }
-  ReadAhead ahead(staging, ranges, sizeof(float), &float_sum);
+  ReadAhead ahead(ranges, sizeof(float), &float_sum);
   ahead.await_pages(0);
   std::memset(staging.data(), 0, 4096);
   ahead.have_read(0);
@@ -88,6 +93,6 @@ BOOST_AUTO_TEST_CASE(an_empty_staging_has_no_memory) {
   const HostBlock staging(0, HostBlock::Pages::huge);
   BOOST_TEST(staging.size() == 0u);
   BOOST_TEST(staging.data() == nullptr);
-  ReadAhead ahead(staging, {}, sizeof(float), &float_sum);
+  ReadAhead ahead({}, sizeof(float), &float_sum);
   BOOST_TEST(ahead.sums().empty());
 }
