@@ -2,10 +2,8 @@
 
 #include <sys/mman.h>
 
-#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "fsdp/core/error.hpp"
