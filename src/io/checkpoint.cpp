@@ -1479,9 +1479,7 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     ShardedParameter<T>& p = model.parameter(tensors[i].parameter->name);
     if (tensors[i].state > 0 && p.shard_size() > 0 && pieces[i].view.data() == nullptr) {
-      new_state[i] =
-          TrackedView<T>(model.tracker(), MemoryCategory::optimizer_state,
-                         p.name() + "." + state_names[tensors[i].state - 1], p.shard_size(), false);
+      new_state[i] = p.make_optimizer_state(state_names[tensors[i].state - 1], false);
       pieces[i].view = new_state[i].view();
       pieces[i].fresh = true;
     }

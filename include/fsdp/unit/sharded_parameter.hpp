@@ -72,7 +72,12 @@ class ShardedParameter {
   // Optimizer state of the piece (momentum, moments), shard_size() elements each, counted as
   // optimizer state. Created once by the optimizer.
   std::vector<TrackedView<T>>& optimizer_state() { return optimizer_state_; }
+  // Appends a zeroed state named label to optimizer_state() and returns its View.
   View add_optimizer_state(const std::string& label);
+  // A state named label for this piece that is not in optimizer_state() yet, counted as
+  // optimizer state from now on; zero: filled with zeros, else uninitialized (a checkpoint's
+  // load reads into it and appends it once every check passed).
+  TrackedView<T> make_optimizer_state(const std::string& label, bool zero) const;
 
  private:
   friend class ShardedUnit<T>;
