@@ -67,6 +67,7 @@ nlohmann::json header_json(const std::string& file, const fsdp::CheckpointHeader
                          {"world_size", h.world_size},
                          {"strategy", h.strategy},
                          {"metadata", h.state.metadata},
+                         {"objects", h.objects},  // each one's state as its JSON text
                          {"tensors", tensors}};
   if (h.state.sampler) {
     const fsdp::SamplerState& s = *h.state.sampler;
@@ -116,6 +117,9 @@ void print_header(const std::string& file, const fsdp::CheckpointHeader& h) {
   for (const auto& [key, value] : h.state.metadata) {
     std::printf("  metadata %s = %s\n", key.c_str(), value.c_str());
   }
+  for (const auto& [name, state] : h.objects) {
+    std::printf("  object %s = %s\n", name.c_str(), state.c_str());
+  }
   std::int64_t total = 0;
   std::printf("\n  %-44s %-16s %-5s %20s\n", "tensor", "shape", "dtype", "checksum");
   for (const fsdp::CheckpointTensor& t : h.tensors) {
@@ -153,7 +157,8 @@ int main(int argc, char** argv) {
   std::string checkpoint, output, old_checkpoint;
   bool json = false;
   CLI::App* inspect = app.add_subcommand(
-      "inspect", "print the step, epoch, sampler position, optimizer, metadata and tensors");
+      "inspect",
+      "print the step, epoch, sampler position, optimizer, metadata, objects and tensors");
   inspect->add_option("CHECKPOINT", checkpoint, "checkpoint file or directory")->required();
   inspect->add_flag("--json", json, "one JSON object instead of text");
   CLI::App* verify = app.add_subcommand(

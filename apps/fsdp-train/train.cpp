@@ -444,15 +444,7 @@ class Run {
       state.metadata = {{"fsdp-train.batch_size", std::to_string(o_.batch_size)},
                         {"fsdp-train.dtype", o_.dtype},
                         {"fsdp-train.lr_schedule", lr_schedule_.describe()}};
-      if (scaler) {
-        char scale[32];
-        std::snprintf(scale, sizeof scale, "%.17g", scaler->state().scale);
-        state.metadata["fsdp-train.loss_scale"] = scale;
-        state.metadata["fsdp-train.loss_scale_clean_steps"] =
-            std::to_string(scaler->state().clean_steps);
-        state.metadata["fsdp-train.loss_scale_skipped_steps"] =
-            std::to_string(scaler->state().skipped_steps);
-      }
+      state.objects = stateful_objects(scaler);
       // A save raises its failures on every rank (a full disk, a directory gone): reported once.
       std::string file;
       agreed_on_every_rank(group_, "save a checkpoint", [&] { file = checkpoints->finish_save(); });
@@ -662,8 +654,18 @@ class Run {
     }
   }
 
+  // What a checkpoint saves and restores beside the tensors: the loss scaler of an fp16 run.
+  static fsdp::StatefulObjects stateful_objects(std::optional<fsdp::LossScaler>& scaler) {
+    fsdp::StatefulObjects objects;
+    if (scaler) {
+      objects["loss_scaler"] = &*scaler;
+    }
+    return objects;
+  }
+
   // Continues from the newest checkpoint in the directory, if there is one: parameters,
-  // optimizer state and step count, the sampler's position, the step and epoch counts.
+  // optimizer state and step count, the sampler's position, the step and epoch counts, the loss
+  // scaler's state.
   void resume(fsdp::CheckpointDirectory& checkpoints, fsdp::ShardedModel<T>& model,
               fsdp::Optimizer<T>& optimizer, fsdp::DistributedSampler& sampler,
               std::int64_t& step_count, std::int64_t& epoch,
@@ -678,7 +680,8 @@ class Run {
     }
     // Loading checks names, shapes and dtypes on every rank alike; the model is this process's
     // own, so a refusal below leaves nothing behind.
-    const fsdp::CheckpointHeader loaded = fsdp::load_checkpoint(file, model, &optimizer);
+    const fsdp::CheckpointHeader loaded =
+        fsdp::load_checkpoint(file, model, &optimizer, stateful_objects(scaler));
     const auto& metadata = loaded.state.metadata;
     const auto batch = metadata.find("fsdp-train.batch_size");
     fsdp::require(batch == metadata.end() || batch->second == std::to_string(o_.batch_size),
@@ -700,14 +703,6 @@ class Run {
     if (schedule != metadata.end() && schedule->second != lr_schedule_.describe() && rank_ == 0) {
       std::printf("fsdp-train: note: '%s' was trained with lr %s; continuing with lr %s\n",
                   file.c_str(), schedule->second.c_str(), lr_schedule_.describe().c_str());
-    }
-    const auto scale = metadata.find("fsdp-train.loss_scale");
-    if (scaler && scale != metadata.end()) {
-      fsdp::LossScalerState state;
-      state.scale = std::stod(scale->second);
-      state.clean_steps = std::stoll(metadata.at("fsdp-train.loss_scale_clean_steps"));
-      state.skipped_steps = std::stoll(metadata.at("fsdp-train.loss_scale_skipped_steps"));
-      scaler->set_state(state);
     }
     step_count = loaded.state.step;
     epoch = loaded.state.epoch;

@@ -18,6 +18,7 @@
 #include "fsdp/core/optimizer_kind.hpp"
 #include "fsdp/core/profiling_region.hpp"
 #include "fsdp/core/regular_file.hpp"
+#include "fsdp/core/stateful.hpp"
 #include "fsdp/core/text.hpp"
 
 // comm: process groups and their collectives, transports, device selection

@@ -4,6 +4,8 @@
 //                     plan (the sharding plan as JSON), checksum_algorithm, sampler (int64[6],
 //                     SamplerState::to_words, only when saved)
 //   /metadata         one string attribute per key of the caller's metadata
+//   /state            one string attribute per named object (CheckpointState::objects): its
+//                     Stateful::state_dict(), JSON text; only when a save had objects
 //   /model/<p>        one dataset per parameter p: its logical shape and dtype, attribute
 //                     checksum (uint64)
 //   /optimizer        attributes name, lr, weight_decay, momentum, dampening, nesterov, beta1,
@@ -41,7 +43,6 @@
 #include <utility>
 
 #include "../core/json_input.hpp"
-#include "fsdp/comm/broadcast_string.hpp"
 #include "fsdp/comm/control_words.hpp"
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/raise_on_every_rank.hpp"
@@ -74,6 +75,7 @@ constexpr const char* kExpected = "an fsdp checkpoint";
 constexpr const char* kModelGroup = "model";
 constexpr const char* kOptimizerGroup = "optimizer";
 constexpr const char* kMetadataGroup = "metadata";
+constexpr const char* kStateGroup = "state";
 
 std::string file_text(const std::string& path) {
   return "checkpoint '" + path + "'";
@@ -317,6 +319,40 @@ void require_count(const hdf5::Checker& file, const std::string& what, std::int6
   }
 }
 
+// The string attributes of group `name` under parent, by name (none when there is no such group):
+// the caller's metadata, the objects' states. text(object, name, most_bytes) reads one.
+template <class ReadText>
+std::map<std::string, std::string> text_attributes(const hdf5::Checker& file, hid_t parent,
+                                                   const char* name, const ReadText& text,
+                                                   std::size_t most_bytes) {
+  std::map<std::string, std::string> values;
+  if (!has_link(file, parent, name)) {
+    return values;
+  }
+  Handle group = open_group(file, parent, name);
+  const std::string what = std::string("group ") + name;
+  H5O_info_t info;
+#if H5_VERSION_GE(1, 12, 0)
+  file.check_status(H5Oget_info3(group.get(), &info, H5O_INFO_NUM_ATTRS), "H5Oget_info3", what);
+#else
+  file.check_status(H5Oget_info2(group.get(), &info, H5O_INFO_NUM_ATTRS), "H5Oget_info2", what);
+#endif
+  for (hsize_t i = 0; i < info.num_attrs; ++i) {
+    const ssize_t length = H5Aget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
+                                              nullptr, 0, H5P_DEFAULT);
+    file.check_status(length < 0 ? -1 : 0, "H5Aget_name_by_idx", what);
+    std::string key(static_cast<std::size_t>(length) + 1, '\0');
+    file.check_status(H5Aget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
+                                         key.data(), key.size(), H5P_DEFAULT) < 0
+                          ? -1
+                          : 0,
+                      "H5Aget_name_by_idx", what);
+    key.resize(static_cast<std::size_t>(length));
+    values[key] = text(group.get(), key.c_str(), most_bytes);
+  }
+  return values;
+}
+
 CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle,
                              Strings strings = Strings::fixed) {
   Handle root = open_group(file, handle, "/");
@@ -381,30 +417,8 @@ CheckpointHeader read_header(const hdf5::Checker& file, hid_t handle,
     std::copy(words.begin(), words.end(), fixed.begin());
     header.state.sampler = SamplerState::from_words(fixed);
   }
-  if (has_link(file, root.get(), kMetadataGroup)) {
-    Handle metadata = open_group(file, root.get(), kMetadataGroup);
-    H5O_info_t info;
-#if H5_VERSION_GE(1, 12, 0)
-    file.check_status(H5Oget_info3(metadata.get(), &info, H5O_INFO_NUM_ATTRS), "H5Oget_info3",
-                      "group metadata");
-#else
-    file.check_status(H5Oget_info2(metadata.get(), &info, H5O_INFO_NUM_ATTRS), "H5Oget_info2",
-                      "group metadata");
-#endif
-    for (hsize_t i = 0; i < info.num_attrs; ++i) {
-      const ssize_t length = H5Aget_name_by_idx(metadata.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
-                                                nullptr, 0, H5P_DEFAULT);
-      file.check_status(length < 0 ? -1 : 0, "H5Aget_name_by_idx", "group metadata");
-      std::string key(static_cast<std::size_t>(length) + 1, '\0');
-      file.check_status(H5Aget_name_by_idx(metadata.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
-                                           key.data(), key.size(), H5P_DEFAULT) < 0
-                            ? -1
-                            : 0,
-                        "H5Aget_name_by_idx", "group metadata");
-      key.resize(static_cast<std::size_t>(length));
-      header.state.metadata[key] = text(metadata.get(), key.c_str(), most_long);
-    }
-  }
+  header.state.metadata = text_attributes(file, root.get(), kMetadataGroup, text, most_long);
+  header.objects = text_attributes(file, root.get(), kStateGroup, text, most_long);
   if (has_link(file, root.get(), kOptimizerGroup)) {
     Handle optimizer = open_group(file, root.get(), kOptimizerGroup);
     const hid_t o = optimizer.get();
@@ -453,6 +467,7 @@ Json to_json(const CheckpointHeader& h) {
                {"step", h.state.step},
                {"epoch", h.state.epoch},
                {"metadata", h.state.metadata},
+               {"objects", h.objects},
                {"world_size", h.world_size},
                {"strategy", h.strategy},
                {"plan", h.plan_json},
@@ -475,6 +490,7 @@ CheckpointHeader header_from_json(const Json& json) {
   h.state.step = json.at("step").get<std::int64_t>();
   h.state.epoch = json.at("epoch").get<std::int64_t>();
   h.state.metadata = json.at("metadata").get<std::map<std::string, std::string>>();
+  h.objects = json.at("objects").get<std::map<std::string, std::string>>();
   if (json.contains("sampler")) {
     h.state.sampler = SamplerState::from_words(
         json.at("sampler").get<std::array<std::int64_t, SamplerState::kWords>>());
@@ -679,7 +695,27 @@ long long file_bytes_of(const CheckpointHeader& header, const ShardingPlan& plan
   return bytes;
 }
 
-// The header save_checkpoint writes for the model, the optimizer (none when null) and state.
+// The state of each of objects (Stateful::state_dict), checked to be JSON so that the file holds
+// what a load and h5py can parse. caller: the function that saves, for the message.
+std::map<std::string, std::string> object_states(const StatefulObjects& objects,
+                                                 const std::string& caller) {
+  std::map<std::string, std::string> states;
+  for (const auto& [name, object] : objects) {
+    require(object != nullptr, caller + ": object '" + name + "' is a null pointer",
+            ErrorKind::usage);
+    std::string state = object->state_dict();
+    try {
+      parse_json_input(state, "the state_dict of object '" + name + "'");
+    } catch (const Error& e) {
+      throw Error(ErrorKind::usage, caller + ": " + e.message());
+    }
+    states.emplace(name, std::move(state));
+  }
+  return states;
+}
+
+// The header save_checkpoint writes for the model, the optimizer (none when null) and state
+// (whose objects' states are taken now).
 template <class T>
 CheckpointHeader header_for(ShardedModel<T>& model, const Optimizer<T>* optimizer,
                             const CheckpointState& state) {
@@ -690,6 +726,7 @@ CheckpointHeader header_for(ShardedModel<T>& model, const Optimizer<T>* optimize
   header.strategy = model.plan().strategy();
   header.plan_json = plan_to_json(model.plan());
   header.state = state;
+  header.objects = object_states(state.objects, "save_checkpoint");
   if (optimizer != nullptr) {
     header.optimizer = optimizer->name();
     header.optimizer_settings = optimizer->settings();
@@ -728,6 +765,11 @@ void check_strings(const CheckpointHeader& h, const std::string& caller) {
     check("metadata key '" + key + "'", key, kMostMetadataKey);
     check("the value of metadata key '" + key + "'", value, kMostLongString);
   }
+  for (const auto& [name, value] : h.objects) {
+    require(!name.empty(), caller + ": an object's name is empty", ErrorKind::usage);
+    check("object name '" + name + "'", name, kMostMetadataKey);
+    check("the state of object '" + name + "'", value, kMostLongString);
+  }
 }
 
 void write_header(const hdf5::Checker& file, hid_t handle, const CheckpointHeader& h) {
@@ -750,6 +792,12 @@ void write_header(const hdf5::Checker& file, hid_t handle, const CheckpointHeade
   Handle metadata = create_group(file, r, kMetadataGroup);
   for (const auto& [key, value] : h.state.metadata) {
     hdf5::write_fixed_string_attribute(file, metadata.get(), key.c_str(), value);
+  }
+  if (!h.objects.empty()) {
+    Handle objects = create_group(file, r, kStateGroup);
+    for (const auto& [name, value] : h.objects) {
+      hdf5::write_fixed_string_attribute(file, objects.get(), name.c_str(), value);
+    }
   }
   if (!h.optimizer.empty()) {
     Handle optimizer = create_group(file, r, kOptimizerGroup);
@@ -1054,11 +1102,16 @@ SaveContents<T> save_contents(ShardedModel<T>& model, const Optimizer<T>* optimi
   SaveContents<T> c;
   c.header = header_for(model, optimizer, CheckpointState());
   {
-    CheckpointHeader with_state;
-    with_state.state = state;
-    std::string text = to_json(with_state).dump();
-    broadcast_string(group, text, 0);
-    c.header.state = header_from_json(Json::parse(text)).state;
+    // Rank 0's state and its objects' states; a failure of one of them reaches every rank.
+    const std::string text = on_root(group, "take the state to save", [&] {
+      CheckpointHeader with_state;
+      with_state.state = state;
+      with_state.objects = object_states(state.objects, caller);
+      return to_json(with_state).dump();
+    });
+    const CheckpointHeader with_state = header_from_json(Json::parse(text));
+    c.header.state = with_state.state;
+    c.header.objects = with_state.objects;
   }
   if (optimizer != nullptr && c.header.optimizer_steps > 0) {
     c.state_names = optimizer->state_names();
@@ -1435,7 +1488,7 @@ long long checkpoint_file_bytes(ShardedModel<T>& model, const Optimizer<T>* opti
 
 template <class T>
 CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model,
-                                 Optimizer<T>* optimizer) {
+                                 Optimizer<T>* optimizer, const StatefulObjects& objects) {
   const ProfilingRegion region("fsdp::load_checkpoint");
   ProcessGroup& group = model.group();
   CheckpointHeader header = agreed_header(group, path);
@@ -1462,11 +1515,34 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
   const auto found = differences(header.tensors, expected,
                                  optimizer == nullptr ? std::string(kOptimizerGroup) + "/" : "");
   lines.insert(lines.end(), found.begin(), found.end());
+  std::vector<std::string> lacking;
+  for (const auto& [name, object] : objects) {
+    require(object != nullptr, "load_checkpoint: object '" + name + "' is a null pointer",
+            ErrorKind::usage);
+    if (header.objects.count(name) == 0) {
+      lacking.push_back("'" + name + "'");
+    }
+  }
+  if (!lacking.empty()) {
+    std::vector<std::string> held;
+    for (const auto& entry : header.objects) {
+      held.push_back("'" + entry.first + "'");
+    }
+    lines.push_back("no state for object" + std::string(lacking.size() > 1 ? "s " : " ") +
+                    join(lacking, ", ") + " in the file (it holds " +
+                    (held.empty() ? std::string("none") : join(held, ", ")) + ")");
+  }
   if (!lines.empty()) {
     throw Error(ErrorKind::mismatch, file_text(path) +
                                          " does not match the model; nothing was "
                                          "loaded:\n  " +
                                          join(lines, "\n  "));
+  }
+  // Each object accepts its state on every rank, or nothing changes anywhere.
+  for (const auto& [name, object] : objects) {
+    on_every_rank(
+        group, "load object '" + name + "' from " + file_text(path),
+        [&, &name = name, object = object] { object->check_state_dict(header.objects.at(name)); });
   }
 
   // Optimizer state the pieces do not have yet (a resume's new optimizer has none) is made now,
@@ -1504,6 +1580,9 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
       }
     }
     optimizer->set_step_count(header.optimizer_steps);
+  }
+  for (const auto& [name, object] : objects) {
+    object->load_state_dict(header.objects.at(name));
   }
   return header;
 }
@@ -1787,9 +1866,9 @@ template void save_checkpoint_in_background<double>(BackgroundSave&, const std::
                                                     ShardedModel<double>&, const Optimizer<double>*,
                                                     const CheckpointState&);
 template CheckpointHeader load_checkpoint<float>(const std::string&, ShardedModel<float>&,
-                                                 Optimizer<float>*);
+                                                 Optimizer<float>*, const StatefulObjects&);
 template CheckpointHeader load_checkpoint<double>(const std::string&, ShardedModel<double>&,
-                                                  Optimizer<double>*);
+                                                  Optimizer<double>*, const StatefulObjects&);
 template void load_parameters<float>(const std::string&, ShardedModel<float>&, const std::string&);
 template void load_parameters<double>(const std::string&, ShardedModel<double>&,
                                       const std::string&);

@@ -1,7 +1,10 @@
 #include "fsdp/optim/loss_scaler.hpp"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
+
+#include "../core/json_input.hpp"
 
 namespace fsdp {
 namespace {
@@ -75,13 +78,63 @@ void LossScaler::update(bool found_overflow) {
   }
 }
 
-void LossScaler::set_state(const LossScalerState& state) {
+namespace {
+
+// Error (kind) unless state is one a scaler can resume from.
+void require_valid(const LossScalerState& state, ErrorKind kind) {
   require(std::isfinite(state.scale) && state.scale > 0 && state.clean_steps >= 0 &&
               state.skipped_steps >= 0,
           "a loss scaler state needs a positive finite scale and counters >= 0, got scale " +
               std::to_string(state.scale) + ", clean steps " + std::to_string(state.clean_steps) +
-              ", skipped steps " + std::to_string(state.skipped_steps));
+              ", skipped steps " + std::to_string(state.skipped_steps),
+          kind);
+}
+
+// What state_dict wrote, read back and checked (Error, kind mismatch, naming what is wrong).
+LossScalerState parsed_state(const std::string& text) {
+  const std::string what = "the loss scaler's state";
+  try {
+    const nlohmann::json json = parse_json_input(text, what);
+    require(json.is_object(), what + " must be a JSON object, not " + json_excerpt(json));
+    require_known_fields(json, {"scale", "clean_steps", "skipped_steps"}, what);
+    for (const char* field : {"scale", "clean_steps", "skipped_steps"}) {
+      require(json.contains(field), what + " has no field \"" + std::string(field) + "\"");
+    }
+    require(json.at("scale").is_number(),
+            what + ": scale must be a number, not " + json_excerpt(json.at("scale")));
+    LossScalerState state;
+    state.scale = json.at("scale").get<double>();
+    state.clean_steps = json_integer<std::int64_t>(json.at("clean_steps"), what + ": clean_steps");
+    state.skipped_steps =
+        json_integer<std::int64_t>(json.at("skipped_steps"), what + ": skipped_steps");
+    require_valid(state, ErrorKind::mismatch);
+    return state;
+  } catch (const Error& e) {
+    throw Error(ErrorKind::mismatch, e.message());
+  }
+}
+
+}  // namespace
+
+void LossScaler::set_state(const LossScalerState& state) {
+  require_valid(state, ErrorKind::usage);
   state_ = state;
+}
+
+std::string LossScaler::state_dict() const {
+  // nlohmann writes a double with the digits that read it back exactly.
+  return nlohmann::json{{"scale", state_.scale},
+                        {"clean_steps", state_.clean_steps},
+                        {"skipped_steps", state_.skipped_steps}}
+      .dump();
+}
+
+void LossScaler::check_state_dict(const std::string& state) const {
+  parsed_state(state);
+}
+
+void LossScaler::load_state_dict(const std::string& state) {
+  state_ = parsed_state(state);
 }
 
 template bool LossScaler::unscale_and_check(ShardedModel<float>&);

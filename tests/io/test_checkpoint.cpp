@@ -715,6 +715,123 @@ BOOST_AUTO_TEST_CASE(a_failed_background_write_reaches_every_rank_and_publishes_
   BOOST_TEST(read_checkpoint_header(path).state.step == 7);
 }
 
+// A caller's own object in a checkpoint: a learning-rate schedule's position as JSON. It refuses
+// a state on rank refuse_on only (a check that fails on one rank).
+class Schedule : public Stateful {
+ public:
+  std::int64_t step = 0;
+  double lr = 0;
+  int refuse_on = -1;
+  bool broken = false;  // state_dict gives text that is not JSON
+
+  std::string state_dict() const override {
+    if (broken) {
+      return "{\"step\": ";
+    }
+    char text[96];
+    std::snprintf(text, sizeof text, "{\"step\": %lld, \"lr\": %.17g}",
+                  static_cast<long long>(step), lr);
+    return text;
+  }
+  void check_state_dict(const std::string& state) const override {
+    require(world().rank() != refuse_on, "the schedule refuses " + state, ErrorKind::mismatch);
+    long long s = 0;
+    double l = 0;
+    require(std::sscanf(state.c_str(), "{\"step\": %lld, \"lr\": %lg}", &s, &l) == 2,
+            "not a schedule's state: " + state, ErrorKind::mismatch);
+  }
+  void load_state_dict(const std::string& state) override {
+    long long s = 0;
+    std::sscanf(state.c_str(), "{\"step\": %lld, \"lr\": %lg}", &s, &lr);
+    step = s;
+  }
+};
+
+// Whether every element of this rank's parameter pieces is zero (a model nothing was loaded into).
+bool all_zero(ShardedModel<double>& model) {
+  for (const ParameterInfo& info : model.plan().parameters()) {
+    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
+                                                    model.parameter(info.name).shard());
+    for (std::size_t k = 0; k < host.size(); ++k) {
+      if (host(k) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Named objects go into the checkpoint (rank 0's state, taken when the save is called, a save in
+// the background too) and come back on every rank after the model; a file without one of them,
+// or an object that refuses its state on any rank, leaves the model, the optimizer and every
+// object as they were, on every rank; a state that is not JSON is never written.
+BOOST_AUTO_TEST_CASE(objects_are_saved_with_the_model_and_restored_all_or_nothing) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("objects.h5");
+  auto model = make_model<double>(world(), "full");
+  Optimizer<double> adam("adam", settings());
+  fill_model(model, adam);
+  Schedule schedule;
+  schedule.step = 41 + world().rank();
+  schedule.lr = 1.0 / 3.0;
+  CheckpointState state;
+  state.objects = {{"schedule", &schedule}};
+  save_checkpoint(path, model, &adam, state);
+
+  auto loaded = make_model<double>(world(), "layerwise");
+  Optimizer<double> loaded_adam("adam", settings());
+  Schedule restored;
+  const CheckpointHeader header =
+      load_checkpoint(path, loaded, &loaded_adam, {{"schedule", &restored}});
+  BOOST_TEST(wrong_elements(loaded, true) == 0);
+  BOOST_TEST(restored.step == 41);
+  BOOST_TEST(restored.lr == 1.0 / 3.0);
+  BOOST_TEST(header.objects.at("schedule") == R"({"step": 41, "lr": 0.33333333333333331})");
+  if (world().rank() == 0) {
+    BOOST_TEST(read_checkpoint_header(path).objects == header.objects);
+  }
+
+  // Refused on the last rank, or missing from the file: nothing changes anywhere.
+  auto untouched = make_model<double>(world(), "full");
+  Optimizer<double> untouched_adam("adam", settings());
+  Schedule refusing;
+  refusing.refuse_on = world().size() - 1;
+  BOOST_CHECK_EXCEPTION(
+      load_checkpoint(path, untouched, &untouched_adam, {{"schedule", &refusing}}), Error,
+      error_of(ErrorKind::mismatch, "could not load object 'schedule' from"));
+  Schedule reader;
+  BOOST_CHECK_EXCEPTION(load_checkpoint(path, untouched, &untouched_adam,
+                                        {{"schedule", &restored}, {"reader", &reader}}),
+                        Error,
+                        error_of(ErrorKind::mismatch,
+                                 "no state for object 'reader' in the file (it holds 'schedule')"));
+  BOOST_TEST(all_zero(untouched));
+  BOOST_TEST(untouched_adam.step_count() == 0);
+  BOOST_TEST(refusing.step == 0);
+  BOOST_TEST(reader.step == 0);
+  // A file's objects not asked for are only reported.
+  BOOST_TEST(load_checkpoint(path, untouched, &untouched_adam).objects.count("schedule") == 1);
+
+  // A save in the background stores the state of when it was called.
+  BackgroundSave save;
+  const std::string background = dir.file("background.h5");
+  schedule.step = 50;
+  save_checkpoint_in_background(save, background, model, &adam, state);
+  schedule.step = 99;
+  save.finish();
+  load_checkpoint(background, loaded, &loaded_adam, {{"schedule", &restored}});
+  BOOST_TEST(restored.step == 50);
+
+  // A state that is not JSON: refused on every rank before a file is made.
+  schedule.broken = world().rank() == 0;
+  const std::string never = dir.file("never.h5");
+  BOOST_CHECK_EXCEPTION(
+      save_checkpoint(never, model, &adam, state), Error,
+      error_of(ErrorKind::usage, "the state_dict of object 'schedule' is not valid JSON"));
+  world().barrier();
+  BOOST_TEST(!std::filesystem::exists(never));
+}
+
 BOOST_AUTO_TEST_CASE(a_mismatched_model_hears_every_difference_and_keeps_its_values) {
   ScratchDirectory dir;
   const std::string path = dir.file("model.h5");

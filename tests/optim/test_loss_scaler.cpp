@@ -173,3 +173,33 @@ BOOST_AUTO_TEST_CASE(bad_options_and_states_are_refused) {
   scaler.set_state(LossScalerState{4.0, 7, 2});
   BOOST_TEST(scaler.scale() == 4.0);
 }
+
+// As a checkpoint's object: its state comes back exactly (a scale of any bits), and a state that is
+// not one (text, a missing or unknown field, a count that is not an integer, a scale <= 0) is
+// refused by check_state_dict with a message naming it, leaving the scaler as it was.
+BOOST_AUTO_TEST_CASE(its_state_goes_into_a_checkpoint_and_back_exactly) {
+  LossScaler saved;
+  saved.set_state(LossScalerState{65536.0 / 3.0, 1234, 5});
+  LossScaler loaded;
+  const std::string state = saved.state_dict();
+  BOOST_CHECK_NO_THROW(loaded.check_state_dict(state));
+  loaded.load_state_dict(state);
+  BOOST_TEST((loaded.state() == saved.state()));
+  const auto refused = [&](const std::string& text, const char* message) {
+    BOOST_CHECK_EXCEPTION(loaded.check_state_dict(text), Error, [&](const Error& e) {
+      return e.kind() == ErrorKind::mismatch &&
+             std::string(e.message()).find(message) != std::string::npos;
+    });
+  };
+  refused("{", "the loss scaler's state is not valid JSON");
+  refused("[1, 2]", "must be a JSON object");
+  refused(R"({"scale": 2.0, "clean_steps": 1})", "has no field \"skipped_steps\"");
+  refused(R"({"scale": 2.0, "clean_steps": 1, "skipped_steps": 0, "growth": 2})",
+          "unknown field \"growth\"");
+  refused(R"({"scale": 2.0, "clean_steps": 1.5, "skipped_steps": 0})",
+          "clean_steps must be an integer");
+  refused(R"({"scale": "2", "clean_steps": 1, "skipped_steps": 0})", "scale must be a number");
+  refused(R"({"scale": -2.0, "clean_steps": 1, "skipped_steps": 0})",
+          "needs a positive finite scale");
+  BOOST_TEST((loaded.state() == saved.state()));
+}

@@ -37,6 +37,7 @@ Exits 0 when everything holds, 1 with a message otherwise.
 """
 import argparse
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -98,6 +99,15 @@ def compare(expected_path, actual_path, exact):
           (len(expected), "identical" if exact else "equal within round-off", worst), flush=True)
 
 
+def object_states(path):
+    """The state of each named object (the /state group's attributes), parsed from its JSON."""
+    with h5py.File(path, "r") as f:
+        if "state" not in f:
+            return {}
+        return {key: json.loads(value.decode() if isinstance(value, bytes) else value)
+                for key, value in f["state"].attrs.items()}
+
+
 def resume(args):
     shutil.rmtree(args.dir, ignore_errors=True)
     whole, chain = os.path.join(args.dir, "whole"), os.path.join(args.dir, "chain")
@@ -119,6 +129,13 @@ def resume(args):
                  (stopped, f.attrs["step"], f.attrs["world_size"], args.stop_after, args.first))
     run(args, args.second, ["--checkpoint-dir", chain, "--resume"])
     compare(latest(whole), latest(chain), exact=args.first == args.second)
+    # The objects' states (fp16's loss scaler) go on from the resume as they would have.
+    expected_states, resumed_states = object_states(latest(whole)), object_states(latest(chain))
+    if "--mixed-precision fp16" in " ".join(args.train_args) and "loss_scaler" not in expected_states:
+        fail("%s holds no state for the loss scaler" % latest(whole))
+    if resumed_states != expected_states:
+        fail("the objects' states differ: %s uninterrupted, %s resumed" %
+             (expected_states, resumed_states))
     for ranks in args.also:
         other = os.path.join(args.dir, "whole-%d" % ranks)
         run(args, ranks, ["--checkpoint-dir", other])
@@ -168,7 +185,7 @@ def make_format_1(path):
     """Rewrites a checkpoint as format version 1 stored it: every string attribute a
     variable-length UTF-8 string, format_version 1."""
     with h5py.File(path, "r+") as f:
-        groups = [f, f["metadata"]] + ([f["optimizer"]] if "optimizer" in f else [])
+        groups = [f, f["metadata"]] + [f[g] for g in ("optimizer", "state") if g in f]
         for group in groups:
             for key in list(group.attrs):
                 value = group.attrs[key]
@@ -179,11 +196,11 @@ def make_format_1(path):
 
 
 def attributes(path):
-    """Every attribute of the root, metadata and optimizer groups, strings as str, but the
-    format version and the fsdp version that wrote the file."""
+    """Every attribute of the root, metadata, optimizer and state groups, strings as str, but
+    the format version and the fsdp version that wrote the file."""
     out = {}
     with h5py.File(path, "r") as f:
-        for group in ("/", "metadata", "optimizer"):
+        for group in ("/", "metadata", "optimizer", "state"):
             if group in f:
                 for key, value in f[group].attrs.items():
                     if key not in ("format_version", "library_version"):

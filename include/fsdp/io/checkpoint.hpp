@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fsdp/core/dtype.hpp"
+#include "fsdp/core/stateful.hpp"
 #include "fsdp/data/sampler_state.hpp"
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/unit/sharded_model.hpp"
@@ -29,6 +30,10 @@ struct CheckpointState {
   std::int64_t epoch = 0;  // the epoch the next step belongs to
   std::optional<SamplerState> sampler;
   std::map<std::string, std::string> metadata;  // the caller's own key/value pairs
+  // Objects whose state a save stores too (Stateful::state_dict, taken when the save is called),
+  // each under its name; load_checkpoint restores them when given objects of the same names.
+  // Only a save reads this: a load reports what a file holds in CheckpointHeader::objects.
+  StatefulObjects objects;
 };
 
 // One tensor of a checkpoint: "model/<parameter>" or "optimizer/<state>/<parameter>".
@@ -53,13 +58,16 @@ struct CheckpointHeader {
   OptimizerSettings optimizer_settings;
   std::int64_t optimizer_steps = 0;
   std::vector<CheckpointTensor> tensors;  // sorted by name
+  // The state of each named object the file holds (CheckpointState::objects): JSON text.
+  std::map<std::string, std::string> objects;
 };
 
 // Collective over model.group(). Writes path as one HDF5 file through MPI-IO: each rank writes
 // only the elements it holds (the owner a whole parameter, rank 0 a replicated one), plus the
-// optimizer's state and settings when optimizer is not null, and state. The file is written
-// under a temporary beside path (temporary_beside: a link is followed, only a regular file is
-// replaced), synced and only then renamed to path (publish_file), so path is either the previous
+// optimizer's state and settings when optimizer is not null, and state (with the state_dict of
+// each of state.objects: Error, kind usage, on every rank when one is not JSON). The file is
+// written under a temporary beside path (temporary_beside: a link is followed, only a regular file
+// is replaced), synced and only then renamed to path (publish_file), so path is either the previous
 // file or the complete new one, never a half-written one. Rank 0's state is saved.
 // Every rank throws the same Error (kind io) when the file cannot be written.
 //
@@ -80,18 +88,23 @@ long long checkpoint_file_bytes(ShardedModel<T>& model, const Optimizer<T>* opti
 // Collective over model.group(). Loads a checkpoint written at any world size with any strategy:
 // each rank reads only the elements of its pieces. With an optimizer, its state and step count
 // are loaded too (the file must hold the same rule; a file saved before the first step leaves the
-// optimizer with no state and step count 0); with none, the parameters only. Checks, on
-// every rank alike, before anything changes:
+// optimizer with no state and step count 0); with none, the parameters only. Each of objects
+// gets the state the file holds under its name (Stateful::load_state_dict, on every rank, after
+// the model and the optimizer). Checks, on every rank alike, before anything changes:
 //   - the file is an fsdp checkpoint of a format version this fsdp reads (else Error, kind io;
 //     a format 1 file is refused without reading its strings, the message naming fsdp-ckpt
 //     upgrade);
 //   - its tensors' names, shapes and dtypes are the model's (and the optimizer's): else Error
 //     (kind mismatch) listing every difference;
+//   - the file holds a state for every one of objects (else Error, kind mismatch, naming those
+//     it lacks and those it holds), and each object's check_state_dict accepts its state on
+//     every rank (else the object's Error, on every rank);
 //   - every tensor's checksum (else Error, kind io, naming the file and the tensor).
-// Nothing in the model or the optimizer changes unless every check passed on every rank.
+// Nothing in the model, the optimizer or the objects changes unless every check passed on every
+// rank. States the file holds for objects not given are only reported (CheckpointHeader).
 template <class T>
 CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model,
-                                 Optimizer<T>* optimizer);
+                                 Optimizer<T>* optimizer, const StatefulObjects& objects = {});
 
 // Collective over model.group(): a model's parameters from a plain HDF5 file of unsharded
 // tensors (pretrained weights; what export_parameters writes): one dataset per parameter, named
@@ -140,9 +153,10 @@ extern template long long checkpoint_file_bytes<double>(ShardedModel<double>&,
                                                         const Optimizer<double>*,
                                                         const CheckpointState&);
 extern template CheckpointHeader load_checkpoint<float>(const std::string&, ShardedModel<float>&,
-                                                        Optimizer<float>*);
+                                                        Optimizer<float>*, const StatefulObjects&);
 extern template CheckpointHeader load_checkpoint<double>(const std::string&, ShardedModel<double>&,
-                                                         Optimizer<double>*);
+                                                         Optimizer<double>*,
+                                                         const StatefulObjects&);
 extern template void load_parameters<float>(const std::string&, ShardedModel<float>&,
                                             const std::string&);
 extern template void load_parameters<double>(const std::string&, ShardedModel<double>&,

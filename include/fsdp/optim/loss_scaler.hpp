@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "fsdp/core/stateful.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 
 namespace fsdp {
@@ -29,7 +30,9 @@ struct LossScalerState {
   }
 };
 
-class LossScaler {
+// A Stateful: a checkpoint given it as an object saves and restores its state, as JSON
+// {"scale": .., "clean_steps": .., "skipped_steps": ..}.
+class LossScaler : public Stateful {
  public:
   // Error (kind usage) naming the option when init_scale <= 0 or not finite, growth_factor <= 1,
   // backoff_factor outside (0, 1), or growth_interval < 1.
@@ -52,6 +55,12 @@ class LossScaler {
   const LossScalerState& state() const { return state_; }
   // Resumes from a checkpoint's state (scale > 0, counters >= 0, else Error).
   void set_state(const LossScalerState& state);
+
+  // Stateful: state() as JSON; check_state_dict throws Error (kind mismatch) unless state is such
+  // an object with a state set_state takes; load_state_dict sets it.
+  std::string state_dict() const override;
+  void check_state_dict(const std::string& state) const override;
+  void load_state_dict(const std::string& state) override;
   const LossScalerOptions& options() const { return options_; }
 
  private:
