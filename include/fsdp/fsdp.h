@@ -354,13 +354,14 @@ void fsdp_loss_scaler_destroy(fsdp_loss_scaler_t scaler);
 
 /* ---- checkpoints: one HDF5 file, any world size and strategy (docs/checkpoints.md) -------- */
 /* Collective over the model's ranks: saves the model's parameters, and the optimizer's state,
- * settings and step count unless optimizer is NULL, with step and epoch (>= 0), to path: a
- * parallel HDF5 file written under path.tmp and renamed once complete and synced, so path is
- * the previous file or the complete new one. The optimizer must be one made for this model
+ * settings and step count unless optimizer is NULL, and the loss scaler's state (the object
+ * "loss_scaler" of docs/checkpoints.md) unless scaler is NULL, with step and epoch (>= 0), to
+ * path: a parallel HDF5 file written under path.tmp and renamed once complete and synced, so path
+ * is the previous file or the complete new one. The optimizer must be one made for this model
  * (FSDP_ERROR_INVALID_ARGUMENT otherwise). FSDP_ERROR_IO when the file cannot be written. A
  * save in the background still pending (below) is finished first. */
-int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
-                         int64_t step, int64_t epoch);
+int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, fsdp_loss_scaler_t scaler,
+                         const char* path, int64_t step, int64_t epoch);
 /* Collective: fsdp_checkpoint_save in the background (docs/checkpoints.md, "Saving in the
  * background"): returns once every rank has copied its pieces into a snapshot of host memory
  * that the model keeps for its next save, while a thread of each rank writes the file. path
@@ -371,7 +372,8 @@ int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const c
  * failed on any rank (nothing was published then). fsdp_model_destroy abandons a save that is
  * not finished. */
 int fsdp_checkpoint_save_in_background(fsdp_model_t model, fsdp_optimizer_t optimizer,
-                                       const char* path, int64_t step, int64_t epoch);
+                                       fsdp_loss_scaler_t scaler, const char* path, int64_t step,
+                                       int64_t epoch);
 /* Collective: publishes the model's save in the background if every rank has written it; never
  * waits. *finished: 1 when no save is pending any more (or none was), 0 while it is written; the
  * same on every rank. */
@@ -381,13 +383,14 @@ int fsdp_checkpoint_try_finish(fsdp_model_t model, int* finished);
 int fsdp_checkpoint_finish(fsdp_model_t model);
 /* Collective: loads a checkpoint written at any world size with any strategy into the model
  * (and the optimizer's state and step count unless optimizer is NULL; it must be one made for
- * this model, as for fsdp_checkpoint_save), and gives its step and epoch (either pointer may be
- * NULL; neither is written on failure). Nothing changes unless everything matches on every rank:
- * FSDP_ERROR_MISMATCH lists every tensor whose name, shape or dtype differs (or another
- * optimizer, or none in the file); FSDP_ERROR_IO for a missing, damaged or foreign file, naming
- * it. */
-int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
-                         int64_t* step, int64_t* epoch);
+ * this model, as for fsdp_checkpoint_save; and the loss scaler's state unless scaler is NULL),
+ * and gives its step and epoch (either pointer may be NULL; neither is written on failure).
+ * Nothing changes unless everything matches on every rank: FSDP_ERROR_MISMATCH lists every
+ * tensor whose name, shape or dtype differs (or another optimizer, or none in the file, or no
+ * loss scaler's state in it when scaler is given); FSDP_ERROR_IO for a missing, damaged or
+ * foreign file, naming it. */
+int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, fsdp_loss_scaler_t scaler,
+                         const char* path, int64_t* step, int64_t* epoch);
 /* Collective: the model's parameters from pretrained weights: a plain HDF5 file with one dataset
  * per parameter, named as the parameter (fsdp-ckpt export writes one), or a checkpoint. The same
  * all-or-nothing checks and codes as fsdp_checkpoint_load (FSDP_ERROR_MISMATCH, FSDP_ERROR_IO). */

@@ -1251,11 +1251,21 @@ fsdp::Optimizer<T>* optimizer_of(const fsdp_model_s& model, fsdp_optimizer_t opt
 
 namespace {
 
+// The checkpoint objects of a C call: the loss scaler, unless it is NULL.
+fsdp::StatefulObjects objects_of(fsdp_loss_scaler_t scaler) {
+  fsdp::StatefulObjects objects;
+  if (scaler != nullptr) {
+    objects["loss_scaler"] = &scaler->scaler;
+  }
+  return objects;
+}
+
 // fsdp_checkpoint_save and fsdp_checkpoint_save_in_background: the checked arguments, then
 // save(sharded model, its optimizer or null, state).
 template <class Save>
 int checkpoint_save(const char* function, fsdp_model_t model, fsdp_optimizer_t optimizer,
-                    const char* path, int64_t step, int64_t epoch, const Save& save) {
+                    fsdp_loss_scaler_t scaler, const char* path, int64_t step, int64_t epoch,
+                    const Save& save) {
   return guarded(function, [&] {
     require_handle(model, "model");
     const std::string file = require_name(path, "the checkpoint path");
@@ -1266,6 +1276,7 @@ int checkpoint_save(const char* function, fsdp_model_t model, fsdp_optimizer_t o
       fsdp::CheckpointState state;
       state.step = step;
       state.epoch = epoch;
+      state.objects = objects_of(scaler);
       save(file, sharded, optimizer_of<T>(*model, optimizer), state);
     });
   });
@@ -1273,10 +1284,10 @@ int checkpoint_save(const char* function, fsdp_model_t model, fsdp_optimizer_t o
 
 }  // namespace
 
-int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
-                         int64_t step, int64_t epoch) {
+int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, fsdp_loss_scaler_t scaler,
+                         const char* path, int64_t step, int64_t epoch) {
   return checkpoint_save(
-      "fsdp_checkpoint_save", model, optimizer, path, step, epoch,
+      "fsdp_checkpoint_save", model, optimizer, scaler, path, step, epoch,
       [&](const std::string& file, auto& sharded, const auto* saved, const auto& state) {
         model->background.finish();
         fsdp::save_checkpoint(file, sharded, saved, state);
@@ -1284,9 +1295,10 @@ int fsdp_checkpoint_save(fsdp_model_t model, fsdp_optimizer_t optimizer, const c
 }
 
 int fsdp_checkpoint_save_in_background(fsdp_model_t model, fsdp_optimizer_t optimizer,
-                                       const char* path, int64_t step, int64_t epoch) {
+                                       fsdp_loss_scaler_t scaler, const char* path, int64_t step,
+                                       int64_t epoch) {
   return checkpoint_save(
-      "fsdp_checkpoint_save_in_background", model, optimizer, path, step, epoch,
+      "fsdp_checkpoint_save_in_background", model, optimizer, scaler, path, step, epoch,
       [&](const std::string& file, auto& sharded, const auto* saved, const auto& state) {
         fsdp::save_checkpoint_in_background(model->background, file, sharded, saved, state);
       });
@@ -1307,8 +1319,8 @@ int fsdp_checkpoint_finish(fsdp_model_t model) {
   });
 }
 
-int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, const char* path,
-                         int64_t* step, int64_t* epoch) {
+int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, fsdp_loss_scaler_t scaler,
+                         const char* path, int64_t* step, int64_t* epoch) {
   return guarded("fsdp_checkpoint_load", [&] {
     require_handle(model, "model");
     const std::string file = require_name(path, "the checkpoint path");
@@ -1316,7 +1328,8 @@ int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, const c
       using T = element_t<decltype(sharded)>;
       fsdp::Optimizer<T>* loaded = optimizer_of<T>(*model, optimizer);
       model->background.finish();  // a load of the file a save is writing reads it whole
-      const fsdp::CheckpointHeader header = fsdp::load_checkpoint<T>(file, sharded, loaded);
+      const fsdp::CheckpointHeader header =
+          fsdp::load_checkpoint<T>(file, sharded, loaded, objects_of(scaler));
       if (step != nullptr) {
         *step = header.state.step;
       }

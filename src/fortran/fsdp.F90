@@ -435,18 +435,18 @@ module fsdp
       import :: c_ptr
       type(c_ptr), value :: schedule
     end subroutine c_lr_schedule_destroy
-    integer(c_int) function c_checkpoint_save(model, optimizer, path, step, epoch) &
+    integer(c_int) function c_checkpoint_save(model, optimizer, scaler, path, step, epoch) &
         bind(c, name='fsdp_checkpoint_save')
       import :: c_int, c_ptr, c_char, c_int64_t
-      type(c_ptr), value :: model, optimizer
+      type(c_ptr), value :: model, optimizer, scaler
       character(kind=c_char), intent(in) :: path(*)
       integer(c_int64_t), value :: step, epoch
     end function c_checkpoint_save
-    integer(c_int) function c_checkpoint_save_in_background(model, optimizer, path, step, &
-                                                            epoch) &
+    integer(c_int) function c_checkpoint_save_in_background(model, optimizer, scaler, path, &
+                                                            step, epoch) &
         bind(c, name='fsdp_checkpoint_save_in_background')
       import :: c_int, c_ptr, c_char, c_int64_t
-      type(c_ptr), value :: model, optimizer
+      type(c_ptr), value :: model, optimizer, scaler
       character(kind=c_char), intent(in) :: path(*)
       integer(c_int64_t), value :: step, epoch
     end function c_checkpoint_save_in_background
@@ -460,10 +460,10 @@ module fsdp
       import :: c_int, c_ptr
       type(c_ptr), value :: model
     end function c_checkpoint_finish
-    integer(c_int) function c_checkpoint_load(model, optimizer, path, step, epoch) &
+    integer(c_int) function c_checkpoint_load(model, optimizer, scaler, path, step, epoch) &
         bind(c, name='fsdp_checkpoint_load')
       import :: c_int, c_ptr, c_char, c_int64_t
-      type(c_ptr), value :: model, optimizer
+      type(c_ptr), value :: model, optimizer, scaler
       character(kind=c_char), intent(in) :: path(*)
       integer(c_int64_t), intent(out) :: step, epoch
     end function c_checkpoint_load
@@ -1361,16 +1361,17 @@ contains
 
   ! ---- checkpoints (docs/checkpoints.md) ----
 
-  ! Collective: the model's parameters, and the optimizer's state when it is given, saved to path
-  ! (one HDF5 file, written under path.tmp and renamed when complete), with step and epoch (0
-  ! when absent). ierr = FSDP_ERROR_IO when the file cannot be written.
-  subroutine fsdp_checkpoint_save(model, path, ierr, optimizer, step, epoch)
+  ! Collective: the model's parameters, and the optimizer's state and the loss scaler's when they
+  ! are given, saved to path (one HDF5 file, written under path.tmp and renamed when complete),
+  ! with step and epoch (0 when absent). ierr = FSDP_ERROR_IO when the file cannot be written.
+  subroutine fsdp_checkpoint_save(model, path, ierr, optimizer, step, epoch, scaler)
     type(fsdp_model), intent(in) :: model
     character(len=*), intent(in) :: path
     integer, intent(out) :: ierr
     type(fsdp_optimizer), intent(in), optional :: optimizer
     integer(c_int64_t), intent(in), optional :: step, epoch
-    ierr = checkpoint_save(model, path, .false., optimizer, step, epoch)
+    type(fsdp_loss_scaler), intent(in), optional :: scaler
+    ierr = checkpoint_save(model, path, .false., optimizer, step, epoch, scaler)
   end subroutine fsdp_checkpoint_save
 
   ! Collective: fsdp_checkpoint_save in the background: returns once every rank has copied its
@@ -1378,36 +1379,42 @@ contains
   ! save is finished (fsdp_checkpoint_finish, an fsdp_checkpoint_try_finish that gives
   ! finished = .true., or the model's next save or load); ierr = FSDP_ERROR_IO from the call that
   ! finishes a save whose writing failed on any rank.
-  subroutine fsdp_checkpoint_save_in_background(model, path, ierr, optimizer, step, epoch)
+  subroutine fsdp_checkpoint_save_in_background(model, path, ierr, optimizer, step, epoch, scaler)
     type(fsdp_model), intent(in) :: model
     character(len=*), intent(in) :: path
     integer, intent(out) :: ierr
     type(fsdp_optimizer), intent(in), optional :: optimizer
     integer(c_int64_t), intent(in), optional :: step, epoch
-    ierr = checkpoint_save(model, path, .true., optimizer, step, epoch)
+    type(fsdp_loss_scaler), intent(in), optional :: scaler
+    ierr = checkpoint_save(model, path, .true., optimizer, step, epoch, scaler)
   end subroutine fsdp_checkpoint_save_in_background
 
-  ! Both saves: the optional arguments' defaults (no optimizer, step and epoch 0), then the call.
-  integer function checkpoint_save(model, path, background, optimizer, step, epoch)
+  ! Both saves: the optional arguments' defaults (no optimizer, step and epoch 0, no scaler), then
+  ! the call.
+  integer function checkpoint_save(model, path, background, optimizer, step, epoch, scaler)
     type(fsdp_model), intent(in) :: model
     character(len=*), intent(in) :: path
     logical, intent(in) :: background
     type(fsdp_optimizer), intent(in), optional :: optimizer
     integer(c_int64_t), intent(in), optional :: step, epoch
-    type(c_ptr) :: optimizer_handle
+    type(fsdp_loss_scaler), intent(in), optional :: scaler
+    type(c_ptr) :: optimizer_handle, scaler_handle
     integer(c_int64_t) :: at_step, at_epoch
     optimizer_handle = c_null_ptr
     if (present(optimizer)) optimizer_handle = optimizer%handle
+    scaler_handle = c_null_ptr
+    if (present(scaler)) scaler_handle = scaler%handle
     at_step = 0
     if (present(step)) at_step = step
     at_epoch = 0
     if (present(epoch)) at_epoch = epoch
     if (background) then
       checkpoint_save = int(c_checkpoint_save_in_background(model%handle, optimizer_handle, &
-                                                            c_string(path), at_step, at_epoch))
+                                                            scaler_handle, c_string(path), &
+                                                            at_step, at_epoch))
     else
-      checkpoint_save = int(c_checkpoint_save(model%handle, optimizer_handle, c_string(path), &
-                                              at_step, at_epoch))
+      checkpoint_save = int(c_checkpoint_save(model%handle, optimizer_handle, scaler_handle, &
+                                              c_string(path), at_step, at_epoch))
     end if
   end function checkpoint_save
 
@@ -1431,21 +1438,24 @@ contains
   end subroutine fsdp_checkpoint_finish
 
   ! Collective: a checkpoint written at any number of ranks with any strategy into the model (and
-  ! the optimizer's state when it is given); its step and epoch when asked for. Nothing changes
-  ! unless everything matches: FSDP_ERROR_MISMATCH lists the differences, FSDP_ERROR_IO names a
-  ! missing, damaged or foreign file.
-  subroutine fsdp_checkpoint_load(model, path, ierr, optimizer, step, epoch)
+  ! the optimizer's state and the loss scaler's when they are given); its step and epoch when
+  ! asked for. Nothing changes unless everything matches: FSDP_ERROR_MISMATCH lists the
+  ! differences, FSDP_ERROR_IO names a missing, damaged or foreign file.
+  subroutine fsdp_checkpoint_load(model, path, ierr, optimizer, step, epoch, scaler)
     type(fsdp_model), intent(in) :: model
     character(len=*), intent(in) :: path
     integer, intent(out) :: ierr
     type(fsdp_optimizer), intent(in), optional :: optimizer
     integer(c_int64_t), intent(out), optional :: step, epoch
-    type(c_ptr) :: optimizer_handle
+    type(fsdp_loss_scaler), intent(in), optional :: scaler
+    type(c_ptr) :: optimizer_handle, scaler_handle
     integer(c_int64_t) :: at_step, at_epoch
     optimizer_handle = c_null_ptr
     if (present(optimizer)) optimizer_handle = optimizer%handle
-    ierr = int(c_checkpoint_load(model%handle, optimizer_handle, c_string(path), at_step, &
-                                 at_epoch))
+    scaler_handle = c_null_ptr
+    if (present(scaler)) scaler_handle = scaler%handle
+    ierr = int(c_checkpoint_load(model%handle, optimizer_handle, scaler_handle, c_string(path), &
+                                 at_step, at_epoch))
     if (ierr /= FSDP_SUCCESS) return
     if (present(step)) step = at_step
     if (present(epoch)) epoch = at_epoch

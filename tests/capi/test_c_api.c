@@ -1281,7 +1281,12 @@ static void test_checkpoints(void) {
   train_steps(runtime, optimizer, model, 0, 2);
   Parameters at_save, expected, got;
   copy_all(model, &at_save);
-  CHECK_OK(fsdp_checkpoint_save(model, optimizer, path, 2, 7));
+  /* The loss scaler's state goes into the file with the model's. */
+  fsdp_loss_scaler_t scaler = NULL, other_scaler = NULL;
+  CHECK_OK(fsdp_loss_scaler_create(0.0, 0.0, 0.0, 0, &scaler));
+  CHECK_OK(fsdp_loss_scaler_create(0.0, 0.0, 0.0, 0, &other_scaler));
+  CHECK_OK(fsdp_loss_scaler_set_state(scaler, 1024.0 / 3.0, 17, 2));
+  CHECK_OK(fsdp_checkpoint_save(model, optimizer, scaler, path, 2, 7));
   train_steps(runtime, optimizer, model, 2, 4);
   copy_all(model, &expected);
 
@@ -1292,9 +1297,15 @@ static void test_checkpoints(void) {
   fsdp_optimizer_t other_optimizer = NULL;
   CHECK_OK(fsdp_optimizer_create_adamw(other, 0.01, 0.9, 0.999, 1e-8, 0.05, &other_optimizer));
   int64_t step = -1, epoch = -1;
-  CHECK_OK(fsdp_checkpoint_load(other, other_optimizer, path, &step, &epoch));
+  CHECK_OK(fsdp_checkpoint_load(other, other_optimizer, other_scaler, path, &step, &epoch));
   CHECK(step == 2 && epoch == 7, "loaded step %lld epoch %lld, saved 2 and 7", (long long)step,
         (long long)epoch);
+  double scale = 0;
+  int64_t clean_steps = 0, skipped_steps = 0;
+  CHECK_OK(fsdp_loss_scaler_get_state(other_scaler, &scale, &clean_steps, &skipped_steps));
+  CHECK(scale == 1024.0 / 3.0 && clean_steps == 17 && skipped_steps == 2,
+        "loaded scaler state %.17g %lld %lld, saved 1024/3 17 2", scale, (long long)clean_steps,
+        (long long)skipped_steps);
   copy_all(other, &got);
   CHECK(memcmp(&got, &at_save, sizeof got) == 0, "the loaded parameters differ from the saved");
   train_steps(other_runtime, other_optimizer, other, 2, 4);
@@ -1308,7 +1319,7 @@ static void test_checkpoints(void) {
     char background[80];
     scratch_path(background, sizeof background, "background");
     copy_all(model, &got); /* as trained to step 4 */
-    CHECK_OK(fsdp_checkpoint_save_in_background(model, optimizer, background, 4, 7));
+    CHECK_OK(fsdp_checkpoint_save_in_background(model, optimizer, NULL, background, 4, 7));
     train_steps(runtime, optimizer, model, 4, 5); /* the model moves on at once */
     int finished = -1;
     CHECK_OK(fsdp_checkpoint_try_finish(model, &finished));
@@ -1327,13 +1338,13 @@ static void test_checkpoints(void) {
           "snapshot %lld bytes for pieces of %lld and optimizer state of %lld", (long long)snapshot,
           (long long)pieces, (long long)state);
     Parameters loaded;
-    CHECK_OK(fsdp_checkpoint_load(other, other_optimizer, background, &step, &epoch));
+    CHECK_OK(fsdp_checkpoint_load(other, other_optimizer, NULL, background, &step, &epoch));
     copy_all(other, &loaded);
     CHECK(step == 4 && memcmp(&loaded, &got, sizeof got) == 0,
           "the background save holds other parameters than at its call (step %lld)",
           (long long)step);
-    CHECK_OK(fsdp_checkpoint_save_in_background(model, optimizer, background, 5, 7));
-    CHECK_OK(fsdp_checkpoint_load(model, optimizer, background, &step, NULL));
+    CHECK_OK(fsdp_checkpoint_save_in_background(model, optimizer, NULL, background, 5, 7));
+    CHECK_OK(fsdp_checkpoint_load(model, optimizer, NULL, background, &step, NULL));
     CHECK(step == 5, "a load did not finish the pending save first: step %lld", (long long)step);
     CHECK_CODE(fsdp_checkpoint_try_finish(model, NULL), FSDP_ERROR_INVALID_ARGUMENT);
     CHECK_CODE(fsdp_checkpoint_finish(NULL), FSDP_ERROR_INVALID_ARGUMENT);
@@ -1350,14 +1361,15 @@ static void test_checkpoints(void) {
   {
     fsdp_model_t single = make_model(FSDP_FLOAT32, "full");
     init_model(single, FSDP_FLOAT32);
-    CHECK_OK(fsdp_checkpoint_save(single, NULL, single_path, 5, 1));
+    CHECK_OK(fsdp_checkpoint_save(single, NULL, NULL, single_path, 5, 1));
     fsdp_model_t single_other = make_model(FSDP_FLOAT32, "layerwise"); /* all zero */
-    CHECK_CODE(fsdp_checkpoint_load(single_other, NULL, path, NULL, NULL), FSDP_ERROR_MISMATCH);
+    CHECK_CODE(fsdp_checkpoint_load(single_other, NULL, NULL, path, NULL, NULL),
+               FSDP_ERROR_MISMATCH);
     CHECK(
         strstr(fsdp_last_error(), "model/l0.w: dtype fp64 in the file, fp32 in the model") != NULL,
         "message: %s", fsdp_last_error());
     int64_t single_step = -1;
-    CHECK_OK(fsdp_checkpoint_load(single_other, NULL, single_path, &single_step, NULL));
+    CHECK_OK(fsdp_checkpoint_load(single_other, NULL, NULL, single_path, &single_step, NULL));
     CHECK(single_step == 5, "loaded step %lld, saved 5", (long long)single_step);
     for (int i = 0; i < NPARAM; ++i) {
       float saved[HIDDEN * IN], loaded[HIDDEN * IN];
@@ -1371,17 +1383,19 @@ static void test_checkpoints(void) {
   }
 
   /* Errors: every rank gets the same code, and nothing changes. */
-  CHECK_CODE(fsdp_checkpoint_save(model, other_optimizer, path, 2, 0), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_save(model, other_optimizer, NULL, path, 2, 0),
+             FSDP_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(fsdp_last_error(), "another model") != NULL, "message: %s", fsdp_last_error());
-  CHECK_CODE(fsdp_checkpoint_load(other, optimizer, path, NULL, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_load(other, optimizer, NULL, path, NULL, NULL),
+             FSDP_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(fsdp_last_error(), "another model") != NULL, "message: %s", fsdp_last_error());
-  CHECK_CODE(fsdp_checkpoint_save(model, NULL, path, -1, 0), FSDP_ERROR_INVALID_ARGUMENT);
-  CHECK_CODE(fsdp_checkpoint_save(model, NULL, NULL, 0, 0), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_save(model, NULL, NULL, path, -1, 0), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_save(model, NULL, NULL, NULL, 0, 0), FSDP_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(fsdp_last_error(), "the checkpoint path is NULL or empty") != NULL, "message: %s",
         fsdp_last_error());
-  CHECK_CODE(fsdp_checkpoint_load(other, NULL, "", NULL, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_load(other, NULL, NULL, "", NULL, NULL), FSDP_ERROR_INVALID_ARGUMENT);
   CHECK_CODE(fsdp_load_parameters(other, NULL), FSDP_ERROR_INVALID_ARGUMENT);
-  CHECK_CODE(fsdp_checkpoint_load(NULL, NULL, path, NULL, NULL), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_load(NULL, NULL, NULL, path, NULL, NULL), FSDP_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(fsdp_last_error(), "the model handle is NULL") != NULL, "message: %s",
         fsdp_last_error());
   {
@@ -1389,26 +1403,37 @@ static void test_checkpoints(void) {
     const int64_t shape[1] = {HIDDEN};
     CHECK_OK(fsdp_model_create(FSDP_FLOAT64, &unsharded));
     CHECK_OK(fsdp_model_add_parameter(unsharded, "l0.b", 1, shape, "l0", 0));
-    CHECK_CODE(fsdp_checkpoint_save(unsharded, NULL, path, 0, 0), FSDP_ERROR_STATE);
+    CHECK_CODE(fsdp_checkpoint_save(unsharded, NULL, NULL, path, 0, 0), FSDP_ERROR_STATE);
     CHECK(strstr(fsdp_last_error(), "not sharded") != NULL, "message: %s", fsdp_last_error());
-    CHECK_CODE(fsdp_checkpoint_load(unsharded, NULL, path, NULL, NULL), FSDP_ERROR_STATE);
+    CHECK_CODE(fsdp_checkpoint_load(unsharded, NULL, NULL, path, NULL, NULL), FSDP_ERROR_STATE);
     CHECK_CODE(fsdp_load_parameters(unsharded, path), FSDP_ERROR_STATE);
     fsdp_model_destroy(unsharded);
   }
-  CHECK_CODE(fsdp_checkpoint_load(other, other_optimizer, missing, NULL, NULL), FSDP_ERROR_IO);
+  CHECK_CODE(fsdp_checkpoint_load(other, other_optimizer, NULL, missing, NULL, NULL),
+             FSDP_ERROR_IO);
   CHECK(strstr(fsdp_last_error(), missing) != NULL, "message: %s", fsdp_last_error());
   CHECK_CODE(fsdp_load_parameters(other, missing), FSDP_ERROR_IO);
   CHECK(strstr(fsdp_last_error(), missing) != NULL, "message: %s", fsdp_last_error());
-  CHECK_CODE(fsdp_checkpoint_save(model, NULL, "/nonexistent-directory/c.h5", 0, 0), FSDP_ERROR_IO);
+  CHECK_CODE(fsdp_checkpoint_save(model, NULL, NULL, "/nonexistent-directory/c.h5", 0, 0),
+             FSDP_ERROR_IO);
   CHECK(strstr(fsdp_last_error(), "/nonexistent-directory/c.h5") != NULL, "message: %s",
         fsdp_last_error());
   /* A checkpoint without optimizer state, loaded with an optimizer: refused, nothing changes. */
-  CHECK_OK(fsdp_checkpoint_save(model, NULL, bare, 4, 0));
+  CHECK_OK(fsdp_checkpoint_save(model, NULL, NULL, bare, 4, 0));
   copy_all(other, &expected);
-  CHECK_CODE(fsdp_checkpoint_load(other, other_optimizer, bare, NULL, NULL), FSDP_ERROR_MISMATCH);
+  CHECK_CODE(fsdp_checkpoint_load(other, other_optimizer, NULL, bare, NULL, NULL),
+             FSDP_ERROR_MISMATCH);
   CHECK(strstr(fsdp_last_error(), bare) != NULL &&
             strstr(fsdp_last_error(), "holds no optimizer state") != NULL,
         "message: %s", fsdp_last_error());
+  /* ... and without a loss scaler's state, loaded with a scaler: refused, the scaler unchanged. */
+  CHECK_CODE(fsdp_checkpoint_load(other, NULL, scaler, bare, NULL, NULL), FSDP_ERROR_MISMATCH);
+  CHECK(strstr(fsdp_last_error(), "no state for object 'loss_scaler' in the file") != NULL,
+        "message: %s", fsdp_last_error());
+  CHECK_OK(fsdp_loss_scaler_get_state(scaler, &scale, NULL, NULL));
+  CHECK(scale == 1024.0 / 3.0, "the refused load changed the scale to %g", scale);
+  fsdp_loss_scaler_destroy(scaler);
+  fsdp_loss_scaler_destroy(other_scaler);
   copy_all(other, &got);
   CHECK(memcmp(&got, &expected, sizeof got) == 0, "a refused load changed the model");
   {
@@ -1423,7 +1448,7 @@ static void test_checkpoints(void) {
     CHECK_OK(fsdp_model_shard(wider, MPI_Comm_c2f(MPI_COMM_WORLD), "full"));
     double before[HIDDEN * (IN + 1)], after[HIDDEN * (IN + 1)];
     CHECK_OK(fsdp_model_copy_parameter(wider, "l0.w", before));
-    CHECK_CODE(fsdp_checkpoint_load(wider, NULL, path, NULL, NULL), FSDP_ERROR_MISMATCH);
+    CHECK_CODE(fsdp_checkpoint_load(wider, NULL, NULL, path, NULL, NULL), FSDP_ERROR_MISMATCH);
     CHECK(strstr(fsdp_last_error(), "model/l0.w: shape [5, 3] in the file, [5, 4] in the model") !=
                   NULL &&
               strstr(fsdp_last_error(), path) != NULL,

@@ -744,8 +744,10 @@ contains
     type(fsdp_runtime) :: runtime, other_runtime
     type(fsdp_optimizer) :: sgd, other_sgd, plain, other_plain
     type(fsdp_lr_schedule) :: schedule, refused
+    type(fsdp_loss_scaler) :: saved_scaler, loaded_scaler
     real(c_double) :: w0(n_in, n_hidden), b0(n_hidden), w1(n_hidden, n_out), b1(n_out)
-    real(c_double) :: expected(n_all), got(n_all)
+    real(c_double) :: expected(n_all), got(n_all), scale
+    integer(c_int64_t) :: clean, skipped
     character(len=:), allocatable :: path
 
     path = scratch_path('schedule')
@@ -763,7 +765,12 @@ contains
     call fsdp_optimizer_create_sgd(sgd, model, 99d0, ierr, momentum=0.9d0)
     call check_ok(ierr, 'fsdp_optimizer_create_sgd')
     call scheduled_steps(runtime, sgd, model, schedule, 0, 2)
-    call fsdp_checkpoint_save(model, path, ierr, optimizer=sgd)
+    ! A loss scaler's state goes into the checkpoint with the model.
+    call fsdp_loss_scaler_create(saved_scaler, ierr)
+    call check_ok(ierr, 'fsdp_loss_scaler_create')
+    call fsdp_loss_scaler_set_state(saved_scaler, 1024d0 / 3, 17_c_int64_t, 2_c_int64_t, ierr)
+    call check_ok(ierr, 'fsdp_loss_scaler_set_state')
+    call fsdp_checkpoint_save(model, path, ierr, optimizer=sgd, scaler=saved_scaler)
     call check_ok(ierr, 'fsdp_checkpoint_save')
     call scheduled_steps(runtime, sgd, model, schedule, 2, 4)
     call copy_all(model, expected)
@@ -773,8 +780,16 @@ contains
     call check_ok(ierr, 'fsdp_runtime_create (other)')
     call fsdp_optimizer_create_sgd(other_sgd, other, 99d0, ierr, momentum=0.9d0)
     call check_ok(ierr, 'fsdp_optimizer_create_sgd (other)')
-    call fsdp_checkpoint_load(other, path, ierr, optimizer=other_sgd)
+    call fsdp_loss_scaler_create(loaded_scaler, ierr)
+    call check_ok(ierr, 'fsdp_loss_scaler_create (loaded)')
+    call fsdp_checkpoint_load(other, path, ierr, optimizer=other_sgd, scaler=loaded_scaler)
     call check_ok(ierr, 'fsdp_checkpoint_load')
+    call fsdp_loss_scaler_get_state(loaded_scaler, scale, clean, skipped, ierr)
+    call check_ok(ierr, 'fsdp_loss_scaler_get_state')
+    call check(abs(scale - 1024d0 / 3) <= 0 .and. clean == 17 .and. skipped == 2, &
+               'the loss scaler state comes back from the checkpoint')
+    call fsdp_loss_scaler_destroy(saved_scaler)
+    call fsdp_loss_scaler_destroy(loaded_scaler)
     call scheduled_steps(other_runtime, other_sgd, other, schedule, 2, 4)
     call copy_all(other, got)
     call check(maxval(abs(got - expected)) <= 0, &  ! exact
