@@ -964,6 +964,47 @@ void read_pieces(ProcessGroup& group, const std::string& path, const std::string
   }
 }
 
+// The model's pieces among pieces (their tensors are "model/<parameter>") are pointed at new
+// memory of their units (ShardedUnit::new_pieces) and marked fresh, so that read_pieces reads
+// them in place instead of staging and copying them; adopt_new_pieces hands the memory to the
+// units once every check passed. Returns it, by unit; a unit without it keeps the copy.
+template <class T>
+std::vector<TrackedView<T>> read_into_new_pieces(ShardedModel<T>& model,
+                                                 std::vector<Piece<T>>& pieces) {
+  std::vector<TrackedView<T>> buffers(model.unit_count());
+  std::map<const ShardedUnit<T>*, std::size_t> index;
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    buffers[u] = model.unit(u).new_pieces();
+    index[&model.unit(u)] = u;
+  }
+  const std::string prefix = std::string(kModelGroup) + "/";
+  for (Piece<T>& piece : pieces) {
+    if (piece.tensor.compare(0, prefix.size(), prefix) != 0) {
+      continue;
+    }
+    const std::string name = piece.tensor.substr(prefix.size());
+    ShardedUnit<T>& unit = model.unit_of(name);
+    const TrackedView<T>& buffer = buffers[index.at(&unit)];
+    if (buffer.allocated()) {
+      DeviceView<T> view = unit.piece_in(buffer, model.parameter(name));
+      if (view.data() != nullptr || piece.count == 0) {
+        piece.view = view;
+        piece.fresh = true;
+      }
+    }
+  }
+  return buffers;
+}
+
+template <class T>
+void adopt_new_pieces(ShardedModel<T>& model, std::vector<TrackedView<T>>& buffers) {
+  for (std::size_t u = 0; u < buffers.size(); ++u) {
+    if (buffers[u].allocated()) {
+      model.unit(u).adopt_pieces(std::move(buffers[u]));
+    }
+  }
+}
+
 template <class T>
 CheckpointTensor expected_tensor(const std::string& name, const ParameterInfo& info) {
   CheckpointTensor t;
@@ -1560,8 +1601,10 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
       pieces[i].fresh = true;
     }
   }
+  std::vector<TrackedView<T>> new_pieces = read_into_new_pieces(model, pieces);
   read_pieces<T>(
       group, path, "/", pieces, header.tensors, [](const std::string& name) { return name; }, true);
+  adopt_new_pieces(model, new_pieces);
   // Every check passed: the new state goes into the parameters that had none (each parameter's
   // states in the optimizer's order: the tensors list them state by state).
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -1632,10 +1675,12 @@ void load_parameters(const std::string& path, ShardedModel<T>& model, const std:
       pieces_of(model, {}, [](ShardedParameter<T>&, std::size_t) { return DeviceView<T>(); });
   const std::string prefix =
       checkpoint ? std::string("/") + kModelGroup + "/" : (group == "/" ? "/" : group + "/");
+  std::vector<TrackedView<T>> new_pieces = read_into_new_pieces(model, pieces);
   read_pieces<T>(
       process_group, path, prefix, pieces, in_file,
       [](const std::string& name) { return name.substr(std::string(kModelGroup).size() + 1); },
       checkpoint);
+  adopt_new_pieces(model, new_pieces);
 }
 
 // ---- serial tools ----

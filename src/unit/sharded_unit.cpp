@@ -879,6 +879,52 @@ void ShardedUnit<T>::finish_gather() {
 }
 
 template <class T>
+TrackedView<T> ShardedUnit<T>::new_pieces() const {
+  if (!flat_shard_.allocated() || state_ != UnitState::sharded) {
+    return TrackedView<T>();
+  }
+  TrackedView<T> buffer(tracker_, MemoryCategory::parameter_shards, name_ + ".shards",
+                        layout_.flat_numel, false);
+  // The padding after each piece travels in the gathers: zero, as in the buffer it replaces.
+  for (const auto* kind : {&layout_.packed, &layout_.direct}) {
+    for (std::size_t i : *kind) {
+      const ParameterLayout& p = parameters_[i].layout_;
+      Kokkos::deep_copy(
+          space_, slice(buffer.view(), p.flat_offset + p.piece.size, p.piece.padded - p.piece.size),
+          T(0));
+    }
+  }
+  return buffer;
+}
+
+template <class T>
+DeviceView<T> ShardedUnit<T>::piece_in(const TrackedView<T>& buffer,
+                                       const ShardedParameter<T>& p) const {
+  const bool in_flat = p.placement() == Placement::sharded && flat_shard_.allocated();
+  require(p.unit_ == this && buffer.view().size() == flat_shard_.view().size(),
+          "ShardedUnit::piece_in: the buffer or the parameter is not unit " + name_ + "'s",
+          ErrorKind::usage);
+  return in_flat ? slice(buffer.view(), p.layout_.flat_offset, p.layout_.piece.size) : View();
+}
+
+template <class T>
+void ShardedUnit<T>::adopt_pieces(TrackedView<T> buffer) {
+  require(flat_shard_.allocated() && state_ == UnitState::sharded &&
+              buffer.view().size() == flat_shard_.view().size(),
+          "ShardedUnit::adopt_pieces: unit " + name_ +
+              " takes a buffer of new_pieces() while it is sharded",
+          ErrorKind::state);
+  space_.fence();  // the padding's zeros
+  flat_shard_ = std::move(buffer);
+  for (const auto* kind : {&layout_.packed, &layout_.direct}) {
+    for (std::size_t i : *kind) {
+      ShardedParameter<T>& p = parameters_[i];
+      p.shard_ = slice(flat_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
+    }
+  }
+}
+
+template <class T>
 void ShardedUnit<T>::release() {
   if (state_ == UnitState::sharded) {
     return;

@@ -715,6 +715,46 @@ BOOST_AUTO_TEST_CASE(a_failed_background_write_reaches_every_rank_and_publishes_
   BOOST_TEST(read_checkpoint_header(path).state.step == 7);
 }
 
+// A fully sharded model's pieces are read into new memory that replaces the old once every check
+// passed (no copy): the parameter shard bytes the tracker counts are the same after the load, a
+// View of a piece taken before keeps the old values, and a load that is refused keeps the old
+// memory and values.
+BOOST_AUTO_TEST_CASE(a_load_reads_into_new_pieces_and_frees_the_old) {
+  ScratchDirectory dir;
+  const std::string path = dir.file("new-pieces.h5");
+  {
+    auto model = make_model<double>(world(), "full");
+    Optimizer<double> adam("adam", settings());
+    fill_model(model, adam);
+    save_checkpoint(path, model, &adam, CheckpointState{});
+  }
+  auto loaded = make_model<double>(world(), "full");
+  const DeviceView<double> before = loaded.parameter("l0.w").shard();
+  const auto shard_bytes = [&] {
+    return loaded.tracker()->report().current_of(MemoryCategory::parameter_shards);
+  };
+  const std::int64_t bytes = shard_bytes();
+  const std::string damaged = dir.file("damaged-pieces.h5");
+  if (world().rank() == 0) {
+    std::filesystem::copy_file(path, damaged);
+    damage_tensor(damaged, "model/l0.w");
+  }
+  world().barrier();
+  BOOST_CHECK_THROW(load_checkpoint<double>(damaged, loaded, nullptr), Error);
+  BOOST_TEST(loaded.parameter("l0.w").shard().data() == before.data());
+  BOOST_TEST(shard_bytes() == bytes);
+  load_checkpoint<double>(path, loaded, nullptr);
+  BOOST_TEST(wrong_elements(loaded, false) == 0);
+  BOOST_TEST(shard_bytes() == bytes);
+  if (before.size() > 0) {
+    BOOST_TEST(loaded.parameter("l0.w").shard().data() != before.data());
+    auto old = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), before);
+    for (std::size_t k = 0; k < old.size(); ++k) {
+      BOOST_TEST(old(k) == 0.0);
+    }
+  }
+}
+
 // A caller's own object in a checkpoint: a learning-rate schedule's position as JSON. It refuses
 // a state on rank refuse_on only (a check that fails on one rank).
 class Schedule : public Stateful {

@@ -182,6 +182,19 @@ class ShardedUnit {
   // Bytes of the unit's full parameters (a gather holds these, plus the padding of the
   // parameters gathered in place: fewer than N elements each).
   std::int64_t full_bytes() const;
+  // A checkpoint's load reads into new memory for the pieces instead of copying into them: where
+  // the unit keeps its sharded parameters' pieces in one flat buffer (it is sharded, and its mode
+  // does not keep whole parameters), new_pieces() gives a buffer of that layout, uninitialized
+  // but for the padding, counted as parameter shards; piece_in(buffer, p) is p's piece in it
+  // (empty View for a parameter that is not in the flat buffer: whole or replicated ones). Once
+  // every piece of it is written, adopt_pieces(buffer) makes it the unit's: each parameter's
+  // shard() is a view into it from then on, and the old buffer is freed (Views taken before
+  // keep the old values). new_pieces() is empty where there is no flat buffer or the unit is not
+  // sharded (a gather in flight reads the old one).
+  TrackedView<T> new_pieces() const;
+  View piece_in(const TrackedView<T>& buffer, const ShardedParameter<T>& p) const;
+  void adopt_pieces(TrackedView<T> buffer);
+
   // Where each parameter lives in the unit's buffers on this rank.
   const UnitLayout& layout() const { return layout_; }
   // Where each trainable parameter's gradient lives: the layout of the unit without its frozen
