@@ -1,5 +1,5 @@
 // Checkpoints built from the fuzz input through the HDF5 API (hdf5_builder.hpp): the root
-// attributes, the metadata and optimizer groups and the model's and optimizer's tensors of
+// attributes, the metadata, optimizer and state groups and the model's and optimizer's tensors of
 // docs/checkpoints.md, each attribute of the intended type and value or another one, each tensor
 // of any type, shape, layout and storage, with its checksum right, wrong, of another type or
 // missing. read_checkpoint_header must give a header or fsdp::Error and leave no HDF5 object open;
@@ -185,6 +185,17 @@ std::vector<BuiltTensor> build_checkpoint(FuzzInput& in, hid_t file, bool* varia
   // tensor its plan lists, so a plan of nothing would make every file fail there, before its
   // checksums are judged).
   *variable_strings |= fsdp_fuzz::build_string_attribute(in, r, "plan", plan_of(tensors));
+  // The named objects' states (the state group), after everything else so that an input from
+  // before there was one builds the same file as it did.
+  if (in.flag()) {
+    Handle state(built(H5Gcreate2(r, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+    const int count = in.choice(4);
+    for (int i = 0; i < count; ++i) {
+      const std::string name = in.flag() ? in.text(12) : "object" + std::to_string(i);
+      *variable_strings |=
+          fsdp_fuzz::build_string_attribute(in, state.get(), name.c_str(), "{\"scale\": 65536.0}");
+    }
+  }
   return tensors;
 }
 
