@@ -9,6 +9,7 @@
 #define FSDP_FSDP_H
 
 #include <mpi.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -391,6 +392,20 @@ int fsdp_checkpoint_finish(fsdp_model_t model);
  * foreign file, naming it. */
 int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, fsdp_loss_scaler_t scaler,
                          const char* path, int64_t* step, int64_t* epoch);
+/* Objects of the caller's own in the model's checkpoints (docs/checkpoints.md, "Objects of your
+ * own"): named state as JSON text (a number, a string, an array, an object), e.g. a solver's time
+ * and iteration. Sets the text of the object `name` (created on first use); every later save of
+ * the model stores it under that name, and every later fsdp_checkpoint_load requires the file to
+ * hold a state for it and replaces the text with that state, all or nothing with the model.
+ * FSDP_ERROR_INVALID_ARGUMENT (nothing changes) when name is empty or json is not JSON. Local: set
+ * the same objects on every rank (a save stores rank 0's texts). */
+int fsdp_checkpoint_set_object(fsdp_model_t model, const char* name, const char* json);
+/* The text of the object `name` (as set, or as the last load gave it): its length in bytes into
+ * *length (unless NULL), and, unless buffer is NULL, the text and a NUL into buffer, which must
+ * hold length + 1 bytes (FSDP_ERROR_INVALID_ARGUMENT otherwise, nothing written but *length).
+ * FSDP_ERROR_UNKNOWN_NAME when the model has no such object. */
+int fsdp_checkpoint_get_object(fsdp_model_t model, const char* name, char* buffer, size_t size,
+                               size_t* length);
 /* Collective: the model's parameters from pretrained weights: a plain HDF5 file with one dataset
  * per parameter, named as the parameter (fsdp-ckpt export writes one), or a checkpoint. The same
  * all-or-nothing checks and codes as fsdp_checkpoint_load (FSDP_ERROR_MISMATCH, FSDP_ERROR_IO). */

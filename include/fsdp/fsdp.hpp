@@ -14,6 +14,7 @@
 #include "fsdp/core/enum_names.hpp"
 #include "fsdp/core/error.hpp"
 #include "fsdp/core/half_conversion.hpp"
+#include "fsdp/core/json_state.hpp"
 #include "fsdp/core/memory_space.hpp"
 #include "fsdp/core/optimizer_kind.hpp"
 #include "fsdp/core/profiling_region.hpp"

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/comm/version.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/json_state.hpp"
 #include "fsdp/core/text.hpp"
 #include "fsdp/io/background_save.hpp"
 #include "fsdp/io/checkpoint.hpp"
@@ -193,6 +195,8 @@ struct fsdp_model_s {
   FloatOrDouble<fsdp::ShardedModel> sharded;
   // The save in the background (fsdp_checkpoint_save_in_background) and its snapshot memory.
   fsdp::BackgroundSave background;
+  // The caller's objects in the model's checkpoints (fsdp_checkpoint_set_object), by name.
+  std::map<std::string, fsdp::JsonState> objects;
 
   // Calls body(ShardedModel<T>&) with the model's element type.
   template <class Body>
@@ -1251,10 +1255,17 @@ fsdp::Optimizer<T>* optimizer_of(const fsdp_model_s& model, fsdp_optimizer_t opt
 
 namespace {
 
-// The checkpoint objects of a C call: the loss scaler, unless it is NULL.
-fsdp::StatefulObjects objects_of(fsdp_loss_scaler_t scaler) {
+// The checkpoint objects of a C call: the model's own (fsdp_checkpoint_set_object), and the loss
+// scaler unless it is NULL.
+fsdp::StatefulObjects objects_of(fsdp_model_s& model, fsdp_loss_scaler_t scaler) {
   fsdp::StatefulObjects objects;
+  for (auto& [name, object] : model.objects) {
+    objects[name] = &object;
+  }
   if (scaler != nullptr) {
+    require_argument(objects.count("loss_scaler") == 0,
+                     "the model has an object named 'loss_scaler' (fsdp_checkpoint_set_object), "
+                     "which is the loss scaler's name in a checkpoint: name it otherwise");
     objects["loss_scaler"] = &scaler->scaler;
   }
   return objects;
@@ -1276,7 +1287,7 @@ int checkpoint_save(const char* function, fsdp_model_t model, fsdp_optimizer_t o
       fsdp::CheckpointState state;
       state.step = step;
       state.epoch = epoch;
-      state.objects = objects_of(scaler);
+      state.objects = objects_of(*model, scaler);
       save(file, sharded, optimizer_of<T>(*model, optimizer), state);
     });
   });
@@ -1329,7 +1340,7 @@ int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, fsdp_lo
       fsdp::Optimizer<T>* loaded = optimizer_of<T>(*model, optimizer);
       model->background.finish();  // a load of the file a save is writing reads it whole
       const fsdp::CheckpointHeader header =
-          fsdp::load_checkpoint<T>(file, sharded, loaded, objects_of(scaler));
+          fsdp::load_checkpoint<T>(file, sharded, loaded, objects_of(*model, scaler));
       if (step != nullptr) {
         *step = header.state.step;
       }
@@ -1337,6 +1348,49 @@ int fsdp_checkpoint_load(fsdp_model_t model, fsdp_optimizer_t optimizer, fsdp_lo
         *epoch = header.state.epoch;
       }
     });
+  });
+}
+
+int fsdp_checkpoint_set_object(fsdp_model_t model, const char* name, const char* json) {
+  return guarded("fsdp_checkpoint_set_object", [&] {
+    require_handle(model, "model");
+    const std::string object = require_name(name, "the object name");
+    require_argument(json != nullptr, "the JSON text of object '" + object + "' is NULL");
+    try {
+      const fsdp::JsonState state(json);
+      model->objects[object] = state;
+    } catch (const fsdp::Error& error) {
+      throw ApiError(FSDP_ERROR_INVALID_ARGUMENT, "object '" + object + "': " + error.message());
+    }
+  });
+}
+
+int fsdp_checkpoint_get_object(fsdp_model_t model, const char* name, char* buffer, size_t size,
+                               size_t* length) {
+  return guarded("fsdp_checkpoint_get_object", [&] {
+    require_handle(model, "model");
+    const std::string object = require_name(name, "the object name");
+    const auto found = model->objects.find(object);
+    if (found == model->objects.end()) {
+      std::vector<std::string> names;
+      for (const auto& entry : model->objects) {
+        names.push_back("'" + entry.first + "'");
+      }
+      throw fsdp::Error(fsdp::ErrorKind::unknown_name,
+                        "the model has no object '" + object + "' (fsdp_checkpoint_set_object); " +
+                            (names.empty() ? std::string("it has none")
+                                           : "its objects are " + fsdp::join(names)));
+    }
+    const std::string& text = found->second.text();
+    if (length != nullptr) {
+      *length = text.size();
+    }
+    if (buffer != nullptr) {
+      require_argument(size > text.size(), "the buffer for object '" + object + "' holds " +
+                                               std::to_string(size) + " bytes; its text needs " +
+                                               std::to_string(text.size() + 1) + " with the NUL");
+      std::memcpy(buffer, text.c_str(), text.size() + 1);
+    }
   });
 }
 

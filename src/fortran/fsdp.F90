@@ -108,6 +108,7 @@ module fsdp
   public :: fsdp_lr_schedule_destroy
   public :: fsdp_checkpoint_save, fsdp_checkpoint_load, fsdp_load_parameters
   public :: fsdp_checkpoint_save_in_background, fsdp_checkpoint_try_finish, fsdp_checkpoint_finish
+  public :: fsdp_checkpoint_set_object, fsdp_checkpoint_get_object
   public :: fsdp_loss_scaler_create, fsdp_loss_scaler_scale, fsdp_loss_scaler_unscale_and_check
   public :: fsdp_loss_scaler_update, fsdp_loss_scaler_get_state, fsdp_loss_scaler_set_state
   public :: fsdp_loss_scaler_destroy
@@ -467,6 +468,20 @@ module fsdp
       character(kind=c_char), intent(in) :: path(*)
       integer(c_int64_t), intent(out) :: step, epoch
     end function c_checkpoint_load
+    integer(c_int) function c_checkpoint_set_object(model, name, json) &
+        bind(c, name='fsdp_checkpoint_set_object')
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: model
+      character(kind=c_char), intent(in) :: name(*), json(*)
+    end function c_checkpoint_set_object
+    integer(c_int) function c_checkpoint_get_object(model, name, buffer, size, length) &
+        bind(c, name='fsdp_checkpoint_get_object')
+      import :: c_int, c_ptr, c_char, c_size_t
+      type(c_ptr), value :: model, buffer
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_size_t), value :: size
+      integer(c_size_t), intent(out) :: length
+    end function c_checkpoint_get_object
     integer(c_int) function c_load_parameters(model, path) bind(c, name='fsdp_load_parameters')
       import :: c_int, c_ptr, c_char
       type(c_ptr), value :: model
@@ -1460,6 +1475,42 @@ contains
     if (present(step)) step = at_step
     if (present(epoch)) epoch = at_epoch
   end subroutine fsdp_checkpoint_load
+
+  ! Objects of the caller's own in the model's checkpoints: the JSON text of object name (a number,
+  ! a string, an array, an object), which every later save stores and every later load replaces
+  ! with the file's (requiring it there). Set the same objects on every rank. ierr =
+  ! FSDP_ERROR_INVALID_ARGUMENT when json is not JSON.
+  subroutine fsdp_checkpoint_set_object(model, name, json, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name, json
+    integer, intent(out) :: ierr
+    ierr = int(c_checkpoint_set_object(model%handle, c_string(name), c_string(json)))
+  end subroutine fsdp_checkpoint_set_object
+
+  ! The JSON text of object name, as set or as the last load gave it ('' on failure; ierr =
+  ! FSDP_ERROR_UNKNOWN_NAME when the model has no such object).
+  subroutine fsdp_checkpoint_get_object(model, name, json, ierr)
+    type(fsdp_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    character(len=:), allocatable, intent(out) :: json
+    integer, intent(out) :: ierr
+    character(kind=c_char), allocatable, target :: chars(:)
+    integer(c_size_t) :: length, capacity
+    integer :: i
+    json = ''
+    ierr = int(c_checkpoint_get_object(model%handle, c_string(name), c_null_ptr, 0_c_size_t, &
+                                       capacity))
+    if (ierr /= FSDP_SUCCESS) return
+    capacity = capacity + 1  ! the NUL
+    allocate (chars(capacity))
+    ierr = int(c_checkpoint_get_object(model%handle, c_string(name), c_loc(chars), capacity, &
+                                       length))
+    if (ierr /= FSDP_SUCCESS) return
+    json = repeat(' ', int(length))
+    do i = 1, int(length)
+      json(i:i) = chars(i)
+    end do
+  end subroutine fsdp_checkpoint_get_object
 
   ! Collective: the parameters from pretrained weights (a plain HDF5 file with one dataset per
   ! parameter, named as the parameter, or a checkpoint), with fsdp_checkpoint_load's checks.

@@ -1286,6 +1286,16 @@ static void test_checkpoints(void) {
   CHECK_OK(fsdp_loss_scaler_create(0.0, 0.0, 0.0, 0, &scaler));
   CHECK_OK(fsdp_loss_scaler_create(0.0, 0.0, 0.0, 0, &other_scaler));
   CHECK_OK(fsdp_loss_scaler_set_state(scaler, 1024.0 / 3.0, 17, 2));
+  /* So does an object of the caller's own: JSON text under a name. */
+  const char* solver_state = "{\"time\": 0.5, \"iteration\": 120}";
+  CHECK_OK(fsdp_checkpoint_set_object(model, "solver", solver_state));
+  CHECK_CODE(fsdp_checkpoint_set_object(model, "solver", "{\"time\": "),
+             FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "object 'solver'") != NULL &&
+            strstr(fsdp_last_error(), "is not valid JSON") != NULL,
+        "message: %s", fsdp_last_error());
+  CHECK_CODE(fsdp_checkpoint_set_object(model, "", "1"), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK_CODE(fsdp_checkpoint_set_object(model, "solver", NULL), FSDP_ERROR_INVALID_ARGUMENT);
   CHECK_OK(fsdp_checkpoint_save(model, optimizer, scaler, path, 2, 7));
   train_steps(runtime, optimizer, model, 2, 4);
   copy_all(model, &expected);
@@ -1297,7 +1307,22 @@ static void test_checkpoints(void) {
   fsdp_optimizer_t other_optimizer = NULL;
   CHECK_OK(fsdp_optimizer_create_adamw(other, 0.01, 0.9, 0.999, 1e-8, 0.05, &other_optimizer));
   int64_t step = -1, epoch = -1;
+  CHECK_OK(fsdp_checkpoint_set_object(other, "solver", "null")); /* the load fills it */
   CHECK_OK(fsdp_checkpoint_load(other, other_optimizer, other_scaler, path, &step, &epoch));
+  {
+    char text[64];
+    size_t length = 0;
+    CHECK_OK(fsdp_checkpoint_get_object(other, "solver", NULL, 0, &length));
+    CHECK(length == strlen(solver_state), "object length %zu", length);
+    CHECK_CODE(fsdp_checkpoint_get_object(other, "solver", text, length, NULL),
+               FSDP_ERROR_INVALID_ARGUMENT);
+    CHECK_OK(fsdp_checkpoint_get_object(other, "solver", text, sizeof text, &length));
+    CHECK(strcmp(text, solver_state) == 0, "loaded object '%s', saved '%s'", text, solver_state);
+    CHECK_CODE(fsdp_checkpoint_get_object(other, "reader", text, sizeof text, NULL),
+               FSDP_ERROR_UNKNOWN_NAME);
+    CHECK(strstr(fsdp_last_error(), "its objects are 'solver'") != NULL, "message: %s",
+          fsdp_last_error());
+  }
   CHECK(step == 2 && epoch == 7, "loaded step %lld epoch %lld, saved 2 and 7", (long long)step,
         (long long)epoch);
   double scale = 0;
@@ -1432,6 +1457,22 @@ static void test_checkpoints(void) {
         "message: %s", fsdp_last_error());
   CHECK_OK(fsdp_loss_scaler_get_state(scaler, &scale, NULL, NULL));
   CHECK(scale == 1024.0 / 3.0, "the refused load changed the scale to %g", scale);
+  /* ... and without an object the model has: refused, every object unchanged. */
+  CHECK_OK(fsdp_checkpoint_set_object(other, "reader", "[1, 2]"));
+  CHECK_OK(fsdp_checkpoint_set_object(other, "solver", "0"));
+  CHECK_CODE(fsdp_checkpoint_load(other, NULL, NULL, path, NULL, NULL), FSDP_ERROR_MISMATCH);
+  CHECK(strstr(fsdp_last_error(),
+               "no state for object 'reader' in the file (it holds "
+               "'loss_scaler', 'solver')") != NULL,
+        "message: %s", fsdp_last_error());
+  {
+    char text[64];
+    CHECK_OK(fsdp_checkpoint_get_object(other, "solver", text, sizeof text, NULL));
+    CHECK(strcmp(text, "0") == 0, "a refused load changed object 'solver' to '%s'", text);
+  }
+  /* A model's own object may not take the loss scaler's name when a scaler is given. */
+  CHECK_OK(fsdp_checkpoint_set_object(other, "loss_scaler", "1"));
+  CHECK_CODE(fsdp_checkpoint_save(other, NULL, scaler, bare, 0, 0), FSDP_ERROR_INVALID_ARGUMENT);
   fsdp_loss_scaler_destroy(scaler);
   fsdp_loss_scaler_destroy(other_scaler);
   copy_all(other, &got);

@@ -748,7 +748,7 @@ contains
     real(c_double) :: w0(n_in, n_hidden), b0(n_hidden), w1(n_hidden, n_out), b1(n_out)
     real(c_double) :: expected(n_all), got(n_all), scale
     integer(c_int64_t) :: clean, skipped
-    character(len=:), allocatable :: path
+    character(len=:), allocatable :: path, text
 
     path = scratch_path('schedule')
     call fsdp_lr_schedule_create(schedule, 'cosine', 0.1d0, ierr, warmup_steps=1_c_int64_t, &
@@ -770,6 +770,11 @@ contains
     call check_ok(ierr, 'fsdp_loss_scaler_create')
     call fsdp_loss_scaler_set_state(saved_scaler, 1024d0 / 3, 17_c_int64_t, 2_c_int64_t, ierr)
     call check_ok(ierr, 'fsdp_loss_scaler_set_state')
+    ! So does an object of the caller's own: a solver's time and iteration as JSON.
+    call fsdp_checkpoint_set_object(model, 'solver', '{"time": 0.5, "iteration": 120}', ierr)
+    call check_ok(ierr, 'fsdp_checkpoint_set_object')
+    call fsdp_checkpoint_set_object(model, 'broken', '{"time": ', ierr)
+    call check_code(ierr, FSDP_ERROR_INVALID_ARGUMENT, 'an object whose text is not JSON')
     call fsdp_checkpoint_save(model, path, ierr, optimizer=sgd, scaler=saved_scaler)
     call check_ok(ierr, 'fsdp_checkpoint_save')
     call scheduled_steps(runtime, sgd, model, schedule, 2, 4)
@@ -782,8 +787,15 @@ contains
     call check_ok(ierr, 'fsdp_optimizer_create_sgd (other)')
     call fsdp_loss_scaler_create(loaded_scaler, ierr)
     call check_ok(ierr, 'fsdp_loss_scaler_create (loaded)')
+    call fsdp_checkpoint_set_object(other, 'solver', 'null', ierr)  ! the load fills it
+    call check_ok(ierr, 'fsdp_checkpoint_set_object (other)')
     call fsdp_checkpoint_load(other, path, ierr, optimizer=other_sgd, scaler=loaded_scaler)
     call check_ok(ierr, 'fsdp_checkpoint_load')
+    call fsdp_checkpoint_get_object(other, 'solver', text, ierr)
+    call check_ok(ierr, 'fsdp_checkpoint_get_object')
+    call check(text == '{"time": 0.5, "iteration": 120}', 'the object comes back: '//text)
+    call fsdp_checkpoint_get_object(other, 'reader', text, ierr)
+    call check_code(ierr, FSDP_ERROR_UNKNOWN_NAME, 'an object the model does not have')
     call fsdp_loss_scaler_get_state(loaded_scaler, scale, clean, skipped, ierr)
     call check_ok(ierr, 'fsdp_loss_scaler_get_state')
     call check(abs(scale - 1024d0 / 3) <= 0 .and. clean == 17 .and. skipped == 2, &
