@@ -292,14 +292,9 @@ ShardedUnit<T>::ShardedUnit(std::string name, ProcessGroup group, const Sharding
   // mode keeps whole parameters (gradients) resident: then pieces are views into those.
   const bool resident_grads = keeps_gradients();
   if (!keeps_parameters()) {
-    flat_shard_ = TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".shards",
-                                 layout_.flat_numel);
-    for (const auto* kind : {&layout_.packed, &layout_.direct}) {
-      for (std::size_t i : *kind) {
-        ShardedParameter<T>& p = parameters_[i];
-        p.shard_ = slice(flat_shard_.view(), p.layout_.flat_offset, p.layout_.piece.size);
-      }
-    }
+    // adopt_pieces is the one place that points the pieces into the flat buffer (a load's too).
+    adopt_pieces(TrackedView<T>(tracker_, MemoryCategory::parameter_shards, name_ + ".shards",
+                                layout_.flat_numel));
   }
   if (!resident_grads) {
     flat_grad_shard_ = keep_gradients(MemoryCategory::gradient_shards, name_ + ".grad_shards",
@@ -909,8 +904,8 @@ DeviceView<T> ShardedUnit<T>::piece_in(const TrackedView<T>& buffer,
 
 template <class T>
 void ShardedUnit<T>::adopt_pieces(TrackedView<T> buffer) {
-  require(flat_shard_.allocated() && state_ == UnitState::sharded &&
-              buffer.view().size() == flat_shard_.view().size(),
+  require(!keeps_parameters() && state_ == UnitState::sharded &&
+              static_cast<std::int64_t>(buffer.view().size()) == layout_.flat_numel,
           "ShardedUnit::adopt_pieces: unit " + name_ +
               " takes a buffer of new_pieces() while it is sharded",
           ErrorKind::state);
