@@ -95,9 +95,10 @@ if [[ -z $missing_out ]]; then
 fi
 
 echo "== a chain of jobs: slurm/train-chain.sbatch, links of one minute"
-# Training takes about 20 s here (60 epochs; the sanitizer build, 10 times slower, trains 6); each
-# link may train for about 10 s (its minute less FSDP_TIME_MARGIN_S), so the chain needs two
-# links or more whatever the machine's speed.
+# Each link may train for half as long as the unchained run took (its minute less
+# FSDP_TIME_MARGIN_S), so that the chain needs two links or more whatever the machine's speed:
+# 60 epochs took 20 s on one VM and 8 s on a faster one (the sanitizer build, 10 times slower,
+# trains 6).
 chain_args=(--dtype fp64 --hidden 256,256 --epochs "$chain_epochs" --json)
 timeout 300 srun --mpi=pmix -n 4 "$trainer" "${chain_args[@]}" \
   --checkpoint-dir "$state/unchained" > "$state/unchained.out"
@@ -106,8 +107,13 @@ if ! grep -q '"type":"summary"' "$state/unchained.out"; then
   echo "FAILED: the unchained run did not end with a summary (slurmd.log below says why)"
   exit 1
 fi
+link_s=$("$python" -c 'import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+summary = [l for l in lines if l.get("type") == "summary"][-1]
+print(max(2, min(10, int(summary["total_seconds"] / 2))))' "$state/unchained.out")
+echo "the unchained run took $(grep -o '"total_seconds":[0-9.]*' "$state/unchained.out"); links train for $link_s s"
 timeout 60 sbatch --time=00:01:00 \
-  --export="ALL,FSDP_BIN=$(dirname "$trainer"),FSDP_CHECKPOINT_DIR=$state/chain,FSDP_TIME_MARGIN_S=50" \
+  --export="ALL,FSDP_BIN=$(dirname "$trainer"),FSDP_CHECKPOINT_DIR=$state/chain,FSDP_TIME_MARGIN_S=$((60 - link_s))" \
   "$source_dir/slurm/train-chain.sbatch" "${chain_args[@]}"
 for _ in $(seq 600); do
   if grep -qv ' exit 4$' "$state/chain/chain.log" 2> /dev/null; then break; fi
