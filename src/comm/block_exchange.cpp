@@ -43,10 +43,7 @@ bool goes_by_exchange(const CollectiveCall& call, int ranks, bool host_memory) {
   }
   const bool sum = call.reduce == static_cast<std::int64_t>(ReduceOp::sum) ||
                    call.reduce == static_cast<std::int64_t>(ReduceOp::avg);
-  const bool smaller =
-      static_cast<std::uint64_t>(call.count) <= kExchangeMaxReduceBytes / size_of(call.dtype);
-  return call.collective == Collective::reduce_scatter && small && smaller && sum && ranks == 2 &&
-         host_memory;
+  return call.collective == Collective::reduce_scatter && small && sum && ranks == 2 && host_memory;
 }
 
 std::vector<bool> exchange_senders(const SignatureCheck& check, int ranks, bool host_memory) {

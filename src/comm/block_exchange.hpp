@@ -45,17 +45,22 @@
 namespace fsdp::detail {
 
 // The groups and sizes that go by exchange: an all_gather on 2 to kExchangeMaxRanks ranks (every
-// rank sends its block to each other one: as many bytes as a ring moves, in one step) of at most
-// kExchangeMaxBytes per rank (beyond it the check's own time is under 1 % of the collective's,
-// and MPI's algorithms keep the large ones), a reduce_scatter (sum or avg) on 2 ranks in host
-// memory of at most kExchangeMaxReduceBytes per rank.
+// rank sends its block to each other one: as many bytes as a ring moves, in one step), and a
+// reduce_scatter (sum or avg) on 2 ranks in host memory, each of at most kExchangeMaxBytes per
+// rank (beyond it the check's own time is under 1 % of the collective's, and MPI's algorithms
+// keep the large ones).
+//
+// Reduce_scatters were once limited to 64 KiB, because every MPI_Reduce_scatter_block of the
+// process that came after reduce_scatters by exchange of 96 KiB or more took 3 to 30 times as
+// long. That was glibc's malloc, not the exchange: Open MPI allocates a temporary buffer of the
+// whole send size in each reduce_scatter, and whether glibc serves it by a fresh mmap (a page fault
+// per page, every call) depends on the dynamic mmap and trim thresholds that the process's earlier
+// frees set. With them fixed (GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864:
+// glibc.malloc.trim_threshold=268435456), the raw call took the same time with exchanges in the
+// process as without, and the slow rank's minor page faults fell from 21,817 to 2,383
+// (docs/performance.md, "The collective signature check").
 inline constexpr int kExchangeMaxRanks = 4;
 inline constexpr std::size_t kExchangeMaxBytes = std::size_t{1} << 20;
-// A reduce_scatter's limit: from 96 KiB per rank, every MPI_Reduce_scatter_block of the process
-// that came after reduce_scatters by exchange took 10 to 30 times as long on the development
-// machine (Open MPI 4.1.4, 2 ranks: 1.3 ms at 256 KiB against 0.09), for a reason not found; at
-// 64 KiB it did not.
-inline constexpr std::size_t kExchangeMaxReduceBytes = std::size_t{64} << 10;
 
 // Whether `call`, issued with valid arguments on a group of `ranks`, goes by BlockExchange;
 // host_memory: the backend's buffers are host memory (MpiGroupState::packs_on_host, the same on

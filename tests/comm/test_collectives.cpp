@@ -861,52 +861,54 @@ BOOST_AUTO_TEST_CASE(wrapping_sums_add_modulo_two_to_the_64) {
   BOOST_TEST(sums == expected, boost::test_tools::per_element());
 }
 
-// On 2 ranks a small reduce_scatter goes by exchange and adds on the host (block_exchange.hpp):
-// its sums must be MPI's to the bit, for values whose sums round, the 16-bit types' too (MPI
-// adds those with fsdp's own operators), and for int32 sums that wrap.
+// On 2 ranks a reduce_scatter of up to 1 MiB per rank goes by exchange and adds on the host
+// (block_exchange.hpp): its sums must be MPI's to the bit, for values whose sums round, the
+// 16-bit types' too (MPI adds those with fsdp's own operators), and for int32 sums that wrap; at
+// 4 KB per rank and at 256 KiB of fp32 per rank.
 BOOST_AUTO_TEST_CASE(reduce_scatters_on_two_ranks_add_as_mpi_does) {
   ProcessGroup group = world();
   if (group.size() != 2) {
     return;
   }
   const int rank = group.rank();
-  const std::size_t count = 1000;
-  std::vector<float> f32(2 * count), f32_group(count), f32_mpi(count);
-  std::vector<double> f64(2 * count), f64_group(count), f64_mpi(count);
-  std::vector<std::int32_t> i32(2 * count), i32_group(count), i32_mpi(count);
-  std::vector<bfloat16> b16(2 * count), b16_group(count);
-  std::vector<float16> h16(2 * count), h16_group(count);
-  for (std::size_t i = 0; i < 2 * count; ++i) {
-    const double x = std::sin(1.0 + static_cast<double>(i) * (rank + 1.37)) * 1e3;
-    f32[i] = static_cast<float>(x);
-    f64[i] = x / 3;
-    i32[i] = 1100000000 + static_cast<std::int32_t>(i) * (rank + 1);  // two of them wrap
-    b16[i] = to_bfloat16(static_cast<float>(x));
-    h16[i] = to_float16(static_cast<float>(x) / 8);
+  for (const std::size_t count : {std::size_t{1000}, std::size_t{65536}}) {
+    std::vector<float> f32(2 * count), f32_group(count), f32_mpi(count);
+    std::vector<double> f64(2 * count), f64_group(count), f64_mpi(count);
+    std::vector<std::int32_t> i32(2 * count), i32_group(count), i32_mpi(count);
+    std::vector<bfloat16> b16(2 * count), b16_group(count);
+    std::vector<float16> h16(2 * count), h16_group(count);
+    for (std::size_t i = 0; i < 2 * count; ++i) {
+      const double x = std::sin(1.0 + static_cast<double>(i) * (rank + 1.37)) * 1e3;
+      f32[i] = static_cast<float>(x);
+      f64[i] = x / 3;
+      i32[i] = 1100000000 + static_cast<std::int32_t>(i) * (rank + 1);  // the sums wrap
+      b16[i] = to_bfloat16(static_cast<float>(x));
+      h16[i] = to_float16(static_cast<float>(x) / 8);
+    }
+    group.reduce_scatter(f32.data(), f32_group.data(), count, DType::f32, ReduceOp::sum);
+    group.reduce_scatter(f64.data(), f64_group.data(), count, DType::f64, ReduceOp::avg);
+    group.reduce_scatter(i32.data(), i32_group.data(), count, DType::i32, ReduceOp::sum);
+    group.reduce_scatter(b16.data(), b16_group.data(), count, DType::bf16, ReduceOp::sum);
+    group.reduce_scatter(h16.data(), h16_group.data(), count, DType::f16, ReduceOp::sum);
+    BOOST_REQUIRE(MPI_Reduce_scatter_block(f32.data(), f32_mpi.data(), static_cast<int>(count),
+                                           MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+    BOOST_REQUIRE(MPI_Reduce_scatter_block(f64.data(), f64_mpi.data(), static_cast<int>(count),
+                                           MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+    BOOST_REQUIRE(MPI_Reduce_scatter_block(i32.data(), i32_mpi.data(), static_cast<int>(count),
+                                           MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t mine = static_cast<std::size_t>(rank) * count + i;
+      // The other rank's values, as it made them.
+      const double y = std::sin(1.0 + static_cast<double>(mine) * (1 - rank + 1.37)) * 1e3;
+      const float b16_sum = to_float(b16[mine]) + to_float(to_bfloat16(static_cast<float>(y)));
+      const float h16_sum = to_float(h16[mine]) + to_float(to_float16(static_cast<float>(y) / 8));
+      differ += f32_group[i] != f32_mpi[i];
+      differ += f64_group[i] != f64_mpi[i] / 2;
+      differ += i32_group[i] != i32_mpi[i];
+      differ += to_float(b16_group[i]) != to_float(to_bfloat16(b16_sum));
+      differ += to_float(h16_group[i]) != to_float(to_float16(h16_sum));
+    }
+    BOOST_TEST(differ == 0u);
   }
-  group.reduce_scatter(f32.data(), f32_group.data(), count, DType::f32, ReduceOp::sum);
-  group.reduce_scatter(f64.data(), f64_group.data(), count, DType::f64, ReduceOp::avg);
-  group.reduce_scatter(i32.data(), i32_group.data(), count, DType::i32, ReduceOp::sum);
-  group.reduce_scatter(b16.data(), b16_group.data(), count, DType::bf16, ReduceOp::sum);
-  group.reduce_scatter(h16.data(), h16_group.data(), count, DType::f16, ReduceOp::sum);
-  BOOST_REQUIRE(MPI_Reduce_scatter_block(f32.data(), f32_mpi.data(), static_cast<int>(count),
-                                         MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
-  BOOST_REQUIRE(MPI_Reduce_scatter_block(f64.data(), f64_mpi.data(), static_cast<int>(count),
-                                         MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
-  BOOST_REQUIRE(MPI_Reduce_scatter_block(i32.data(), i32_mpi.data(), static_cast<int>(count),
-                                         MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
-  std::size_t differ = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::size_t mine = static_cast<std::size_t>(rank) * count + i;
-    // The other rank's values, as it made them.
-    const double y = std::sin(1.0 + static_cast<double>(mine) * (1 - rank + 1.37)) * 1e3;
-    const float b16_sum = to_float(b16[mine]) + to_float(to_bfloat16(static_cast<float>(y)));
-    const float h16_sum = to_float(h16[mine]) + to_float(to_float16(static_cast<float>(y) / 8));
-    differ += f32_group[i] != f32_mpi[i];
-    differ += f64_group[i] != f64_mpi[i] / 2;
-    differ += i32_group[i] != i32_mpi[i];
-    differ += to_float(b16_group[i]) != to_float(to_bfloat16(b16_sum));
-    differ += to_float(h16_group[i]) != to_float(to_float16(h16_sum));
-  }
-  BOOST_TEST(differ == 0u);
 }
