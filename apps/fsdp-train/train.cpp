@@ -35,6 +35,7 @@
 #include "models/blas_runtime.hpp"
 #include "models/gemm_rate.hpp"
 #include "models/mlp.hpp"
+#include "models/onednn_gemm.hpp"
 #include "models/subnormals.hpp"
 #include "progress_bar.hpp"
 #include "trained_gpt.hpp"
@@ -405,7 +406,9 @@ class Run {
     // The peak that MFU is measured against. One rank: its best GEMM rate. Several: the rate of
     // every rank's GEMMs at once, their flops over the wall time from a barrier before to one
     // after (ranks that share a core share its rate; GemmTimer says why not their own times).
-    fsdp_models::GemmTimer<T> gemm_timer(1024);
+    // Where bf16 weights multiply in bf16 (oneDNN), that rate: the one a bf16 run's products
+    // reach, as a GPU's MFU counts against its tensor cores.
+    fsdp_models::GemmTimer<T> gemm_timer(1024, bf16_products());
     gemm_timer.time(0);  // warm-up: the BLAS's buffers, the caches
     fsdp_apps::barrier_without_spinning(group_);
     const double gemm_start = MPI_Wtime();
@@ -953,7 +956,8 @@ class Run {
       std::printf("transport: %s\n", group_.transport_name());
       std::printf("blas: %s; peak %.1f GFLOP/s over %s (measured %s GEMMs at once)%s\n",
                   fsdp_models::blas_description().c_str(), peak_flops_ / 1e9,
-                  fsdp_apps::count_of(ranks_, "rank").c_str(), o_.dtype.c_str(),
+                  fsdp_apps::count_of(ranks_, "rank").c_str(),
+                  bf16_products() ? "bf16 (oneDNN)" : o_.dtype.c_str(),
                   fsdp_models::flushes_subnormals() ? "; subnormal floats flushed to zero" : "");
       if (!o_.mixed_precision.empty()) {
         std::printf("%s compute: %s\n", o_.mixed_precision.c_str(),
@@ -1049,6 +1053,11 @@ class Run {
   fsdp::LrSchedule lr_schedule_{0.0, fsdp::LrScheduleOptions{}};  // the options' (constructor)
   std::int64_t positions_ = 1;                                    // loss terms per sample
   double peak_flops_ = 0;  // the GEMM rate of every rank together, measured at the start
+  // Whether the models multiply their bf16 weights in bf16 (models/onednn_gemm.hpp).
+  bool bf16_products() const {
+    return std::is_same_v<T, float> && o_.mixed_precision == "bf16" &&
+           fsdp_models::onednn_bf16_gemm_available();
+  }
   std::vector<fsdp::ParameterInfo> parameters_;
   std::int64_t local_batch_ = 1;
   std::int64_t step_rows_ = 1;  // min(local batch, a rank's share of the training split)

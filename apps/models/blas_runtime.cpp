@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "models/onednn_gemm.hpp"
+
 namespace fsdp_models {
 namespace {
 
@@ -39,12 +41,20 @@ const char* kernels_for_this_cpu() {
 }  // namespace
 
 std::string half_gemm_description() {
+  const std::string widened =
+      "fp16 parameters widened a panel of weight rows at a time into fp32 GEMMs";
+  if (onednn_bf16_gemm_available()) {
+    return "bf16 parameters multiplied in bf16 by oneDNN's matmul (" +
+           onednn_bf16_gemm_description() + ", activations rounded to bf16, fp32 accumulation); " +
+           widened;
+  }
   const bool sbgemm = dlsym(RTLD_DEFAULT, "cblas_sbgemm") != nullptr;
-  return std::string(
-             "16-bit parameters widened a panel of weight rows at a time into fp32 "
-             "GEMMs; ") +
-         (sbgemm ? "the BLAS has a bf16 GEMM (cblas_sbgemm), which fsdp does not call yet"
-                 : "the BLAS has no bf16 GEMM (no cblas_sbgemm)");
+  return "16-bit parameters widened a panel of weight rows at a time into fp32 GEMMs (no bf16 "
+         "matmul: " +
+         onednn_bf16_gemm_description() + "; " +
+         (sbgemm ? "the BLAS has a bf16 GEMM, cblas_sbgemm, which fsdp does not call"
+                 : "the BLAS has no bf16 GEMM, no cblas_sbgemm") +
+         ")";
 }
 
 std::string blas_kernels() {
@@ -118,6 +128,7 @@ std::string blas_description() {
 }
 
 int limit_blas_threads(int threads) {
+  limit_onednn_threads(threads);
   const auto set = openblas_function<SetThreads>("openblas_set_num_threads");
   const auto get = openblas_function<GetThreads>("openblas_get_num_threads");
   if (set == nullptr || get == nullptr) {

@@ -10,9 +10,10 @@ namespace fsdp_models {
 // OpenBLAS, its build configuration and thread count; "cuBLAS ..." is not reported here.
 std::string blas_description();
 
-// How the models multiply by 16-bit parameters (models/half_parameter.hpp): which GEMM ran, and
-// whether the BLAS has a bf16 one (OpenBLAS's cblas_sbgemm, present only when OpenBLAS was built
-// with BUILD_BFLOAT16; Debian 12's is not).
+// How the models multiply by 16-bit parameters (models/half_parameter.hpp): bf16 ones by oneDNN's
+// bf16 matmul, naming its kernels, where it runs (models/onednn_gemm.hpp), else widened into fp32
+// GEMMs, saying why not and whether the BLAS has a bf16 GEMM (OpenBLAS's cblas_sbgemm, present
+// only when OpenBLAS was built with BUILD_BFLOAT16; Debian 12's is not).
 std::string half_gemm_description();
 
 // OpenBLAS built for many CPUs (Debian's, DYNAMIC_ARCH) picks its kernels by the CPU model when it
@@ -31,8 +32,9 @@ std::string blas_kernels();
 
 // Under MPI every rank is one process per core: a BLAS that starts a thread per core in every
 // rank oversubscribes the node. Limits OpenBLAS to `threads` per process unless the user set
-// OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) explicitly. Returns the thread count in effect, or 0
-// when the BLAS is not OpenBLAS (the reference BLAS is single-threaded).
+// OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) explicitly, and oneDNN's OpenMP threads likewise
+// (limit_onednn_threads). Returns OpenBLAS's thread count in effect, or 0 when the BLAS is not
+// OpenBLAS (the reference BLAS is single-threaded).
 int limit_blas_threads(int threads);
 
 }  // namespace fsdp_models

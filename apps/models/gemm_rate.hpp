@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "models/gemm.hpp"
+#include "models/half_parameter.hpp"
 
 namespace fsdp_models {
 
@@ -27,7 +29,9 @@ struct GemmRate {
 template <class T>
 class GemmTimer {
  public:
-  explicit GemmTimer(std::int64_t n = 1024);
+  // bf16_weights: B is a bfloat16 weight multiplied through weight_gemm, as the models multiply
+  // bf16 parameters (models/half_parameter.hpp): oneDNN's bf16 matmul where it runs, for T float.
+  explicit GemmTimer(std::int64_t n = 1024, bool bf16_weights = false);
   // Times `repeats` products back to back, after one untimed warm-up product unless warm_up is
   // false.
   GemmRate time(int repeats = 5, bool warm_up = true);
@@ -35,6 +39,9 @@ class GemmTimer {
  private:
   std::int64_t n_;
   Matrix<T> a_, b_, c_;
+  bool bf16_weights_ = false;
+  fsdp::DeviceView<std::uint16_t> b16_;
+  std::unique_ptr<WideningScratch<T>> scratch_;
 };
 
 }  // namespace fsdp_models

@@ -1,9 +1,11 @@
 // A parameter gathered in 16 bits (mixed precision: ShardedParameter::half(), a scope's half()),
 // as the models read it without a float copy of it: an element read widens that element, and a
-// matrix product with it (weight_gemm) widens the weight a panel of rows at a time into a small
-// scratch buffer, since a host BLAS has no 16-bit GEMM here (Debian's OpenBLAS 0.3.21 is built
-// without sbgemm). The transient float memory is the scratch's, a fixed 2 x 1 MiB per model,
-// instead of a float copy of every parameter of the unit that computes.
+// matrix product with it (weight_gemm) multiplies in 16 bits where oneDNN has a bf16 matmul for
+// the CPU (models/onednn_gemm.hpp: the activations rounded to bf16 a panel at a time), and
+// otherwise widens the weight a panel of rows at a time into a small scratch buffer, since the
+// host BLAS has no 16-bit GEMM here (Debian's OpenBLAS 0.3.21 is built without sbgemm). The
+// transient memory is the scratch's, a fixed 2 x 1 MiB per model, instead of a float copy of every
+// parameter of the unit that computes.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -18,6 +20,7 @@
 #include "fsdp/core/half_conversion.hpp"
 #include "fsdp/core/memory_space.hpp"
 #include "models/gemm.hpp"
+#include "models/onednn_gemm.hpp"
 
 namespace fsdp_models {
 
@@ -87,7 +90,9 @@ bool gathers_16_bit(Scope& scope) {
 }
 
 // C = alpha * A * op(W) + beta * C, with the flat parameter W seen as the row-major matrix
-// [w_rows, w_columns]. A View of T is multiplied as it is (one GEMM). A HalfParameter is
+// [w_rows, w_columns]. A View of T is multiplied as it is (one GEMM). A bfloat16 HalfParameter of
+// floats on the host goes to oneDNN's bf16 matmul where onednn_bf16_gemm_available() (A rounded to
+// bf16, fp32 accumulation: not the widened product's bits). Otherwise a HalfParameter is
 // widened a panel of its rows at a time, each panel one GEMM:
 //   op(W) = W^T: the panel gives a block of C's columns, computed in the scratch and copied back;
 //   op(W) = W:   the panel pairs with the same block of A's columns, copied into the scratch.
@@ -102,6 +107,21 @@ void weight_gemm(T alpha, const AView& a, const Weight& w, std::int64_t w_rows,
     fsdp::require(w.scratch != nullptr, "weight_gemm: a 16-bit parameter without its scratch");
     WideningScratch<T>& scratch = *w.scratch;
     const auto m = static_cast<std::int64_t>(c.extent(0));
+    if constexpr (std::is_same_v<T, float> &&
+                  Kokkos::SpaceAccessibility<Kokkos::HostSpace, fsdp::MemorySpace>::accessible) {
+      if (w.bf16 && w_rows > 0 && m > 0 && onednn_bf16_gemm_available()) {
+        // A 16-bit GEMM: the activations rounded to bf16 a panel of rows at a time into the
+        // scratch's column panel, the weight read as it was gathered.
+        fsdp::ExecutionSpace().fence();  // kernels may still be writing A or C
+        onednn_bf16_weight_gemm(
+            alpha, a.data(), m, static_cast<std::int64_t>(a.stride(0)), w.bits.data(), w_rows,
+            w_columns, op_w == Op::transpose, beta, c.data(),
+            static_cast<std::int64_t>(c.stride(0)),
+            reinterpret_cast<std::uint16_t*>(scratch.columns.data()),
+            WideningScratch<T>::kPanelElements * static_cast<std::int64_t>(sizeof(T) / 2));
+        return;
+      }
+    }
     if (w_rows == 0 || m == 0) {  // nothing to widen; gemm scales C by beta (k = 0) or has none
       gemm(Op::none, op_w, alpha, a, as_matrix(scratch.weight_rows, w_rows, w_columns), beta, c);
       return;

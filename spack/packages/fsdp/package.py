@@ -35,6 +35,12 @@ class Fsdp(CMakePackage, CudaPackage):
     variant("shared", default=True, description="Build a shared library")
     variant("apps", default=True, description="Build fsdp-bench and the other applications")
     variant("fortran", default=True, description="Build the Fortran module fsdp (use fsdp)")
+    variant(
+        "onednn",
+        default=False,
+        description="Multiply bf16 weights in bf16 in fsdp-train's and fsdp-bench's models "
+        "(oneDNN's matmul: AMX, AVX-512 BF16)",
+    )
 
     conflicts("+nccl", when="~cuda", msg="the NCCL backend needs +cuda")
 
@@ -70,6 +76,7 @@ class Fsdp(CMakePackage, CudaPackage):
     depends_on("kokkos-kernels+blas", when="+apps")
     depends_on("kokkos-kernels+cublas", when="+apps+cuda")
     depends_on("blas", when="+apps")
+    depends_on("onednn", when="+apps+onednn")
     depends_on("boost+test", type="test")
     depends_on("nccl", when="+nccl")
 
@@ -112,6 +119,7 @@ class Fsdp(CMakePackage, CudaPackage):
             self.define_from_variant("FSDP_BUILD_APPS", "apps"),
             self.define_from_variant("FSDP_ENABLE_FORTRAN", "fortran"),
             self.define("FSDP_ENABLE_NCCL", "ON" if self.spec.satisfies("+nccl") else "OFF"),
+            self.define("FSDP_ENABLE_ONEDNN", "ON" if self.spec.satisfies("+apps+onednn") else "OFF"),
             self.define("FSDP_BUILD_TESTS", self.run_tests),
         ]
         if self.spec.satisfies("+cuda"):
