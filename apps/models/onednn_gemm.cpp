@@ -70,6 +70,12 @@ const Choice& choice() {
       c.description = "FSDP_HALF_GEMM=widen";
       return c;
     }
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bf16")) {
+      // oneDNN would emulate bf16 with AVX-512 (gemm:jit) or refuse: no faster than widening.
+      c.description = "the CPU has no AVX-512 BF16 instructions";
+      return c;
+    }
     try {
       const auto probe = describe(64, 64, 64, true, 64, 1.0f, 0.0f);
       c.description = probe.impl_info_str();

@@ -10,9 +10,10 @@
 
 namespace fsdp_models {
 
-// Whether weight_gemm multiplies bf16 weights by oneDNN here: fsdp was built with oneDNN, oneDNN
-// has a bf16 matmul for this CPU that is not its reference code, and the environment does not
-// say FSDP_HALF_GEMM=widen. Decided at the first call.
+// Whether weight_gemm multiplies bf16 weights by oneDNN here: fsdp was built with oneDNN, the CPU
+// has AVX-512 BF16 instructions (AMX too on Sapphire Rapids and later), oneDNN has a bf16 matmul
+// for it that is not its reference code, and the environment does not say FSDP_HALF_GEMM=widen.
+// Decided at the first call.
 bool onednn_bf16_gemm_available();
 
 // The implementation oneDNN chose ("brg:avx512_core_amx_bf16"), or why none is used.
