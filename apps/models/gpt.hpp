@@ -348,8 +348,8 @@ void linear_backward(const Matrix<T>& in, const ParameterView& weight,
   const auto inputs = static_cast<std::int64_t>(in.extent(1));
   const auto outputs = static_cast<std::int64_t>(delta.extent(1));
   if (weight_grad.size() > 0) {
-    gemm(Op::transpose, Op::none, T(1), leading_rows(delta, rows), leading_rows(in, rows), T(1),
-         as_matrix(weight_grad, outputs, inputs));
+    weight_grad_gemm(weight, leading_rows(delta, rows), leading_rows(in, rows),
+                     as_matrix(weight_grad, outputs, inputs));
   }
   if (bias_grad.size() > 0) {
     Kokkos::parallel_for(
@@ -696,8 +696,8 @@ void head_backward(const GptShape& shape, const Params& params, const Grads& gra
   weight_gemm(T(1), leading_rows(d_logits, rows), wte, shape.vocab, shape.hidden, Op::none, T(0),
               leading_rows(work.d_hidden, rows));
   if (wte_grad.size() > 0) {
-    gemm(Op::transpose, Op::none, T(1), leading_rows(d_logits, rows), leading_rows(cache.ln, rows),
-         T(1), as_matrix(wte_grad, shape.vocab, shape.hidden));
+    weight_grad_gemm(wte, leading_rows(d_logits, rows), leading_rows(cache.ln, rows),
+                     as_matrix(wte_grad, shape.vocab, shape.hidden));
   }
   gpt_detail::layernorm_backward(x, cache.mean, cache.rstd,
                                  gpt_detail::parameter<Params, T>(params, "ln_f.weight"),

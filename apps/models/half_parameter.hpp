@@ -1,7 +1,8 @@
 // A parameter gathered in 16 bits (mixed precision: ShardedParameter::half(), a scope's half()),
 // as the models read it without a float copy of it: an element read widens that element, and a
-// matrix product with it (weight_gemm) multiplies in 16 bits where oneDNN has a bf16 matmul for
-// the CPU (models/onednn_gemm.hpp: the activations rounded to bf16 a panel at a time), and
+// matrix product with it (weight_gemm), and its gradient's (weight_grad_gemm), multiply in 16
+// bits where oneDNN has a bf16 matmul for the CPU (models/onednn_gemm.hpp: the activations and
+// deltas rounded to bf16 a panel at a time), and
 // otherwise widens the weight a panel of rows at a time into a small scratch buffer, since the
 // host BLAS has no 16-bit GEMM here (Debian's OpenBLAS 0.3.21 is built without sbgemm). The
 // transient memory is the scratch's, a fixed 2 x 1 MiB per model, instead of a float copy of every
@@ -170,6 +171,36 @@ void weight_gemm(T alpha, const AView& a, const Weight& w, std::int64_t w_rows,
       space.fence();  // the scratch is overwritten by the next panel
     }
   }
+}
+
+// grad += delta^T * in: the gradient [outputs, inputs] of a linear layer's weight, from the
+// deltas [rows, outputs] and inputs [rows, inputs] of its rows. In bf16 on oneDNN (both rounded
+// to bf16 a panel of rows at a time into the weight's scratch, fp32 accumulation) where
+// weight_gemm multiplies that weight in bf16: a bf16 HalfParameter of floats on the host, where
+// onednn_bf16_gemm_available(). Otherwise one GEMM of T.
+template <class Weight, class DeltaView, class InView, class GradView>
+void weight_grad_gemm(const Weight& weight, const DeltaView& delta, const InView& in,
+                      const GradView& grad) {
+  using T = typename GradView::non_const_value_type;
+  if constexpr (kIsHalfParameter<Weight> && std::is_same_v<T, float> &&
+                Kokkos::SpaceAccessibility<Kokkos::HostSpace, fsdp::MemorySpace>::accessible) {
+    const auto rows = static_cast<std::int64_t>(delta.extent(0));
+    if (weight.bf16 && weight.scratch != nullptr && rows > 0 && grad.size() > 0 &&
+        onednn_bf16_gemm_available()) {
+      fsdp::ExecutionSpace().fence();  // kernels may still be writing the operands
+      WideningScratch<T>& scratch = *weight.scratch;
+      onednn_bf16_gradient_gemm(
+          delta.data(), rows, static_cast<std::int64_t>(delta.extent(1)),
+          static_cast<std::int64_t>(delta.stride(0)), in.data(),
+          static_cast<std::int64_t>(in.extent(1)), static_cast<std::int64_t>(in.stride(0)),
+          grad.data(), static_cast<std::int64_t>(grad.stride(0)),
+          reinterpret_cast<std::uint16_t*>(scratch.columns.data()),
+          reinterpret_cast<std::uint16_t*>(scratch.weight_rows.data()),
+          WideningScratch<T>::kPanelElements * static_cast<std::int64_t>(sizeof(T) / 2));
+      return;
+    }
+  }
+  gemm(Op::transpose, Op::none, T(1), delta, in, T(1), grad);
 }
 
 }  // namespace fsdp_models

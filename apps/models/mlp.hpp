@@ -89,7 +89,7 @@ void layer_forward(const ParameterView& weight, const ParameterView& bias, const
 }
 
 // delta = dLoss / d(layer output before its activation), [rows, outputs]. Adds
-// weight_grad += delta^T * in (one GEMM) and bias_grad[o] += sum_r delta[r, o] (one kernel
+// weight_grad += delta^T * in (weight_grad_gemm) and bias_grad[o] += sum_r delta[r, o] (one kernel
 // thread per output, summing over rows in order); an empty gradient View (a frozen parameter)
 // is left out. When delta_in is given, writes
 // delta_in = delta * weight (one GEMM), masked by the ReLU that produced `in` (in[r, i] > 0):
@@ -105,8 +105,8 @@ void layer_backward(const ParameterView& weight, const GradientView& weight_grad
   const auto outputs = static_cast<std::int64_t>(delta.extent(1));
   const fsdp::ExecutionSpace space;
   if (weight_grad.size() > 0) {  // empty: a frozen weight, whose gradient nobody needs
-    gemm(Op::transpose, Op::none, T(1), leading_rows(delta, rows), leading_rows(in, rows), T(1),
-         as_matrix(weight_grad, outputs, inputs));
+    weight_grad_gemm(weight, leading_rows(delta, rows), leading_rows(in, rows),
+                     as_matrix(weight_grad, outputs, inputs));
   }
   if (bias_grad.size() > 0) {
     Kokkos::parallel_for(

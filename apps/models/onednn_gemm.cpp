@@ -32,21 +32,33 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
-// C[rows, n] (rows ldc apart) = alpha * A16[rows, k] * op(W) + beta * C.
-dnnl::matmul::primitive_desc describe(std::int64_t rows, std::int64_t k, std::int64_t n,
-                                      bool transpose_w, std::int64_t ldc, float alpha, float beta) {
-  const memory::desc a({rows, k}, memory::data_type::bf16, memory::dims{k, 1});
-  // W is [n, k] row-major for W^T, [k, n] row-major otherwise: as a [k, n] matrix either way.
-  const memory::desc w({k, n}, memory::data_type::bf16,
-                       transpose_w ? memory::dims{1, k} : memory::dims{n, 1});
-  const memory::desc c({rows, n}, memory::data_type::f32, memory::dims{ldc, 1});
-  dnnl::primitive_attr attributes;
-  if (alpha != 1.0f) {
-    attributes.set_output_scales(0, {alpha});
+// What one matmul computes: C[rows, n] (rows ldc apart) = alpha * op(A16) * op(W16) + beta * C,
+// with op(A16) [rows, k] (A16 row-major [rows, k], or [k, rows] when transpose_a) and op(W16)
+// [k, n] (W16 row-major [k, n], or [n, k] when transpose_w).
+struct Shape {
+  std::int64_t rows, k, n;
+  bool transpose_a, transpose_w;
+  std::int64_t ldc;
+  float alpha, beta;
+  bool operator<(const Shape& o) const {
+    return std::tie(rows, k, n, transpose_a, transpose_w, ldc, alpha, beta) <
+           std::tie(o.rows, o.k, o.n, o.transpose_a, o.transpose_w, o.ldc, o.alpha, o.beta);
   }
-  if (beta != 0.0f) {
+};
+
+dnnl::matmul::primitive_desc describe(const Shape& s) {
+  const memory::desc a({s.rows, s.k}, memory::data_type::bf16,
+                       s.transpose_a ? memory::dims{1, s.rows} : memory::dims{s.k, 1});
+  const memory::desc w({s.k, s.n}, memory::data_type::bf16,
+                       s.transpose_w ? memory::dims{1, s.k} : memory::dims{s.n, 1});
+  const memory::desc c({s.rows, s.n}, memory::data_type::f32, memory::dims{s.ldc, 1});
+  dnnl::primitive_attr attributes;
+  if (s.alpha != 1.0f) {
+    attributes.set_output_scales(0, {s.alpha});
+  }
+  if (s.beta != 0.0f) {
     dnnl::post_ops sum;
-    sum.append_sum(beta);
+    sum.append_sum(s.beta);
     attributes.set_post_ops(sum);
   }
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, w, c), attributes, cpu_engine());
@@ -77,7 +89,7 @@ const Choice& choice() {
       return c;
     }
     try {
-      const auto probe = describe(64, 64, 64, true, 64, 1.0f, 0.0f);
+      const auto probe = describe(Shape{64, 64, 64, false, true, 64, 1.0f, 0.0f});
       c.description = probe.impl_info_str();
       c.available = !is_reference(probe);
       if (!c.available) {
@@ -98,22 +110,50 @@ struct Product {
   dnnl::matmul matmul;
 };
 
-Product& product_for(std::int64_t rows, std::int64_t k, std::int64_t n, bool transpose_w,
-                     std::int64_t ldc, float alpha, float beta) {
-  using Key =
-      std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, std::int64_t, float, float>;
-  static std::map<Key, Product> made;
-  const Key key{rows, k, n, transpose_w, ldc, alpha, beta};
-  auto found = made.find(key);
+// Runs the matmul of shape on a, w and c, and waits: the caller overwrites its scratch next.
+void run(const Shape& shape, const std::uint16_t* a, const std::uint16_t* w, float* c) {
+  static std::map<Shape, Product> made;
+  static dnnl::stream stream(cpu_engine());
+  auto found = made.find(shape);
   if (found == made.end()) {
-    auto description = describe(rows, k, n, transpose_w, ldc, alpha, beta);
+    auto description = describe(shape);
     dnnl::matmul matmul(description);
-    found = made.emplace(key, Product{std::move(description), std::move(matmul)}).first;
+    found = made.emplace(shape, Product{std::move(description), std::move(matmul)}).first;
   }
-  return found->second;
+  const Product& product = found->second;
+  memory a_memory(product.description.src_desc(), cpu_engine(), const_cast<std::uint16_t*>(a));
+  memory w_memory(product.description.weights_desc(), cpu_engine(), const_cast<std::uint16_t*>(w));
+  memory c_memory(product.description.dst_desc(), cpu_engine(), c);
+  product.matmul.execute(
+      stream, {{DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, w_memory}, {DNNL_ARG_DST, c_memory}});
+  stream.wait();
+}
+
+// Rows [first, first + rows) of the matrix at from (rows ld floats apart, `columns` wide),
+// rounded to bfloat16 into to, row-major and contiguous.
+void round_rows(const float* from, std::int64_t ld, std::int64_t first, std::int64_t rows,
+                std::int64_t columns, std::uint16_t* to) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = from + (first + r) * ld;
+    for (std::int64_t j = 0; j < columns; ++j) {
+      to[r * columns + j] = fsdp::half::bfloat16_bits(row[j]);
+    }
+  }
+}
+
+[[noreturn]] void fail(const dnnl::error& e) {
+  throw fsdp::Error(std::string("oneDNN's bf16 matmul failed: ") + e.what() + " (status " +
+                    std::to_string(static_cast<int>(e.status)) + ")");
 }
 
 #endif
+
+void require_available(const char* what) {
+  fsdp::require(onednn_bf16_gemm_available(), [&] {
+    return std::string(what) + ": no oneDNN bf16 matmul here (" + onednn_bf16_gemm_description() +
+           ")";
+  });
+}
 
 }  // namespace
 
@@ -137,43 +177,57 @@ void onednn_bf16_weight_gemm(float alpha, const float* a, std::int64_t m, std::i
                              const std::uint16_t* w, std::int64_t w_rows, std::int64_t w_columns,
                              bool transpose_w, float beta, float* c, std::int64_t ldc,
                              std::uint16_t* scratch, std::int64_t scratch_elements) {
-  fsdp::require(onednn_bf16_gemm_available(),
-                "onednn_bf16_weight_gemm: no oneDNN bf16 matmul here (" +
-                    onednn_bf16_gemm_description() + ")");
+  require_available("onednn_bf16_weight_gemm");
   const std::int64_t k = transpose_w ? w_columns : w_rows;
   const std::int64_t n = transpose_w ? w_rows : w_columns;
-  fsdp::require(k >= 1 && scratch_elements >= k, "onednn_bf16_weight_gemm: a scratch of " +
-                                                     std::to_string(scratch_elements) +
-                                                     " elements for rows of " + std::to_string(k));
+  fsdp::require(k >= 1 && scratch_elements >= k, [&] {
+    return "onednn_bf16_weight_gemm: a scratch of " + std::to_string(scratch_elements) +
+           " elements for rows of " + std::to_string(k);
+  });
 #ifdef FSDP_MODELS_HAVE_ONEDNN
   const std::int64_t panel = std::max<std::int64_t>(1, scratch_elements / k);
-  static dnnl::stream stream(cpu_engine());
   try {
     for (std::int64_t first = 0; first < m; first += panel) {
       const std::int64_t rows = std::min(panel, m - first);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float* from = a + (first + r) * lda;
-        std::uint16_t* to = scratch + r * k;
-        for (std::int64_t j = 0; j < k; ++j) {
-          to[j] = fsdp::half::bfloat16_bits(from[j]);
-        }
-      }
-      Product& product = product_for(rows, k, n, transpose_w, ldc, alpha, beta);
-      memory a_memory(product.description.src_desc(), cpu_engine(), scratch);
-      memory w_memory(product.description.weights_desc(), cpu_engine(),
-                      const_cast<std::uint16_t*>(w));
-      memory c_memory(product.description.dst_desc(), cpu_engine(), c + first * ldc);
-      product.matmul.execute(
-          stream,
-          {{DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, w_memory}, {DNNL_ARG_DST, c_memory}});
-      stream.wait();  // the scratch is overwritten by the next panel
+      round_rows(a, lda, first, rows, k, scratch);
+      run(Shape{rows, k, n, false, transpose_w, ldc, alpha, beta}, scratch, w, c + first * ldc);
     }
   } catch (const dnnl::error& e) {
-    throw fsdp::Error(std::string("oneDNN's bf16 matmul failed: ") + e.what() + " (status " +
-                      std::to_string(static_cast<int>(e.status)) + ")");
+    fail(e);
   }
 #else
   (void)alpha, (void)a, (void)m, (void)lda, (void)w, (void)beta, (void)c, (void)ldc, (void)scratch;
+#endif
+}
+
+void onednn_bf16_gradient_gemm(const float* delta, std::int64_t m, std::int64_t outputs,
+                               std::int64_t ldd, const float* in, std::int64_t inputs,
+                               std::int64_t ldi, float* grad, std::int64_t ldg,
+                               std::uint16_t* delta_scratch, std::uint16_t* in_scratch,
+                               std::int64_t scratch_elements) {
+  require_available("onednn_bf16_gradient_gemm");
+  fsdp::require(outputs >= 1 && inputs >= 1 && scratch_elements >= std::max(outputs, inputs), [&] {
+    return "onednn_bf16_gradient_gemm: scratches of " + std::to_string(scratch_elements) +
+           " elements for rows of " + std::to_string(outputs) + " and " + std::to_string(inputs);
+  });
+#ifdef FSDP_MODELS_HAVE_ONEDNN
+  const std::int64_t panel =
+      std::max<std::int64_t>(1, std::min(scratch_elements / outputs, scratch_elements / inputs));
+  try {
+    for (std::int64_t first = 0; first < m; first += panel) {
+      const std::int64_t rows = std::min(panel, m - first);
+      round_rows(delta, ldd, first, rows, outputs, delta_scratch);
+      round_rows(in, ldi, first, rows, inputs, in_scratch);
+      // grad[outputs, inputs] += delta16^T [outputs, rows] * in16 [rows, inputs]
+      run(Shape{outputs, rows, inputs, true, false, ldg, 1.0f, 1.0f}, delta_scratch, in_scratch,
+          grad);
+    }
+  } catch (const dnnl::error& e) {
+    fail(e);
+  }
+#else
+  (void)delta, (void)m, (void)ldd, (void)in, (void)ldi, (void)grad, (void)ldg;
+  (void)delta_scratch, (void)in_scratch;
 #endif
 }
 

@@ -30,6 +30,17 @@ void onednn_bf16_weight_gemm(float alpha, const float* a, std::int64_t m, std::i
                              bool transpose_w, float beta, float* c, std::int64_t ldc,
                              std::uint16_t* scratch, std::int64_t scratch_elements);
 
+// grad += bf16(delta)^T * bf16(in), the gradient of a linear layer's weight [outputs, inputs]
+// (rows ldg floats apart) from delta [m, outputs] and in [m, inputs] (rows ldd and ldi apart),
+// both rounded to bfloat16 a panel of rows at a time into the two scratches (scratch_elements
+// each, at least max(outputs, inputs)), fp32 accumulation. Only when
+// onednn_bf16_gemm_available(); fsdp::Error otherwise, or when oneDNN fails.
+void onednn_bf16_gradient_gemm(const float* delta, std::int64_t m, std::int64_t outputs,
+                               std::int64_t ldd, const float* in, std::int64_t inputs,
+                               std::int64_t ldi, float* grad, std::int64_t ldg,
+                               std::uint16_t* delta_scratch, std::uint16_t* in_scratch,
+                               std::int64_t scratch_elements);
+
 // oneDNN runs its kernels on OpenMP threads: limits them to `threads` per process, as
 // limit_blas_threads does OpenBLAS's, unless the user set OMP_NUM_THREADS.
 void limit_onednn_threads(int threads);
