@@ -18,9 +18,17 @@
 namespace fsdp_models {
 namespace {
 
+// FSDP_HALF_GEMM: "widen" keeps the widened fp32 products; unset, empty or "auto" lets oneDNN's
+// bf16 matmul run where it can.
 bool turned_off() {
   const char* choice = std::getenv("FSDP_HALF_GEMM");
-  return choice != nullptr && std::string(choice) == "widen";
+  const std::string value = choice != nullptr ? choice : "";
+  fsdp::require(value.empty() || value == "auto" || value == "widen", [&] {
+    return "FSDP_HALF_GEMM='" + value +
+           "' is not a choice: give widen (16-bit weights widened into fp32 GEMMs) or auto "
+           "(bf16 weights multiplied by oneDNN's bf16 matmul where it runs; the default)";
+  });
+  return value == "widen";
 }
 
 #ifdef FSDP_MODELS_HAVE_ONEDNN
