@@ -36,6 +36,13 @@ struct WideningScratch {
   fsdp::DeviceView<T> columns{"fsdp_models::activation_columns",
                               static_cast<std::size_t>(kPanelElements)};
   std::int64_t bytes() const { return 2 * kPanelElements * static_cast<std::int64_t>(sizeof(T)); }
+  // The same two panels as bfloat16 elements, for oneDNN's products (models/onednn_gemm.hpp).
+  static constexpr std::int64_t kBf16PanelElements =
+      kPanelElements * static_cast<std::int64_t>(sizeof(T) / 2);
+  std::uint16_t* bf16_columns() const { return reinterpret_cast<std::uint16_t*>(columns.data()); }
+  std::uint16_t* bf16_weight_rows() const {
+    return reinterpret_cast<std::uint16_t*>(weight_rows.data());
+  }
 };
 
 // A flat 16-bit parameter: parameter(i) is element i widened to T. Copied into kernels; scratch
@@ -90,6 +97,17 @@ bool gathers_16_bit(Scope& scope) {
   }
 }
 
+// Whether the products of a 16-bit weight of T can go to oneDNN's bf16 matmul at all (floats in
+// host memory), and whether those of w do: a bfloat16 weight, where onednn_bf16_gemm_available().
+// weight_gemm and weight_grad_gemm decide by it alike.
+template <class T>
+inline constexpr bool kBf16ProductsPossible = std::is_same_v<T, float>&&
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, fsdp::MemorySpace>::accessible;
+template <class T>
+bool multiplies_in_bf16(const HalfParameter<T>& w) {
+  return kBf16ProductsPossible<T> && w.bf16 && w.scratch != nullptr && onednn_bf16_gemm_available();
+}
+
 // C = alpha * A * op(W) + beta * C, with the flat parameter W seen as the row-major matrix
 // [w_rows, w_columns]. A View of T is multiplied as it is (one GEMM). A bfloat16 HalfParameter of
 // floats on the host goes to oneDNN's bf16 matmul where onednn_bf16_gemm_available() (A rounded to
@@ -108,18 +126,15 @@ void weight_gemm(T alpha, const AView& a, const Weight& w, std::int64_t w_rows,
     fsdp::require(w.scratch != nullptr, "weight_gemm: a 16-bit parameter without its scratch");
     WideningScratch<T>& scratch = *w.scratch;
     const auto m = static_cast<std::int64_t>(c.extent(0));
-    if constexpr (std::is_same_v<T, float> &&
-                  Kokkos::SpaceAccessibility<Kokkos::HostSpace, fsdp::MemorySpace>::accessible) {
-      if (w.bf16 && w_rows > 0 && m > 0 && onednn_bf16_gemm_available()) {
+    if constexpr (kBf16ProductsPossible<T>) {
+      if (w_rows > 0 && m > 0 && multiplies_in_bf16(w)) {
         // A 16-bit GEMM: the activations rounded to bf16 a panel of rows at a time into the
         // scratch's column panel, the weight read as it was gathered.
         fsdp::ExecutionSpace().fence();  // kernels may still be writing A or C
-        onednn_bf16_weight_gemm(
-            alpha, a.data(), m, static_cast<std::int64_t>(a.stride(0)), w.bits.data(), w_rows,
-            w_columns, op_w == Op::transpose, beta, c.data(),
-            static_cast<std::int64_t>(c.stride(0)),
-            reinterpret_cast<std::uint16_t*>(scratch.columns.data()),
-            WideningScratch<T>::kPanelElements * static_cast<std::int64_t>(sizeof(T) / 2));
+        onednn_bf16_weight_gemm(alpha, a.data(), m, static_cast<std::int64_t>(a.stride(0)),
+                                w.bits.data(), w_rows, w_columns, op_w == Op::transpose, beta,
+                                c.data(), static_cast<std::int64_t>(c.stride(0)),
+                                scratch.bf16_columns(), WideningScratch<T>::kBf16PanelElements);
         return;
       }
     }
@@ -182,21 +197,17 @@ template <class Weight, class DeltaView, class InView, class GradView>
 void weight_grad_gemm(const Weight& weight, const DeltaView& delta, const InView& in,
                       const GradView& grad) {
   using T = typename GradView::non_const_value_type;
-  if constexpr (kIsHalfParameter<Weight> && std::is_same_v<T, float> &&
-                Kokkos::SpaceAccessibility<Kokkos::HostSpace, fsdp::MemorySpace>::accessible) {
+  if constexpr (kIsHalfParameter<Weight> && kBf16ProductsPossible<T>) {
     const auto rows = static_cast<std::int64_t>(delta.extent(0));
-    if (weight.bf16 && weight.scratch != nullptr && rows > 0 && grad.size() > 0 &&
-        onednn_bf16_gemm_available()) {
+    if (rows > 0 && grad.size() > 0 && multiplies_in_bf16(weight)) {
       fsdp::ExecutionSpace().fence();  // kernels may still be writing the operands
       WideningScratch<T>& scratch = *weight.scratch;
-      onednn_bf16_gradient_gemm(
-          delta.data(), rows, static_cast<std::int64_t>(delta.extent(1)),
-          static_cast<std::int64_t>(delta.stride(0)), in.data(),
-          static_cast<std::int64_t>(in.extent(1)), static_cast<std::int64_t>(in.stride(0)),
-          grad.data(), static_cast<std::int64_t>(grad.stride(0)),
-          reinterpret_cast<std::uint16_t*>(scratch.columns.data()),
-          reinterpret_cast<std::uint16_t*>(scratch.weight_rows.data()),
-          WideningScratch<T>::kPanelElements * static_cast<std::int64_t>(sizeof(T) / 2));
+      onednn_bf16_gradient_gemm(delta.data(), rows, static_cast<std::int64_t>(delta.extent(1)),
+                                static_cast<std::int64_t>(delta.stride(0)), in.data(),
+                                static_cast<std::int64_t>(in.extent(1)),
+                                static_cast<std::int64_t>(in.stride(0)), grad.data(),
+                                static_cast<std::int64_t>(grad.stride(0)), scratch.bf16_columns(),
+                                scratch.bf16_weight_rows(), WideningScratch<T>::kBf16PanelElements);
       return;
     }
   }

@@ -41,6 +41,21 @@ Matrix<T> random_matrix(const std::string& name, std::int64_t rows, std::int64_t
   return m;
 }
 
+// count 16-bit values (bfloat16 or float16 bits) drawn uniformly from [-1, 1).
+fsdp::DeviceView<std::uint16_t> random_half_bits(std::int64_t count, bool bf16,
+                                                 std::uint64_t seed) {
+  fsdp::DeviceView<std::uint16_t> bits("bits", static_cast<std::size_t>(count));
+  auto host = Kokkos::create_mirror_view(bits);
+  std::mt19937_64 engine(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    host(i) = bf16 ? fsdp::half::bfloat16_bits(uniform(engine))
+                   : fsdp::half::float16_bits(uniform(engine));
+  }
+  Kokkos::deep_copy(bits, host);
+  return bits;
+}
+
 // A host copy that does not alias m (create_mirror_view would return m itself on the host).
 template <class View>
 auto copy_of(const View& m) {
@@ -214,18 +229,8 @@ BOOST_AUTO_TEST_CASE(subnormals_are_flushed_to_zero_once_asked) {
 BOOST_AUTO_TEST_CASE(weight_gemm_of_a_16_bit_weight_matches_gemm_of_it_widened) {
   const std::int64_t w_rows = 600, w_columns = 1000, m = 300, capacity = 310;
   for (const bool bf16 : {true, false}) {
-    fsdp::DeviceView<std::uint16_t> bits("bits", w_rows * w_columns);
+    const auto bits = random_half_bits(w_rows * w_columns, bf16, 7);
     fsdp::DeviceView<double> widened("widened", w_rows * w_columns);
-    {
-      auto host = Kokkos::create_mirror_view(bits);
-      std::mt19937_64 engine(7);
-      std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-      for (std::size_t i = 0; i < host.size(); ++i) {
-        host(i) = bf16 ? fsdp::half::bfloat16_bits(uniform(engine))
-                       : fsdp::half::float16_bits(uniform(engine));
-      }
-      Kokkos::deep_copy(bits, host);
-    }
     fsdp_models::WideningScratch<double> scratch;
     const fsdp_models::HalfParameter<double> half{bits, bf16, &scratch};
     Kokkos::parallel_for(
@@ -287,14 +292,8 @@ BOOST_AUTO_TEST_CASE(weight_gemm_of_a_bf16_weight_multiplies_in_bf16_where_onedn
   }
   BOOST_TEST(fsdp_models::half_gemm_description().find("oneDNN") != std::string::npos);
   const std::int64_t w_rows = 600, w_columns = 1000, m = 700, capacity = 710;
-  fsdp::DeviceView<std::uint16_t> bits("bits", w_rows * w_columns);
-  auto w = Kokkos::create_mirror_view(bits);
-  std::mt19937_64 engine(7);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    w(i) = fsdp::half::bfloat16_bits(uniform(engine));
-  }
-  Kokkos::deep_copy(bits, w);
+  const auto bits = random_half_bits(w_rows * w_columns, true, 7);
+  const auto w = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bits);
   fsdp_models::WideningScratch<float> scratch;
   const fsdp_models::HalfParameter<float> half{bits, true, &scratch};
   for (const Op op : {Op::transpose, Op::none}) {
