@@ -82,6 +82,9 @@ struct Way {
   // free (the network off).
   bool waits_for_reductions = false;
   bool free_network = false;
+  // Under --network: Adam steps each unit as its reduction lands
+  // (Runtime::set_optimizer_in_backward).
+  bool optimizer_in_backward = false;
   DType grad_dtype = DType::f32;  // the units' grad_dtype (16-bit ways: --grad-dtype)
   // "fp32", "bf16", "fp16"; and the estimate's name for it: fp32 or mixed.
   const char* precision_name() const { return dtype == DType::f32 ? "fp32" : name_of(dtype); }
@@ -310,6 +313,9 @@ struct Trainer {
     AdamOptions adam_options;
     adam_options.lr = 0.0;
     adam = std::make_unique<Adam<float>>(adam_options);
+    if (way.optimizer_in_backward) {
+      runtime->set_optimizer_in_backward(adam.get());
+    }
   }
 
   // What this rank sent so far on the model's groups.
@@ -351,7 +357,9 @@ struct Trainer {
         return;
       }
     }
-    adam->step(*model);
+    if (!runtime->optimizer_in_backward()) {  // else finish_step took the step
+      adam->step(*model);
+    }
     model->zero_grad();
   }
 };
@@ -431,6 +439,12 @@ std::vector<Way> ways(const StepOptions& options, int ranks) {
             free.free_network = true;
             result.push_back(waited);
             result.push_back(free);
+            if (dtype != DType::f16) {  // fp16's loss scaler must see every gradient first
+              Way in_backward{name_of(mode) + std::string(" optimizer in backward"), mode, dtype,
+                              true, g};
+              in_backward.optimizer_in_backward = true;
+              result.push_back(in_backward);
+            }
           }
         }
       }
@@ -693,6 +707,7 @@ void run(const StepOptions& options, const CommonOptions& common) {
         {"grad_dtype", name_of(way.grad_dtype)},
         {"formula_precision", name_of(way.precision())},
         {"prefetch", way.prefetch},
+        {"optimizer_in_backward", way.optimizer_in_backward},
         {"max_gathered_units", options.max_gathered_units},
         {"max_reductions_in_flight",
          way.waits_for_reductions ? 0 : options.max_reductions_in_flight},
@@ -835,8 +850,9 @@ void add_step(CLI::App& app, const CommonOptions& common) {
                   "a network to dial in, BANDWIDTH,LATENCY (bytes per second, seconds per "
                   "collective; e.g. 25e9,5e-6): every collective completes no earlier than such a "
                   "link would deliver it (CollectiveOptions::network, docs/collectives.md); adds "
-                  "the rows 'full_shard reductions waited' (--reductions-in-flight 0) and "
-                  "'full_shard network off'");
+                  "the rows 'full_shard reductions waited' (--reductions-in-flight 0), "
+                  "'full_shard network off' and 'full_shard optimizer in backward' (Adam steps "
+                  "each unit as its reduction lands; not with fp16)");
   sub->add_option("--shard-group-size", options->shard_group_size,
                   "also every mode hybrid-sharded: shard within groups of G consecutive ranks, "
                   "ranks / G replicas (0 or the number of ranks: not)")

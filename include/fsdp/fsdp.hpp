@@ -75,6 +75,7 @@
 #include "fsdp/unit/sharded_parameter.hpp"
 #include "fsdp/unit/sharded_unit.hpp"
 #include "fsdp/unit/unit_layout.hpp"
+#include "fsdp/unit/unit_update.hpp"
 
 // optim: optimizers on the shards
 #include "fsdp/optim/adam.hpp"

@@ -8,16 +8,12 @@
 namespace fsdp {
 namespace {
 
-template <class T>
-struct AdamCoefficients {
-  T lr, beta1, beta2, eps, correction1, correction2, l2, decay;
-};
-
 // One Adam step of a piece; grad is a DeviceView<T> or Bfloat16Values<T> (GradientPiece::visit).
 template <class T, class Grad>
 void adam_update(const ExecutionSpace& space, const DeviceView<T>& param, const Grad& grad,
-                 const DeviceView<T>& m, const DeviceView<T>& v, const AdamCoefficients<T>& c) {
-  const AdamCoefficients<T> k = c;  // by value into the kernel
+                 const DeviceView<T>& m, const DeviceView<T>& v,
+                 const detail::AdamCoefficients<T>& c) {
+  const detail::AdamCoefficients<T> k = c;  // by value into the kernel
   Kokkos::parallel_for(
       "fsdp::Adam::step", device_range(space, 0, static_cast<std::int64_t>(param.size())),
       KOKKOS_LAMBDA(std::size_t i) {
@@ -60,35 +56,48 @@ template <class T>
 void Adam<T>::step(ShardedModel<T>& model) {
   agree_with_ranks(model);
   require_grads(model, options_.decoupled_weight_decay ? "AdamW" : "Adam");
+  step_every_unit(*this, model);
+}
+
+template <class T>
+void Adam<T>::begin_step(ShardedModel<T>& model) {
+  agree_with_ranks(model);
   ++steps_;
   const double t = static_cast<double>(steps_);
-  AdamCoefficients<T> coefficients{};
-  coefficients.lr = static_cast<T>(options_.lr);
-  coefficients.beta1 = static_cast<T>(options_.beta1);
-  coefficients.beta2 = static_cast<T>(options_.beta2);
-  coefficients.eps = static_cast<T>(options_.eps);
-  coefficients.correction1 = static_cast<T>(1 - std::pow(options_.beta1, t));
-  coefficients.correction2 = static_cast<T>(1 - std::pow(options_.beta2, t));
-  coefficients.l2 = options_.decoupled_weight_decay ? T(0) : static_cast<T>(options_.weight_decay);
-  coefficients.decay = options_.decoupled_weight_decay
-                           ? static_cast<T>(1 - options_.lr * options_.weight_decay)
-                           : T(1);
-  for (std::size_t u = 0; u < model.unit_count(); ++u) {
-    const ExecutionSpace& space = model.unit(u).execution_space();
-    for (ShardedParameter<T>& p : model.unit(u).parameters()) {
-      if (p.shard_size() == 0 || !p.trainable()) {
-        continue;  // nothing here, or frozen: no step, no state
-      }
-      if (p.optimizer_state().empty()) {
-        p.add_optimizer_state(kAdamFirstMoment);
-        p.add_optimizer_state(kAdamSecondMoment);
-      }
-      p.grad_piece().visit([&](const auto& grad) {
-        adam_update(space, p.shard(), grad, p.optimizer_state()[0].view(),
-                    p.optimizer_state()[1].view(), coefficients);
-      });
+  detail::AdamCoefficients<T>& c = coefficients_;
+  c.lr = static_cast<T>(options_.lr);
+  c.beta1 = static_cast<T>(options_.beta1);
+  c.beta2 = static_cast<T>(options_.beta2);
+  c.eps = static_cast<T>(options_.eps);
+  c.correction1 = static_cast<T>(1 - std::pow(options_.beta1, t));
+  c.correction2 = static_cast<T>(1 - std::pow(options_.beta2, t));
+  c.l2 = options_.decoupled_weight_decay ? T(0) : static_cast<T>(options_.weight_decay);
+  c.decay = options_.decoupled_weight_decay
+                ? static_cast<T>(1 - options_.lr * options_.weight_decay)
+                : T(1);
+}
+
+template <class T>
+void Adam<T>::step_unit(ShardedUnit<T>& unit) {
+  require_unit_grads(unit, options_.decoupled_weight_decay ? "AdamW" : "Adam");
+  const ExecutionSpace& space = unit.execution_space();
+  for (ShardedParameter<T>& p : unit.parameters()) {
+    if (p.shard_size() == 0 || !p.trainable()) {
+      continue;  // nothing here, or frozen: no step, no state
     }
+    if (p.optimizer_state().empty()) {
+      p.add_optimizer_state(kAdamFirstMoment);
+      p.add_optimizer_state(kAdamSecondMoment);
+    }
+    p.grad_piece().visit([&](const auto& grad) {
+      adam_update(space, p.shard(), grad, p.optimizer_state()[0].view(),
+                  p.optimizer_state()[1].view(), coefficients_);
+    });
   }
+}
+
+template <class T>
+void Adam<T>::end_step() {
   ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns
 }
 

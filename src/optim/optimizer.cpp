@@ -80,6 +80,22 @@ void Optimizer<T>::step(ShardedModel<T>& model) {
 }
 
 template <class T>
+void Optimizer<T>::begin_step(ShardedModel<T>& model) {
+  std::visit([&](auto& rule) { rule.begin_step(model); }, rule_);
+}
+
+template <class T>
+void Optimizer<T>::step_unit(ShardedUnit<T>& unit) {
+  const ProfilingRegion region("fsdp::optimizer_step", unit.name());
+  std::visit([&](auto& rule) { rule.step_unit(unit); }, rule_);
+}
+
+template <class T>
+void Optimizer<T>::end_step() {
+  std::visit([](auto& rule) { rule.end_step(); }, rule_);
+}
+
+template <class T>
 void Optimizer<T>::agree_with_ranks(ShardedModel<T>& model) {
   std::visit([&](auto& rule) { rule.agree_with_ranks(model); }, rule_);
 }

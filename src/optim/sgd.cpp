@@ -3,18 +3,12 @@
 namespace fsdp {
 namespace {
 
-template <class T>
-struct SgdCoefficients {
-  T lr, momentum, dampening, weight_decay;
-  bool first, nesterov;
-};
-
 // One SGD step of a piece; grad is a DeviceView<T> or Bfloat16Values<T> (GradientPiece::visit),
 // buffer the momentum buffer (empty without momentum).
 template <class T, class Grad>
 void sgd_update(const ExecutionSpace& space, const DeviceView<T>& param, const Grad& grad,
-                const DeviceView<T>& buffer, const SgdCoefficients<T>& c) {
-  const SgdCoefficients<T> k = c;  // by value into the kernel
+                const DeviceView<T>& buffer, const detail::SgdCoefficients<T>& c) {
+  const detail::SgdCoefficients<T> k = c;  // by value into the kernel
   Kokkos::parallel_for(
       "fsdp::Sgd::step", device_range(space, 0, static_cast<std::int64_t>(param.size())),
       KOKKOS_LAMBDA(std::size_t i) {
@@ -30,15 +24,21 @@ void sgd_update(const ExecutionSpace& space, const DeviceView<T>& param, const G
 }  // namespace
 
 template <class T>
+void require_unit_grads(const ShardedUnit<T>& unit, const char* optimizer) {
+  if (!unit.has_grads()) {
+    throw Error(std::string(optimizer) + " step with no gradient for unit '" + unit.name() +
+                "'; call reduce_scatter_grads() on every unit (or leave its backward scope) "
+                "before stepping");
+  }
+}
+template void require_unit_grads(const ShardedUnit<float>&, const char*);
+template void require_unit_grads(const ShardedUnit<double>&, const char*);
+
+template <class T>
 void require_grads(ShardedModel<T>& model, const char* optimizer) {
   model.wait_for_gradients();  // reductions still in flight complete the pieces first
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
-    if (!model.unit(u).has_grads()) {
-      throw Error(std::string(optimizer) + " step with no gradient for unit '" +
-                  model.unit(u).name() +
-                  "'; call reduce_scatter_grads() on every unit (or leave its backward scope) "
-                  "before stepping");
-    }
+    require_unit_grads(model.unit(u), optimizer);
   }
 }
 template void require_grads(ShardedModel<float>&, const char*);
@@ -82,29 +82,41 @@ template <class T>
 void Sgd<T>::step(ShardedModel<T>& model) {
   agree_with_ranks(model);
   require_grads(model, "SGD");
-  SgdCoefficients<T> coefficients{};
-  coefficients.first = steps_ == 0;
-  coefficients.lr = static_cast<T>(options_.lr);
-  coefficients.momentum = static_cast<T>(options_.momentum);
-  coefficients.dampening = static_cast<T>(options_.dampening);
-  coefficients.weight_decay = static_cast<T>(options_.weight_decay);
-  coefficients.nesterov = options_.nesterov;
-  const T momentum = coefficients.momentum;
-  for (std::size_t u = 0; u < model.unit_count(); ++u) {
-    const ExecutionSpace& space = model.unit(u).execution_space();
-    for (ShardedParameter<T>& p : model.unit(u).parameters()) {
-      if (p.shard_size() == 0 || !p.trainable()) {
-        continue;  // nothing here, or frozen: no step, no state
-      }
-      DeviceView<T> buffer;
-      if (momentum != T(0)) {
-        buffer = p.optimizer_state().empty() ? p.add_optimizer_state(kSgdMomentumBuffer)
-                                             : p.optimizer_state()[0].view();
-      }
-      p.grad_piece().visit(
-          [&](const auto& grad) { sgd_update(space, p.shard(), grad, buffer, coefficients); });
+  step_every_unit(*this, model);
+}
+
+template <class T>
+void Sgd<T>::begin_step(ShardedModel<T>& model) {
+  agree_with_ranks(model);
+  detail::SgdCoefficients<T>& c = coefficients_;
+  c.first = steps_ == 0;
+  c.lr = static_cast<T>(options_.lr);
+  c.momentum = static_cast<T>(options_.momentum);
+  c.dampening = static_cast<T>(options_.dampening);
+  c.weight_decay = static_cast<T>(options_.weight_decay);
+  c.nesterov = options_.nesterov;
+}
+
+template <class T>
+void Sgd<T>::step_unit(ShardedUnit<T>& unit) {
+  require_unit_grads(unit, "SGD");
+  const ExecutionSpace& space = unit.execution_space();
+  for (ShardedParameter<T>& p : unit.parameters()) {
+    if (p.shard_size() == 0 || !p.trainable()) {
+      continue;  // nothing here, or frozen: no step, no state
     }
+    DeviceView<T> buffer;
+    if (coefficients_.momentum != T(0)) {
+      buffer = p.optimizer_state().empty() ? p.add_optimizer_state(kSgdMomentumBuffer)
+                                           : p.optimizer_state()[0].view();
+    }
+    p.grad_piece().visit(
+        [&](const auto& grad) { sgd_update(space, p.shard(), grad, buffer, coefficients_); });
   }
+}
+
+template <class T>
+void Sgd<T>::end_step() {
   ExecutionSpace().fence();  // every unit's kernels: the step is done when it returns
   ++steps_;
 }

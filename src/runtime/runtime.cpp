@@ -19,6 +19,7 @@ RuntimeStats RuntimeStats::since(const RuntimeStats& before) const {
   d.reduce_s -= before.reduce_s;
   d.reductions -= before.reductions;
   d.incomplete_at_finish -= before.incomplete_at_finish;
+  d.updated_in_backward -= before.updated_in_backward;
   return d;
 }
 
@@ -412,25 +413,23 @@ void Runtime<T>::end_backward(const std::string& unit) {
     if (gradient_sync_) {
       const ProfilingRegion region("fsdp::reduce_gradients", unit);
       const auto most = static_cast<std::size_t>(options_.max_reductions_in_flight);
-      // Only the waits count in reduce_s: starting (copies, casts) is compute.
-      const auto waiting = [&](auto&& wait) {
-        const auto start = std::chrono::steady_clock::now();
-        wait();
-        stats_.reduce_s += seconds_since(start);
-      };
-      waiting([&] {
-        while (most > 0 && model_.reductions_in_flight() >= most) {
-          model_.wait_oldest_reduction();
-        }
-      });
+      std::vector<ShardedUnit<T>*> reduced;  // for the optimizer in backward, once this one is out
+      while (most > 0 && model_.reductions_in_flight() >= most) {
+        reduced.push_back(wait_oldest_reduction());
+      }
       model_.reduce_scatter_grads_async(*units_[index]);
       ++stats_.reductions;
       if (most == 0) {
-        waiting([&] { model_.wait_for_gradients(); });
+        while (model_.reductions_in_flight() > 0) {
+          reduced.push_back(wait_oldest_reduction());
+        }
       }
       stats_.most_reductions_in_flight =
           std::max(stats_.most_reductions_in_flight,
                    static_cast<std::int64_t>(model_.reductions_in_flight()));
+      for (ShardedUnit<T>* waited : reduced) {
+        stats_.updated_in_backward += update(waited) ? 1 : 0;
+      }
     } else {
       units_[index]->fold_gradients();  // bfloat16 shard_optimizer: into the kept whole ones
     }
@@ -458,9 +457,22 @@ void Runtime<T>::finish_step() {
     const ProfilingRegion region("fsdp::finish_step");
     model_.progress_reductions();
     stats_.incomplete_at_finish += static_cast<std::int64_t>(model_.reductions_incomplete());
-    const auto start = std::chrono::steady_clock::now();
-    model_.wait_for_gradients();  // before clipping and the optimizer read the pieces
-    stats_.reduce_s += seconds_since(start);
+    if (optimizer_ != nullptr && training && gradient_sync_) {
+      // Each unit steps as soon as its reduction is waited for, while the later ones fly.
+      while (model_.reductions_in_flight() > 0) {
+        update(wait_oldest_reduction());
+      }
+      for (std::size_t i = units_.size(); i-- > 0;) {
+        update(units_[i]);  // those a reduction of the model's own waited for (none, normally)
+      }
+      optimizer_->end_step();
+      update_begun_ = false;
+      updated_.assign(units_.size(), false);
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      model_.wait_for_gradients();  // before clipping and the optimizer read the pieces
+      stats_.reduce_s += seconds_since(start);
+    }
     for (ShardedUnit<T>* unit : units_) {
       if (unit->state() == UnitState::gathering) {
         unit->wait_gather();
@@ -504,6 +516,43 @@ void Runtime<T>::set_overlap(int max_gathered_units_backward, int max_reductions
   require_overlap_limits(max_gathered_units_backward, max_reductions_in_flight);
   options_.max_gathered_units_backward = max_gathered_units_backward;
   options_.max_reductions_in_flight = max_reductions_in_flight;
+}
+
+template <class T>
+void Runtime<T>::set_optimizer_in_backward(UnitUpdate<T>* optimizer) {
+  require_between_steps("set_optimizer_in_backward");
+  require_same_configuration(
+      Configuration("optimizer in backward").flag("optimizer_in_backward", optimizer != nullptr),
+      model_.group(), model_.replicas());
+  optimizer_ = optimizer;
+  update_begun_ = false;
+  updated_.assign(units_.size(), false);
+}
+
+template <class T>
+ShardedUnit<T>* Runtime<T>::wait_oldest_reduction() {
+  const auto start = std::chrono::steady_clock::now();
+  ShardedUnit<T>* unit = model_.wait_oldest_reduction();
+  stats_.reduce_s += seconds_since(start);
+  return unit;
+}
+
+template <class T>
+bool Runtime<T>::update(ShardedUnit<T>* unit) {
+  if (optimizer_ == nullptr || unit == nullptr || !gradient_sync_) {
+    return false;
+  }
+  const std::size_t index = index_.at(unit->name());
+  if (updated_[index]) {
+    return false;
+  }
+  if (!update_begun_) {
+    optimizer_->begin_step(model_);  // the same point of the step on every rank
+    update_begun_ = true;
+  }
+  optimizer_->step_unit(*unit);
+  updated_[index] = true;
+  return true;
 }
 
 template <class T>

@@ -202,13 +202,14 @@ void ShardedModel<T>::progress_reductions() {
 }
 
 template <class T>
-void ShardedModel<T>::wait_oldest_reduction() {
+ShardedUnit<T>* ShardedModel<T>::wait_oldest_reduction() {
   if (reducing_.empty()) {
-    return;
+    return nullptr;
   }
   ShardedUnit<T>* oldest = reducing_.front();
   reducing_.pop_front();
   oldest->wait_reduction();
+  return oldest;
 }
 
 template <class T>

@@ -803,6 +803,103 @@ BOOST_AUTO_TEST_CASE(optimizers_by_name_match_the_reference_rules) {
   BOOST_CHECK_EXCEPTION(Optimizer<float>("adamw", plain), Error, message_has("lr must be >= 0"));
 }
 
+// Every rank's parameter pieces, unit by unit, on the host.
+template <class T>
+std::vector<std::vector<T>> pieces_of(ShardedModel<T>& model) {
+  std::vector<std::vector<T>> pieces;
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    for (ShardedParameter<T>& p : model.unit(u).parameters()) {
+      const auto shard = on_host(p.shard());
+      pieces.emplace_back(shard.data(), shard.data() + shard.size());
+    }
+  }
+  return pieces;
+}
+
+// The optimizer in backward (Runtime::set_optimizer_in_backward) steps each unit as the runtime
+// waits for its reduction: bit for bit the step of the whole model after finish_step, for every
+// rule, mode and limit on the reductions in flight; the units it steps before finish_step are
+// those the limit makes the backward wait for (all of them at 0); the rule counts one step per
+// step. Evaluation steps and steps without gradient sync take no step. A call inside a step and
+// ranks that disagree are refused on every rank.
+BOOST_AUTO_TEST_CASE(the_optimizer_in_backward_steps_each_unit_bit_for_bit_as_after_the_step) {
+  OptimizerSettings settings;
+  settings.lr = 0.05;
+  settings.momentum = 0.8;
+  settings.weight_decay = 0.01;
+  const int steps = 3;
+  const int units = static_cast<int>(kOrder.size());
+  for (const std::string& name : optimizer_names()) {
+    for (const ShardingMode mode : {ShardingMode::full_shard, ShardingMode::shard_grad_op,
+                                    ShardingMode::shard_optimizer, ShardingMode::no_shard}) {
+      for (const int limit : {0, 1, 2, 3}) {
+        ShardedModel<double> after =
+            make_model(strategies().front(), ProcessGroup(MPI_COMM_WORLD), mode);
+        ShardedModel<double> in_backward =
+            make_model(strategies().front(), ProcessGroup(MPI_COMM_WORLD), mode);
+        RuntimeOptions options;
+        options.max_reductions_in_flight = limit;
+        Runtime<double> runtime_after(after, kOrder, options);
+        Runtime<double> runtime(in_backward, kOrder, options);
+        Optimizer<double> optimizer_after(name, settings);
+        Optimizer<double> optimizer(name, settings);
+        runtime.set_optimizer_in_backward(&optimizer);
+        BOOST_TEST(runtime.optimizer_in_backward());
+        for (int step = 0; step < steps; ++step) {
+          scoped_step(runtime_after, after);
+          optimizer_after.step(after);
+          after.zero_grad();
+          scoped_step(runtime, in_backward);
+          in_backward.zero_grad();
+        }
+        BOOST_TEST_CONTEXT(name << " " << name_of(mode) << " limit " << limit) {
+          BOOST_TEST((pieces_of(in_backward) == pieces_of(after)));
+          BOOST_TEST(optimizer.step_count() == steps);
+          BOOST_TEST(runtime.stats().updated_in_backward ==
+                     steps * (limit == 0 ? units : std::max(0, units - limit)));
+        }
+      }
+    }
+  }
+  // No step without gradients reduced: an evaluation step, then a step without gradient sync.
+  ShardedModel<double> model = make_model(strategies().front());
+  Runtime<double> runtime(model, kOrder);
+  Optimizer<double> optimizer("adam", settings);
+  runtime.set_optimizer_in_backward(&optimizer);
+  const auto before = pieces_of(model);
+  for (const std::string& unit : kOrder) {
+    runtime.begin_forward(unit);
+    runtime.end_forward(unit);
+  }
+  runtime.finish_step();
+  runtime.set_requires_gradient_sync(false);
+  scoped_step(runtime, model);
+  BOOST_TEST(optimizer.step_count() == 0);
+  BOOST_TEST((pieces_of(model) == before));
+  runtime.set_requires_gradient_sync(true);
+  scoped_step(runtime, model);
+  BOOST_TEST(optimizer.step_count() == 1);
+  BOOST_TEST(!(pieces_of(model) == before));
+  model.zero_grad();
+  runtime.begin_forward("l0");
+  BOOST_CHECK_EXCEPTION(runtime.set_optimizer_in_backward(nullptr), Error,
+                        error_of(ErrorKind::order, "the forward scope of 'l0' is open"));
+  runtime.end_forward("l0");
+  for (const std::string unit : {"l1", "l2"}) {
+    runtime.begin_forward(unit);
+    runtime.end_forward(unit);
+  }
+  runtime.finish_step();
+  if (model.group().size() > 1) {
+    BOOST_CHECK_EXCEPTION(
+        runtime.set_optimizer_in_backward(model.group().rank() == 1 ? nullptr : &optimizer), Error,
+        error_of(ErrorKind::mismatch, "optimizer_in_backward"));
+  }
+  BOOST_TEST(runtime.optimizer_in_backward());
+  runtime.set_optimizer_in_backward(nullptr);
+  BOOST_TEST(!runtime.optimizer_in_backward());
+}
+
 BOOST_AUTO_TEST_CASE(misuse_is_a_clear_error) {
   ShardedModel<double> model = make_model(strategies()[0]);
   BOOST_CHECK_EXCEPTION(Runtime<double>(model, {"l0", "l1", "l9"}), Error,

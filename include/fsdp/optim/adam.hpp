@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "fsdp/unit/sharded_model.hpp"
+#include "fsdp/unit/unit_update.hpp"
 
 namespace fsdp {
 
@@ -30,16 +31,29 @@ struct AdamOptions {
 inline constexpr const char* kAdamFirstMoment = "exp_avg";
 inline constexpr const char* kAdamSecondMoment = "exp_avg_sq";
 
+namespace detail {
+// What one step's kernels take (Adam::begin_step computes them).
+template <class T>
+struct AdamCoefficients {
+  T lr, beta1, beta2, eps, correction1, correction2, l2, decay;
+};
+}  // namespace detail
+
 // Step t (from 1): m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
 // p -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps).
 template <class T>
-class Adam {
+class Adam : public UnitUpdate<T> {
  public:
   // Errors: lr < 0, eps <= 0, betas outside [0, 1), weight_decay < 0.
   explicit Adam(AdamOptions options);
   // Error (before anything changes) when a unit has no reduce-scattered gradients. The first
   // step is collective over the model's ranks: they check that each was given the same options.
   void step(ShardedModel<T>& model);
+  // The same step unit by unit (UnitUpdate; Runtime::set_optimizer_in_backward): begin_step
+  // (collective as step's first part), step_unit on every unit once, end_step.
+  void begin_step(ShardedModel<T>& model) override;
+  void step_unit(ShardedUnit<T>& unit) override;
+  void end_step() override;
   // Collective over the model's group and replicas: every rank's rule (Adam or AdamW) and options
   // are the same, else every rank throws fsdp::Error (ErrorKind::mismatch) naming the first that
   // differs. The first step() calls it; call it earlier to fail before training. Checks once.
@@ -59,6 +73,7 @@ class Adam {
   AdamOptions options_;
   std::int64_t steps_ = 0;
   bool agreed_ = false;
+  detail::AdamCoefficients<T> coefficients_{};  // of the step begin_step began
 };
 
 extern template class Adam<float>;

@@ -29,13 +29,17 @@ struct OptimizerSettings {
 const std::vector<std::string>& optimizer_names();
 
 template <class T>
-class Optimizer {
+class Optimizer : public UnitUpdate<T> {
  public:
   // Errors: a name not in optimizer_names() (ErrorKind::usage, listing them); settings
   // the rule refuses (its constructor's errors).
   Optimizer(const std::string& name, const OptimizerSettings& settings);
   // The rule's step (Sgd<T>::step, Adam<T>::step); the first is collective (agree_with_ranks).
   void step(ShardedModel<T>& model);
+  // The same step unit by unit (UnitUpdate; Runtime::set_optimizer_in_backward).
+  void begin_step(ShardedModel<T>& model) override;
+  void step_unit(ShardedUnit<T>& unit) override;
+  void end_step() override;
   // The rule's agree_with_ranks: collective over the model's ranks, which must all have been given
   // the same name and settings, else every rank throws fsdp::Error naming the first that differs.
   void agree_with_ranks(ShardedModel<T>& model);

@@ -5,6 +5,7 @@
 
 #include "fsdp/comm/configuration_agreement.hpp"
 #include "fsdp/unit/sharded_model.hpp"
+#include "fsdp/unit/unit_update.hpp"
 
 namespace fsdp {
 
@@ -19,10 +20,19 @@ struct SgdOptions {
 // The label of SGD's momentum buffer per piece (PyTorch: momentum_buffer).
 inline constexpr const char* kSgdMomentumBuffer = "momentum";
 
+namespace detail {
+// What one step's kernels take (Sgd::begin_step computes them).
+template <class T>
+struct SgdCoefficients {
+  T lr, momentum, dampening, weight_decay;
+  bool first, nesterov;
+};
+}  // namespace detail
+
 // g = grad + weight_decay * p; with momentum: b = g on the first step, else
 // b = momentum * b + (1 - dampening) * g, and g = nesterov ? g + momentum * b : b; p -= lr * g.
 template <class T>
-class Sgd {
+class Sgd : public UnitUpdate<T> {
  public:
   // Errors: lr < 0, momentum < 0, weight_decay < 0, nesterov without momentum or with dampening.
   explicit Sgd(SgdOptions options);
@@ -30,6 +40,11 @@ class Sgd {
   // no reduce-scattered gradients since the last zero_grad. The first step is collective over
   // the model's ranks: they check that each was given the same options (agree_with_ranks).
   void step(ShardedModel<T>& model);
+  // The same step unit by unit (UnitUpdate; Runtime::set_optimizer_in_backward): begin_step
+  // (collective as step's first part), step_unit on every unit once, end_step.
+  void begin_step(ShardedModel<T>& model) override;
+  void step_unit(ShardedUnit<T>& unit) override;
+  void end_step() override;
   // Collective over the model's group and replicas: every rank's rule and options are the same,
   // else every rank throws fsdp::Error (ErrorKind::mismatch) naming the first that differs. The
   // first step() calls it; call it earlier to fail before training starts. Checks once.
@@ -49,6 +64,7 @@ class Sgd {
   SgdOptions options_;
   std::int64_t steps_ = 0;
   bool agreed_ = false;
+  detail::SgdCoefficients<T> coefficients_{};  // of the step begin_step began
 };
 
 extern template class Sgd<float>;
@@ -58,6 +74,9 @@ extern template class Sgd<double>;
 // naming the first unit without gradients; used by every optimizer's step().
 template <class T>
 void require_grads(ShardedModel<T>& model, const char* optimizer);
+// The same for one unit, without waiting (UnitUpdate::step_unit).
+template <class T>
+void require_unit_grads(const ShardedUnit<T>& unit, const char* optimizer);
 
 // Collective over the model's group and replicas: every rank passed the same optimizer settings
 // (configuration_agreement.hpp), once per optimizer (agreed is its flag); used by every

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fsdp/unit/sharded_model.hpp"
+#include "fsdp/unit/unit_update.hpp"
 
 namespace fsdp {
 
@@ -69,6 +70,9 @@ struct RuntimeStats {
   std::int64_t most_reductions_in_flight = 0;
   // Reductions whose collectives had not completed when finish_step began (summed over steps).
   std::int64_t incomplete_at_finish = 0;
+  // With an optimizer in backward: units it stepped before finish_step began, while the
+  // backward still computed (summed over steps).
+  std::int64_t updated_in_backward = 0;
   // The counts above less those of another (a step's: the stats at its finish less those at its
   // start); most_reductions_in_flight is this one's.
   RuntimeStats since(const RuntimeStats& before) const;
@@ -163,6 +167,23 @@ class Runtime {
   void set_overlap(int max_gathered_units_backward, int max_reductions_in_flight);
   const RuntimeOptions& options() const { return options_; }
 
+  // Optimizer in backward (PyTorch's _apply_optimizer_in_backward): from the next step on, the
+  // runtime steps `optimizer` on each unit as soon as it has waited for the unit's gradient
+  // reduction: in a backward scope's close when max_reductions_in_flight makes it wait for the
+  // oldest, and in finish_step for the rest, each before the next wait. The optimizer's compute
+  // then runs while the last reductions are still in flight, instead of after the step with the
+  // link idle. finish_step returns with the step taken (UnitUpdate::end_step): do not step the
+  // optimizer again. Bit for bit the step of the whole model after finish_step. Rules that must
+  // see every gradient before any update cannot run this way: clipping by the global norm
+  // (clip_grad_norm) and fp16 loss scaling (LossScaler's overflow check); call finish_step and
+  // then them and the optimizer. Steps without gradient sync (set_requires_gradient_sync(false))
+  // and evaluation steps take no step. nullptr: the optimizer steps after finish_step, as the
+  // caller does it. The optimizer must outlive its use. Between steps only (ErrorKind::order);
+  // collective over the model's group and replicas: every rank sets one or none, else every rank
+  // throws ErrorKind::mismatch.
+  void set_optimizer_in_backward(UnitUpdate<T>* optimizer);
+  bool optimizer_in_backward() const { return optimizer_ != nullptr; }
+
   // Outside the scopes: starts the gathers of the given units that are sharded (those gathering
   // or gathered are left alone), all in flight together, and releases gathered units. Every name
   // is checked before anything starts. A gather that fails reaches the caller and leaves the
@@ -235,6 +256,16 @@ class Runtime {
   void close_scope_region();
   std::string lost_step_;      // why the step cannot go on; empty while it can
   bool gradient_sync_ = true;  // set_requires_gradient_sync
+  // Optimizer in backward (set_optimizer_in_backward): the rule, whether this step began it, and
+  // which units (by index) it stepped.
+  UnitUpdate<T>* optimizer_ = nullptr;
+  bool update_begun_ = false;
+  std::vector<bool> updated_;
+  // Steps unit with optimizer_ (the first of the step begins it); false, doing nothing, without
+  // one or for a unit already stepped.
+  bool update(ShardedUnit<T>* unit);
+  // Waits for the oldest reduction in flight (timed in reduce_s) and returns its unit.
+  ShardedUnit<T>* wait_oldest_reduction();
   // Checking ahead (ProcessGroup::checks_ahead(), with prefetch): the units gather over a split of
   // their group that carries nothing else, on which prefetch() announces the next gather a scope
   // before it starts, so that its signature check has been answered by then.

@@ -87,8 +87,9 @@ class ShardedModel {
   // Makes progress on the reductions in flight without waiting. Never throws: a failure is kept
   // and raised by the wait, where every rank meets it.
   void progress_reductions();
-  // Waits for the oldest reduction in flight (no-op when none); rethrows its failure.
-  void wait_oldest_reduction();
+  // Waits for the oldest reduction in flight and returns its unit (nullptr, doing nothing, when
+  // none is in flight); rethrows its failure.
+  ShardedUnit<T>* wait_oldest_reduction();
   // Waits for every reduction in flight, so that every gradient piece is complete; the first
   // failure is rethrown after all were waited for. The optimizers, grad_norm, clip_grad_norm
   // and LossScaler call it before they read the pieces; Runtime::finish_step calls it.
