@@ -283,6 +283,9 @@ int main(int argc, char** argv) {
                    "each)")
         ->check(CLI::Range(0, 1 << 20))
         ->capture_default_str();
+    app.add_flag("--optimizer-in-backward", o.optimizer_in_backward,
+                 "step each unit's optimizer as soon as its gradient reduction lands, while the "
+                 "backward computes (not with --clip or --mixed-precision fp16)");
     app.add_option("--eval-fraction", o.eval_fraction,
                    "share of the samples held out for evaluation (the last ones)")
         ->check(fsdp_apps::finite_number(0, 1))

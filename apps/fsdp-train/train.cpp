@@ -142,6 +142,11 @@ LossSums train_step(fsdp::ShardedModel<T>& model, fsdp::Runtime<T>& runtime, Bat
   const std::int64_t fullest = fsdp::ceil_div(batch_samples, std::int64_t{ranks});
   const auto parts =
       static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(micro_batches, fullest)));
+  // The optimizer in backward steps in the last part's backward: its rate is set before.
+  const bool in_backward = runtime.optimizer_in_backward();
+  if (in_backward) {
+    schedule.apply(optimizer);
+  }
   LossSums sums;
   std::vector<std::int64_t> part;
   for (int m = 0; m < parts; ++m) {
@@ -174,8 +179,10 @@ LossSums train_step(fsdp::ShardedModel<T>& model, fsdp::Runtime<T>& runtime, Bat
   if (clip > 0) {
     fsdp::clip_grad_norm(model, clip);
   }
-  schedule.apply(optimizer);
-  optimizer.step(model);
+  if (!in_backward) {  // else the last finish_step took the step
+    schedule.apply(optimizer);
+    optimizer.step(model);
+  }
   model.zero_grad();
   return sums;
 }
@@ -368,6 +375,9 @@ class Run {
                            [&] { fsdp::load_parameters(o_.init_from, model); });
     }
     fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
+    if (o_.optimizer_in_backward) {
+      runtime.set_optimizer_in_backward(&optimizer);
+    }
     fsdp::SamplerOptions sampler_options;
     sampler_options.seed = o_.seed;
     sampler_options.batch_size = o_.batch_size;
@@ -806,6 +816,9 @@ class Run {
         }
       }
       fsdp::Optimizer<T> optimizer(o_.optimizer, optimizer_settings(o_));
+      if (o_.optimizer_in_backward) {
+        reference_runtime.set_optimizer_in_backward(&optimizer);
+      }
       fsdp::SamplerOptions sampler_options;
       sampler_options.seed = seed_;
       sampler_options.batch_size = o_.batch_size;
@@ -1112,6 +1125,14 @@ void validate(const TrainOptions& o, int ranks, const Split& data) {
     fsdp::require(width >= 1, "--hidden widths must be >= 1, got " + std::to_string(width));
   }
   fsdp::require(o.clip >= 0, "--clip must be >= 0 (0: no clipping)");
+  fsdp::require(!o.optimizer_in_backward || o.clip == 0,
+                "--optimizer-in-backward steps each unit before the last gradients are reduced, "
+                "so it cannot clip by the global norm: leave out --clip or "
+                "--optimizer-in-backward");
+  fsdp::require(!o.optimizer_in_backward || o.mixed_precision != "fp16",
+                "--optimizer-in-backward steps each unit before the fp16 loss scaler has seen "
+                "every gradient: use --mixed-precision bf16, or leave out "
+                "--optimizer-in-backward");
   fsdp::parse_sharding_mode(o.mode);
   fsdp::require(o.mixed_precision.empty() || o.dtype == "fp32",
                 "--mixed-precision " + o.mixed_precision +

@@ -64,6 +64,7 @@ struct TrainOptions {
   bool no_prefetch = false;         // gather each unit only when its scope opens
   int backward_prefetch_limit = 0;  // RuntimeOptions::max_gathered_units_backward
   int reductions_in_flight = 2;     // RuntimeOptions::max_reductions_in_flight
+  bool optimizer_in_backward = false;  // Runtime::set_optimizer_in_backward
   double eval_fraction = 0.2;
   bool json = false;
   bool check = false;
