@@ -225,6 +225,16 @@ int fsdp_runtime_set_requires_gradient_sync(fsdp_runtime_t runtime, int sync);
  * pass different values all get FSDP_ERROR_MISMATCH. */
 int fsdp_runtime_set_overlap(fsdp_runtime_t runtime, int max_gathered_units_backward,
                              int max_reductions_in_flight);
+/* The optimizer in backward (docs/runtime.md), from the next step on: the runtime steps the
+ * optimizer on each unit as soon as it has waited for the unit's gradient reduction (in
+ * fsdp_end_backward when the reductions in flight make it wait, and in fsdp_finish_step for the
+ * rest), so the optimizer computes while the last reductions are in flight; fsdp_finish_step
+ * returns with the step taken: do not call fsdp_optimizer_step. The same numbers, bit for bit.
+ * Not with fsdp_clip_grad_norm or a loss scaler (both need every gradient first). The optimizer
+ * must be of the runtime's model (FSDP_ERROR_INVALID_ARGUMENT otherwise); the runtime keeps it
+ * alive. NULL turns it off. Between steps only (FSDP_ERROR_ORDER otherwise); collective: ranks that
+ * set one and none all get FSDP_ERROR_MISMATCH. */
+int fsdp_runtime_set_optimizer_in_backward(fsdp_runtime_t runtime, fsdp_optimizer_t optimizer);
 /* Inside an open scope, for a parameter of its unit: the whole parameter (read only) and, in a
  * backward scope only, its whole gradient, to add this rank's gradient into (zero on the
  * first backward of a step). numel elements of the model's dtype, valid until the scope ends. */

@@ -143,6 +143,10 @@ class FloatOrDouble {
   }
   bool empty() const { return std::holds_alternative<std::monostate>(held_); }
   template <class T>
+  bool holds() const {
+    return std::holds_alternative<std::shared_ptr<Typed<T>>>(held_);
+  }
+  template <class T>
   const std::shared_ptr<Typed<T>>& shared() const {
     return std::get<std::shared_ptr<Typed<T>>>(held_);
   }
@@ -163,21 +167,23 @@ class FloatOrDouble {
 // A runtime or optimizer keeps its model's storage alive: the C model handle may be destroyed
 // first.
 template <class T>
-struct ModelRuntime {
-  ModelRuntime(std::shared_ptr<fsdp::ShardedModel<T>> sharded,
-               const std::vector<std::string>& order, const fsdp::RuntimeOptions& options)
-      : model(std::move(sharded)), runtime(*model, order, options) {}
-  std::shared_ptr<fsdp::ShardedModel<T>> model;
-  fsdp::Runtime<T> runtime;
-};
-
-template <class T>
 struct ModelOptimizer {
   ModelOptimizer(std::shared_ptr<fsdp::ShardedModel<T>> sharded, const std::string& name,
                  const fsdp::OptimizerSettings& settings)
       : model(std::move(sharded)), optimizer(name, settings) {}
   std::shared_ptr<fsdp::ShardedModel<T>> model;
   fsdp::Optimizer<T> optimizer;
+};
+
+template <class T>
+struct ModelRuntime {
+  ModelRuntime(std::shared_ptr<fsdp::ShardedModel<T>> sharded,
+               const std::vector<std::string>& order, const fsdp::RuntimeOptions& options)
+      : model(std::move(sharded)), runtime(*model, order, options) {}
+  std::shared_ptr<fsdp::ShardedModel<T>> model;
+  fsdp::Runtime<T> runtime;
+  // The optimizer in backward (fsdp_runtime_set_optimizer_in_backward), kept alive while set.
+  std::shared_ptr<ModelOptimizer<T>> in_backward;
 };
 
 }  // namespace
@@ -848,6 +854,24 @@ int fsdp_runtime_set_overlap(fsdp_runtime_t runtime, int max_gathered_units_back
   return guarded("fsdp_runtime_set_overlap", [&] {
     on_runtime(runtime, [&](auto& r) {
       r.set_overlap(max_gathered_units_backward, max_reductions_in_flight);
+    });
+  });
+}
+
+int fsdp_runtime_set_optimizer_in_backward(fsdp_runtime_t runtime, fsdp_optimizer_t optimizer) {
+  return guarded("fsdp_runtime_set_optimizer_in_backward", [&] {
+    require_handle(runtime, "runtime")->typed.visit([&](auto& typed) {
+      using T = element_t<decltype(typed)>;
+      std::shared_ptr<ModelOptimizer<T>> held;
+      if (optimizer != nullptr) {
+        require_argument(optimizer->typed.template holds<T>() &&
+                             optimizer->typed.template shared<T>()->model == typed.model,
+                         "the optimizer is of another model than the runtime; create it with "
+                         "the runtime's model");
+        held = optimizer->typed.template shared<T>();
+      }
+      typed.runtime.set_optimizer_in_backward(held ? &held->optimizer : nullptr);
+      typed.in_backward = std::move(held);
     });
   });
 }

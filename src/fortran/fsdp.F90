@@ -98,6 +98,7 @@ module fsdp
   public :: fsdp_runtime_create, fsdp_begin_forward, fsdp_end_forward, fsdp_begin_backward
   public :: fsdp_end_backward, fsdp_finish_step, fsdp_full, fsdp_grad, fsdp_half, fsdp_progress
   public :: fsdp_runtime_set_requires_gradient_sync, fsdp_runtime_set_overlap
+  public :: fsdp_runtime_set_optimizer_in_backward
   public :: fsdp_runtime_destroy, fsdp_runtime_stats
   public :: fsdp_grad_norm, fsdp_clip_grad_norm
   public :: fsdp_memory_bytes, fsdp_memory_reset_peaks, fsdp_memory_category_name
@@ -331,6 +332,11 @@ module fsdp
       type(c_ptr), value :: runtime
       integer(c_int), value :: backward_units, reductions
     end function c_runtime_set_overlap
+    integer(c_int) function c_runtime_set_optimizer_in_backward(runtime, optimizer) &
+        bind(c, name='fsdp_runtime_set_optimizer_in_backward')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime, optimizer
+    end function c_runtime_set_optimizer_in_backward
     integer(c_int) function c_full(runtime, parameter, values, numel) bind(c, name='fsdp_full')
       import :: c_int, c_ptr, c_char, c_int64_t
       type(c_ptr), value :: runtime
@@ -1065,6 +1071,19 @@ contains
     ierr = int(c_runtime_set_overlap(runtime%handle, int(max_gathered_units_backward, c_int), &
                                      int(max_reductions_in_flight, c_int)))
   end subroutine fsdp_runtime_set_overlap
+
+  ! The optimizer in backward from the next step on (fsdp_runtime_set_optimizer_in_backward in
+  ! fsdp.h): each unit steps as soon as its gradient reduction lands, and fsdp_finish_step
+  ! returns with the step taken. Without optimizer= it is turned off. Between steps; collective.
+  subroutine fsdp_runtime_set_optimizer_in_backward(runtime, optimizer, ierr)
+    type(fsdp_runtime), intent(in) :: runtime
+    type(fsdp_optimizer), intent(in), optional :: optimizer
+    integer, intent(out) :: ierr
+    type(c_ptr) :: handle
+    handle = c_null_ptr
+    if (present(optimizer)) handle = optimizer%handle
+    ierr = int(c_runtime_set_optimizer_in_backward(runtime%handle, handle))
+  end subroutine fsdp_runtime_set_optimizer_in_backward
 
   ! Inside the open scope of the parameter's unit: the whole parameter, flattened (remap it with
   ! `w(1:m, 1:n) => values`). Read only; valid until the scope ends.

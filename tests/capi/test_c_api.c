@@ -844,6 +844,60 @@ static void test_overlap(void) {
   }
 }
 
+/* The optimizer in backward: the runtime steps SGD (lr 0.25) on each unit as its reduction lands,
+ * and fsdp_finish_step returns with the step taken: every element moves by exactly 0.25 (N + 1) / 2
+ * per step without fsdp_optimizer_step, also after the optimizer's handle is destroyed (the
+ * runtime keeps it), and not once it is turned off. Another model's optimizer, a call inside a
+ * step and ranks that disagree are refused. */
+static void test_optimizer_in_backward(void) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  fsdp_runtime_t runtime = NULL;
+  fsdp_optimizer_t sgd = NULL;
+  fsdp_model_t model = index_model_with_sgd(0.25, &runtime, &sgd);
+  CHECK_OK(fsdp_runtime_set_optimizer_in_backward(runtime, sgd));
+  for (int step = 0; step < 3; ++step) {
+    if (step == 2) {
+      fsdp_optimizer_destroy(sgd);
+    }
+    constant_gradient_step(runtime, FSDP_FLOAT64, world_rank + 1, NAN);
+    CHECK_OK(fsdp_model_zero_grad(model));
+  }
+  CHECK_OK(fsdp_runtime_set_optimizer_in_backward(runtime, NULL));
+  constant_gradient_step(runtime, FSDP_FLOAT64, world_rank + 1, NAN);
+  CHECK_OK(fsdp_model_zero_grad(model));
+  double whole[HIDDEN * IN];
+  CHECK_OK(fsdp_model_copy_parameter(model, "l0.w", whole));
+  for (int e = 0; e < HIDDEN * IN; ++e) {
+    const double want = 0.5 * e - 3 * 0.25 * (world + 1) / 2.0;
+    CHECK(whole[e] == want, "l0.w[%d] = %.17g after 3 steps, expected %.17g", e, whole[e], want);
+  }
+  fsdp_runtime_t other_runtime = NULL;
+  fsdp_optimizer_t other = NULL;
+  fsdp_model_t other_model = index_model_with_sgd(0.25, &other_runtime, &other);
+  CHECK_CODE(fsdp_runtime_set_optimizer_in_backward(runtime, other), FSDP_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(fsdp_last_error(), "another model") != NULL, "message: %s", fsdp_last_error());
+  CHECK_OK(fsdp_begin_forward(other_runtime, "l0"));
+  CHECK_CODE(fsdp_runtime_set_optimizer_in_backward(other_runtime, other), FSDP_ERROR_ORDER);
+  CHECK_OK(fsdp_end_forward(other_runtime, "l0"));
+  CHECK_OK(fsdp_begin_forward(other_runtime, "l1"));
+  CHECK_OK(fsdp_end_forward(other_runtime, "l1"));
+  CHECK_OK(fsdp_finish_step(other_runtime));
+  if (world > 1) {
+    CHECK_CODE(
+        fsdp_runtime_set_optimizer_in_backward(other_runtime, world_rank == 1 ? NULL : other),
+        FSDP_ERROR_MISMATCH);
+  }
+  fsdp_optimizer_destroy(other);
+  fsdp_runtime_destroy(other_runtime);
+  fsdp_model_destroy(other_model);
+  fsdp_runtime_destroy(runtime);
+  fsdp_model_destroy(model);
+  if (world_rank == 0) {
+    printf("test_c_api: optimizer in backward: ok\n");
+  }
+}
+
 /* Frozen parameters (fsdp_model_set_trainable 0): l0.w and l1.b keep their values exactly through
  * a plain SGD step in every mode while the others move by lr times the average gradient
  * (N + 1) / 2; fsdp_grad of a frozen one fails with FSDP_ERROR_STATE. */
@@ -1859,6 +1913,7 @@ int main(int argc, char** argv) {
   test_lr_schedule();
   test_gradient_accumulation();
   test_overlap();
+  test_optimizer_in_backward();
   test_frozen_parameters();
   test_errors();
   test_checkpoints();

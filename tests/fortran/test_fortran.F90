@@ -838,6 +838,22 @@ contains
                'two accumulated passes step as one pass of doubled gradients, bit for bit')
     call fsdp_model_zero_grad(model, ierr)
     call fsdp_model_zero_grad(other, ierr)
+    ! The optimizer in backward: one more step on step 5's batch, plain stepped after
+    ! fsdp_finish_step and other_plain by the runtime as each reduction lands: the same bits.
+    call fsdp_runtime_set_optimizer_in_backward(other_runtime, other_plain, ierr)
+    call check_ok(ierr, 'fsdp_runtime_set_optimizer_in_backward')
+    call api_step(runtime, 5)
+    call fsdp_optimizer_step(plain, ierr)
+    call check_ok(ierr, 'the step after fsdp_finish_step')
+    call api_step(other_runtime, 5)
+    call copy_all(model, expected)
+    call copy_all(other, got)
+    call check(maxval(abs(got - expected)) <= 0, &  ! exact
+               'the optimizer in backward steps as fsdp_optimizer_step does, bit for bit')
+    call fsdp_runtime_set_optimizer_in_backward(other_runtime, ierr=ierr)
+    call check_ok(ierr, 'fsdp_runtime_set_optimizer_in_backward without an optimizer')
+    call fsdp_model_zero_grad(model, ierr)
+    call fsdp_model_zero_grad(other, ierr)
     call fsdp_begin_forward(runtime, 'l0', ierr)
     call fsdp_runtime_set_requires_gradient_sync(runtime, .false., ierr)
     call check_code(ierr, FSDP_ERROR_ORDER, 'fsdp_runtime_set_requires_gradient_sync in a step')
@@ -869,7 +885,8 @@ contains
     call fsdp_runtime_destroy(runtime)
     call fsdp_model_destroy(model)
     if (world_rank == 0) print '(a)', &
-        'test_fortran: learning-rate schedule across a checkpoint, gradient accumulation: ok'
+        'test_fortran: learning-rate schedule across a checkpoint, gradient accumulation, the '// &
+        'optimizer in backward: ok'
   end subroutine lr_schedule
 
   ! A loss scaler's settings, defaults and state, and what it refuses.
