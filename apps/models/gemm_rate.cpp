@@ -10,7 +10,7 @@ template <class T>
 GemmTimer<T>::GemmTimer(std::int64_t n, bool bf16_weights)
     : n_(n),
       a_("gemm_rate_a", n, n),
-      b_("gemm_rate_b", n, n),
+      b_("gemm_rate_b", bf16_weights ? 0 : n, bf16_weights ? 0 : n),  // bf16: b16_ instead
       c_("gemm_rate_c", n, n),
       bf16_weights_(bf16_weights) {
   Kokkos::deep_copy(a_, T(0.5));
