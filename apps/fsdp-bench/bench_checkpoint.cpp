@@ -5,7 +5,8 @@
 //
 // Plain I/O: rank 0 creates a new file (each checkpoint is a new file), every rank pwrite()s the
 // bytes of its pieces at their offset in it and fsync()s it (a checkpoint is fsynced before it
-// is renamed), then pread()s them back. Before
+// is renamed), then pread()s them back: into the buffers it wrote from, and into new buffers
+// (untouched memory, whose pages fault in during the read, as a load's new pieces do). Before
 // every read both files are synced and dropped from the page cache the same way
 // (posix_fadvise(POSIX_FADV_DONTNEED) on rank 0), so both reads come from the disk.
 #include <fcntl.h>
@@ -238,7 +239,7 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
   }
   bytes *= o.adam_state ? 3 : 1;  // the parameters and Adam's two moments
 
-  std::vector<double> save_s, write_s, load_s, read_s;
+  std::vector<double> save_s, write_s, load_s, read_s, read_new_s;
   // A background save: the time it kept the caller (the snapshot and the file's layout), and the
   // time its finish then waited for the writing, started at once. One BackgroundSave for all the
   // repeats, as a training run keeps one: the first save allocates the snapshot, later ones
@@ -297,11 +298,25 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
       settle(world, {checkpoint, plain});
       read_s.push_back(timed(world, [&] { plain_io(plain, pieces, false); }));
     };
+    // Into new memory, freed again inside the timing (as a load frees the pieces it replaced).
+    const auto read_new = [&] {
+      settle(world, {checkpoint, plain});
+      read_new_s.push_back(timed(world, [&] {
+        std::vector<PlainPiece> fresh;
+        for (const PlainPiece& piece : pieces) {
+          fresh.push_back({piece.offset, Kokkos::View<float*, Kokkos::HostSpace>(
+                                             Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                                                "fsdp-bench::new_read"),
+                                             piece.host.size())});
+        }
+        plain_io(plain, fresh, false);
+      }));
+    };
     for (int r = 0; r < o.repeats; ++r) {
       if (r % 2 == 0) {
-        save(), save_in_background(), write(), load(), read();
+        save(), save_in_background(), write(), load(), read(), read_new();
       } else {
-        write(), save_in_background(), save(), read(), load();
+        write(), save_in_background(), save(), read_new(), read(), load();
       }
       require(wrong_elements(loaded) == 0, "checkpoint benchmark: the load read wrong values");
     }
@@ -339,7 +354,7 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
   }
 
   const double save = median(save_s), write = median(write_s);
-  const double load = median(load_s), read = median(read_s);
+  const double load = median(load_s), read = median(read_s), read_new = median(read_new_s);
   nlohmann::json result = {{"benchmark", "checkpoint"},
                            {"ranks", n},
                            {"bytes", bytes},
@@ -352,6 +367,8 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
                            {"load_gb_per_s", bytes / load / 1e9},
                            {"posix_read_gb_per_s", bytes / read / 1e9},
                            {"load_ratio", read / load},
+                           {"posix_read_new_memory_gb_per_s", bytes / read_new / 1e9},
+                           {"load_ratio_new_memory", read_new / load},
                            {"background_blocked_s", median(blocked_s)},
                            {"background_first_blocked_s", blocked_s.front()},
                            {"background_finish_wait_s", median(finish_s)},
@@ -376,6 +393,8 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
                 save, bytes / save / 1e9, bytes / write / 1e9, write / save);
     std::printf("  load %.2f s, %.2f GB/s; POSIX pread %.2f GB/s: ratio %.2f (goal 0.7)\n", load,
                 bytes / load / 1e9, bytes / read / 1e9, read / load);
+    std::printf("    POSIX pread into new memory %.2f GB/s: ratio %.2f\n", bytes / read_new / 1e9,
+                read_new / load);
     std::printf(
         "  background save: blocked %.3f s (the first, allocating its snapshot: %.3f s), %.2f "
         "of the save (goal 0.1); finish waited %.2f s more for the writing\n",
