@@ -2,6 +2,7 @@
 """fsdp-bench step, briefly: a row for every way of training, and the bytes sent per step.
 
   step_rows.py --mpiexec M --bench B --ranks N [--shard-group-size G] [--model gpt]
+               [--network BANDWIDTH,LATENCY]
 
 Runs `fsdp-bench step --json` on N ranks with a small MLP (3 layers of 64, every parameter's
 size divisible by N and by G), or with --model gpt a small GPT-2 (2 blocks of hidden 32, 2 heads,
@@ -20,7 +21,10 @@ forward to its backward like the last unit), and checks, never a time:
     replicas where the formula counts each rank's piece, G times fewer bytes;
   * fp16 rows: the loss scaler's overflow check is one all-reduce of an int over the shard group
     per step, counted apart from the units' bytes;
-  * the model state per rank the tracker measured equals the formula's (no padding here).
+  * the model state per rank the tracker measured equals the formula's (no padding here);
+  * with --network, full_shard's rows under the dialled link in every precision: reductions
+    waited, network off, and (but in fp16, whose loss scaler needs every gradient first) the
+    optimizer in backward, flagged as such in its row alone, all sending full_shard's bytes.
 
 Exits 0 when everything holds ("all checks passed"), 1 with a message otherwise.
 """
@@ -89,6 +93,7 @@ def main():
     parser.add_argument("--ranks", type=int, required=True)
     parser.add_argument("--shard-group-size", type=int, default=0)
     parser.add_argument("--model", default="mlp", choices=["mlp", "gpt"])
+    parser.add_argument("--network")
     args = parser.parse_args()
     n, g = args.ranks, args.shard_group_size
     command = [args.mpiexec, "-n", str(n), args.bench, "step", "--json", "--local-batch", "4",
@@ -100,6 +105,8 @@ def main():
         command += ["--width", str(WIDTH), "--layers", str(LAYERS)]
     if g:
         command += ["--shard-group-size", str(g)]
+    if args.network:
+        command += ["--network", args.network]
     print("$ " + " ".join(command), flush=True)
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             timeout=300)
@@ -117,8 +124,14 @@ def main():
     ways["full_shard no prefetch"] = ("full_shard", n)
     if g and g < n:
         ways.update({"%s %dx%d" % (m, n // g, g): (m, g) for m in modes})
+    if args.network:
+        ways["full_shard reductions waited"] = ("full_shard", n)
+        ways["full_shard network off"] = ("full_shard", n)
     expected = {(name, p): way for name, way in ways.items() for p in PRECISIONS}
     expected[("one_rank", "fp32")] = ("full_shard", 1)
+    in_backward = "full_shard optimizer in backward"
+    if args.network:
+        expected.update({(in_backward, p): ("full_shard", n) for p in PRECISIONS if p != "fp16"})
     if sorted(rows) != sorted(expected):
         fail("rows %s, expected %s" % (sorted(rows), sorted(expected)))
 
@@ -129,6 +142,8 @@ def main():
         if row["shard_group_size"] != group or row["ranks"] != ranks:
             fail("%s: group %s of %s ranks, expected %d of %d" %
                  (label, row["shard_group_size"], row["ranks"], group, ranks))
+        if row["optimizer_in_backward"] != (name == in_backward):
+            fail("%s: optimizer_in_backward %s" % (label, row["optimizer_in_backward"]))
         if row["max_gathered_units"] != 2:  # the runtime's default
             fail("%s: max_gathered_units %s" % (label, row["max_gathered_units"]))
         if row["formula_precision"] != ("fp32" if precision == "fp32" else "mixed"):
