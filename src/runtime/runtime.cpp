@@ -466,7 +466,6 @@ void Runtime<T>::finish_step() {
         update(units_[i]);  // those a reduction of the model's own waited for (none, normally)
       }
       optimizer_->end_step();
-      update_begun_ = false;
       updated_.assign(units_.size(), false);
     } else {
       const auto start = std::chrono::steady_clock::now();
@@ -525,7 +524,6 @@ void Runtime<T>::set_optimizer_in_backward(UnitUpdate<T>* optimizer) {
       Configuration("optimizer in backward").flag("optimizer_in_backward", optimizer != nullptr),
       model_.group(), model_.replicas());
   optimizer_ = optimizer;
-  update_begun_ = false;
   updated_.assign(units_.size(), false);
 }
 
@@ -539,16 +537,15 @@ ShardedUnit<T>* Runtime<T>::wait_oldest_reduction() {
 
 template <class T>
 bool Runtime<T>::update(ShardedUnit<T>* unit) {
-  if (optimizer_ == nullptr || unit == nullptr || !gradient_sync_) {
+  if (optimizer_ == nullptr || unit == nullptr) {
     return false;
   }
   const std::size_t index = index_.at(unit->name());
   if (updated_[index]) {
     return false;
   }
-  if (!update_begun_) {
-    optimizer_->begin_step(model_);  // the same point of the step on every rank
-    update_begun_ = true;
+  if (std::find(updated_.begin(), updated_.end(), true) == updated_.end()) {
+    optimizer_->begin_step(model_);  // the step's first unit: the same call on every rank
   }
   optimizer_->step_unit(*unit);
   updated_[index] = true;

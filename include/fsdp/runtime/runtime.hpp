@@ -256,13 +256,12 @@ class Runtime {
   void close_scope_region();
   std::string lost_step_;      // why the step cannot go on; empty while it can
   bool gradient_sync_ = true;  // set_requires_gradient_sync
-  // Optimizer in backward (set_optimizer_in_backward): the rule, whether this step began it, and
-  // which units (by index) it stepped.
+  // Optimizer in backward (set_optimizer_in_backward): the rule, and which units (by index) it
+  // stepped in this step (none: the step is not begun).
   UnitUpdate<T>* optimizer_ = nullptr;
-  bool update_begun_ = false;
   std::vector<bool> updated_;
-  // Steps unit with optimizer_ (the first of the step begins it); false, doing nothing, without
-  // one or for a unit already stepped.
+  // Steps unit with optimizer_ (the step's first unit begins it); false, doing nothing, without
+  // one or for a unit already stepped. Only in steps with gradient sync (its callers' condition).
   bool update(ShardedUnit<T>* unit);
   // Waits for the oldest reduction in flight (timed in reduce_s) and returns its unit.
   ShardedUnit<T>* wait_oldest_reduction();
