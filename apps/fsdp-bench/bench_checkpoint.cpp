@@ -64,53 +64,56 @@ KOKKOS_INLINE_FUNCTION float value_at(std::int64_t parameter, std::int64_t index
 }
 
 // Each piece a checkpoint holds, in the file's order: every parameter's shard, then (when the
-// model's parameters have optimizer state) every state of every parameter. `which` numbers them.
+// optimizer, unless null, has state) every state of every parameter. `which` numbers them.
 template <class Visit>
-void for_each_piece(ShardedModel<float>& model, const Visit& visit) {
+void for_each_piece(ShardedModel<float>& model, const Optimizer<float>* adam, const Visit& visit) {
   std::int64_t which = 0;
-  std::size_t states = 0;
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     for (auto& parameter : model.unit(u).parameters()) {
       visit(which++, parameter.shard(), parameter);
-      states = std::max(states, parameter.optimizer_state().size());
     }
   }
-  for (std::size_t k = 0; k < states; ++k) {
+  if (adam == nullptr || adam->state().empty()) {
+    return;
+  }
+  for (const std::string& state : adam->state_names()) {
     for (std::size_t u = 0; u < model.unit_count(); ++u) {
       for (auto& parameter : model.unit(u).parameters()) {
-        visit(which++, parameter.optimizer_state()[k].view(), parameter);
+        visit(which++, *adam->state().find(parameter.name(), state), parameter);
       }
     }
   }
 }
 
-void fill(ShardedModel<float>& model) {
-  for_each_piece(model, [](std::int64_t which, const DeviceView<float>& piece,
-                           ShardedParameter<float>& parameter) {
-    const std::int64_t first = parameter.shard_offset();
-    Kokkos::parallel_for(
-        "fsdp-bench::fill", Kokkos::RangePolicy<ExecutionSpace>(0, piece.size()),
-        KOKKOS_LAMBDA(std::size_t i) {
-          piece(i) = value_at(which, first + static_cast<std::int64_t>(i));
-        });
-  });
+void fill(ShardedModel<float>& model, const Optimizer<float>* adam) {
+  for_each_piece(
+      model, adam,
+      [](std::int64_t which, const DeviceView<float>& piece, ShardedParameter<float>& parameter) {
+        const std::int64_t first = parameter.shard_offset();
+        Kokkos::parallel_for(
+            "fsdp-bench::fill", Kokkos::RangePolicy<ExecutionSpace>(0, piece.size()),
+            KOKKOS_LAMBDA(std::size_t i) {
+              piece(i) = value_at(which, first + static_cast<std::int64_t>(i));
+            });
+      });
   ExecutionSpace().fence();
 }
 
-std::int64_t wrong_elements(ShardedModel<float>& model) {
+std::int64_t wrong_elements(ShardedModel<float>& model, const Optimizer<float>* adam) {
   std::int64_t wrong = 0;
-  for_each_piece(model, [&](std::int64_t which, const DeviceView<float>& piece,
-                            ShardedParameter<float>& parameter) {
-    const std::int64_t first = parameter.shard_offset();
-    std::int64_t here = 0;
-    Kokkos::parallel_reduce(
-        "fsdp-bench::check", Kokkos::RangePolicy<ExecutionSpace>(0, piece.size()),
-        KOKKOS_LAMBDA(std::size_t i, std::int64_t & count) {
-          count += piece(i) != value_at(which, first + static_cast<std::int64_t>(i)) ? 1 : 0;
-        },
-        here);
-    wrong += here;
-  });
+  for_each_piece(
+      model, adam,
+      [&](std::int64_t which, const DeviceView<float>& piece, ShardedParameter<float>& parameter) {
+        const std::int64_t first = parameter.shard_offset();
+        std::int64_t here = 0;
+        Kokkos::parallel_reduce(
+            "fsdp-bench::check", Kokkos::RangePolicy<ExecutionSpace>(0, piece.size()),
+            KOKKOS_LAMBDA(std::size_t i, std::int64_t & count) {
+              count += piece(i) != value_at(which, first + static_cast<std::int64_t>(i)) ? 1 : 0;
+            },
+            here);
+        wrong += here;
+      });
   model.group().all_reduce(&wrong, 1);
   return wrong;
 }
@@ -121,20 +124,11 @@ void give_adam_state(ShardedModel<float>& model, Optimizer<float>& adam) {
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     for (auto& parameter : model.unit(u).parameters()) {
       for (const std::string& state : adam.state_names()) {
-        parameter.add_optimizer_state(state);
+        adam.state().get(parameter, state);
       }
     }
   }
   adam.set_step_count(1);
-}
-
-// A resume's model: its parameters' optimizer state goes (a new optimizer has none).
-void drop_optimizer_state(ShardedModel<float>& model) {
-  for (std::size_t u = 0; u < model.unit_count(); ++u) {
-    for (auto& parameter : model.unit(u).parameters()) {
-      parameter.optimizer_state().clear();
-    }
-  }
 }
 
 // Each rank's pieces as (file offset in bytes, host bytes): the unsharded parameters one after
@@ -144,11 +138,12 @@ struct PlainPiece {
   Kokkos::View<float*, Kokkos::HostSpace> host;
 };
 
-std::vector<PlainPiece> plain_pieces(ShardedModel<float>& model) {
+std::vector<PlainPiece> plain_pieces(ShardedModel<float>& model, const Optimizer<float>* adam) {
   std::vector<PlainPiece> pieces;
   std::int64_t base = 0;
   for_each_piece(
-      model, [&](std::int64_t, const DeviceView<float>& piece, ShardedParameter<float>& parameter) {
+      model, adam,
+      [&](std::int64_t, const DeviceView<float>& piece, ShardedParameter<float>& parameter) {
         auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), piece);
         pieces.push_back({static_cast<off_t>((base + parameter.shard_offset()) * sizeof(float)),
                           Kokkos::View<float*, Kokkos::HostSpace>(host)});
@@ -257,8 +252,8 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
     }
     const Optimizer<float>* saved_optimizer = o.adam_state ? &saved_adam : nullptr;
     Optimizer<float>* loaded_optimizer = o.adam_state ? &loaded_adam : nullptr;
-    fill(saved);
-    std::vector<PlainPiece> pieces = plain_pieces(saved);
+    fill(saved, saved_optimizer);
+    std::vector<PlainPiece> pieces = plain_pieces(saved, saved_optimizer);
     // The kernel's write-back throttling depends on what was written just before: the order of
     // the two writes (and of the two reads) alternates between repeats.
     const auto save = [&] {
@@ -289,7 +284,7 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
       finish_s.push_back(timed(world, [&] { background_save.finish(); }));
     };
     const auto load = [&] {
-      drop_optimizer_state(loaded);  // a resume's new optimizer has none
+      loaded_adam.state().clear();  // a resume's new optimizer has none
       settle(world, {checkpoint, plain});
       load_s.push_back(
           timed(world, [&] { load_checkpoint<float>(checkpoint, loaded, loaded_optimizer); }));
@@ -318,7 +313,8 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
       } else {
         write(), save_in_background(), save(), read_new(), read(), load();
       }
-      require(wrong_elements(loaded) == 0, "checkpoint benchmark: the load read wrong values");
+      require(wrong_elements(loaded, loaded_optimizer) == 0,
+              "checkpoint benchmark: the load read wrong values");
     }
   }
 
@@ -331,7 +327,7 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
     if (reader) {
       const ShardingPlan plan = make_strategy("full")->make_plan(parameters, n - 1);
       ShardedModel<float> model(readers, plan);
-      fill(model);
+      fill(model, nullptr);
       save_checkpoint<float>(own, model, nullptr, CheckpointState{});
       for (int r = 0; r < o.repeats; ++r) {
         settle(readers, {own, checkpoint});
@@ -339,7 +335,8 @@ void run_checkpoint(const CheckpointOptions& o, const CommonOptions& common) {
         settle(readers, {own, checkpoint});
         reshard_s.push_back(
             timed(readers, [&] { load_checkpoint<float>(checkpoint, model, nullptr); }));
-        require(wrong_elements(model) == 0, "checkpoint benchmark: the resharded load was wrong");
+        require(wrong_elements(model, nullptr) == 0,
+                "checkpoint benchmark: the resharded load was wrong");
       }
     }
     fsdp_apps::barrier_without_spinning(world);  // the idle rank waits without taking a core

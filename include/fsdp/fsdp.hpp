@@ -83,6 +83,7 @@
 #include "fsdp/optim/loss_scaler.hpp"
 #include "fsdp/optim/lr_schedule.hpp"
 #include "fsdp/optim/optimizer.hpp"
+#include "fsdp/optim/optimizer_state.hpp"
 #include "fsdp/optim/sgd.hpp"
 
 // runtime: forward and backward scopes with prefetch

@@ -1162,12 +1162,16 @@ SaveContents<T> save_contents(ShardedModel<T>& model, const Optimizer<T>* optimi
     model.unit(u).execution_space().fence();
   }
   c.pieces = pieces_of(model, c.state_names, [&](ShardedParameter<T>& p, std::size_t k) {
-    require(k < p.optimizer_state().size(),
-            caller + ": parameter '" + p.name() + "' has no optimizer state '" + c.state_names[k] +
-                "' although the optimizer has taken " + std::to_string(c.header.optimizer_steps) +
-                " steps",
-            ErrorKind::state);
-    return p.optimizer_state()[k].view();
+    const DeviceView<T>* state = optimizer->state().find(p.name(), c.state_names[k]);
+    require(
+        state != nullptr,
+        [&] {
+          return caller + ": parameter '" + p.name() + "' has no optimizer state '" +
+                 c.state_names[k] + "' although the optimizer has taken " +
+                 std::to_string(c.header.optimizer_steps) + " steps";
+        },
+        ErrorKind::state);
+    return *state;
   });
   return c;
 }
@@ -1590,7 +1594,8 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
   // counted as optimizer state, and filled by read_pieces (directly, where the host can write
   // it); it joins the parameters only when every check passed.
   auto pieces = pieces_of(model, state_names, [&](ShardedParameter<T>& p, std::size_t k) {
-    return k < p.optimizer_state().size() ? p.optimizer_state()[k].view() : DeviceView<T>();
+    const DeviceView<T>* state = optimizer->state().find(p.name(), state_names[k]);
+    return state != nullptr ? *state : DeviceView<T>();
   });
   std::vector<TrackedView<T>> new_state(pieces.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -1605,22 +1610,18 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
   read_pieces<T>(
       group, path, "/", pieces, header.tensors, [](const std::string& name) { return name; }, true);
   adopt_new_pieces(model, new_pieces);
-  // Every check passed: the new state goes into the parameters that had none (each parameter's
-  // states in the optimizer's order: the tensors list them state by state).
+  // Every check passed: the new state goes to the optimizer.
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (new_state[i].allocated()) {
-      model.parameter(tensors[i].parameter->name)
-          .optimizer_state()
-          .push_back(std::move(new_state[i]));
+      optimizer->state().adopt(tensors[i].parameter->name, state_names[tensors[i].state - 1],
+                               std::move(new_state[i]));
     }
   }
   if (optimizer != nullptr) {
     // A file saved before the first step holds no state: moments from this optimizer's own
     // earlier steps must not survive beside a step count of 0.
     if (state_names.empty()) {
-      for (const ParameterInfo& info : model.plan().parameters()) {
-        model.parameter(info.name).optimizer_state().clear();
-      }
+      optimizer->state().clear();
     }
     optimizer->set_step_count(header.optimizer_steps);
   }

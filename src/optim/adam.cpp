@@ -85,13 +85,10 @@ void Adam<T>::step_unit(ShardedUnit<T>& unit) {
     if (p.shard_size() == 0 || !p.trainable()) {
       continue;  // nothing here, or frozen: no step, no state
     }
-    if (p.optimizer_state().empty()) {
-      p.add_optimizer_state(kAdamFirstMoment);
-      p.add_optimizer_state(kAdamSecondMoment);
-    }
+    const DeviceView<T> first_moment = state_.get(p, kAdamFirstMoment);
+    const DeviceView<T> second_moment = state_.get(p, kAdamSecondMoment);
     p.grad_piece().visit([&](const auto& grad) {
-      adam_update(space, p.shard(), grad, p.optimizer_state()[0].view(),
-                  p.optimizer_state()[1].view(), coefficients_);
+      adam_update(space, p.shard(), grad, first_moment, second_moment, coefficients_);
     });
   }
 }

@@ -74,6 +74,17 @@ std::vector<std::string> Optimizer<T>::state_names() const {
 }
 
 template <class T>
+OptimizerState<T>& Optimizer<T>::state() {
+  return std::visit([](auto& rule) -> OptimizerState<T>& { return rule.state(); }, rule_);
+}
+
+template <class T>
+const OptimizerState<T>& Optimizer<T>::state() const {
+  return std::visit([](const auto& rule) -> const OptimizerState<T>& { return rule.state(); },
+                    rule_);
+}
+
+template <class T>
 void Optimizer<T>::step(ShardedModel<T>& model) {
   const ProfilingRegion region("fsdp::optimizer_step");
   std::visit([&](auto& rule) { rule.step(model); }, rule_);

@@ -107,8 +107,7 @@ void Sgd<T>::step_unit(ShardedUnit<T>& unit) {
     }
     DeviceView<T> buffer;
     if (coefficients_.momentum != T(0)) {
-      buffer = p.optimizer_state().empty() ? p.add_optimizer_state(kSgdMomentumBuffer)
-                                           : p.optimizer_state()[0].view();
+      buffer = state_.get(p, kSgdMomentumBuffer);
     }
     p.grad_piece().visit(
         [&](const auto& grad) { sgd_update(space, p.shard(), grad, buffer, coefficients_); });

@@ -181,13 +181,6 @@ const typename ShardedParameter<T>::View& ShardedParameter<T>::grad_shard() cons
 }
 
 template <class T>
-typename ShardedParameter<T>::View ShardedParameter<T>::add_optimizer_state(
-    const std::string& label) {
-  optimizer_state_.push_back(make_optimizer_state(label, true));
-  return optimizer_state_.back().view();
-}
-
-template <class T>
 TrackedView<T> ShardedParameter<T>::make_optimizer_state(const std::string& label,
                                                          bool zero) const {
   return TrackedView<T>(unit_->tracker_, MemoryCategory::optimizer_state, info_.name + "." + label,

@@ -103,27 +103,30 @@ void fill_model(ShardedModel<T>& model, Optimizer<T>& adam) {
     ShardedParameter<T>& p = model.parameter(info.name);
     fill(p.shard(), 0, info.name, p.shard_offset());
     if (p.shard_size() > 0) {
-      fill(p.add_optimizer_state(kAdamFirstMoment), 1, info.name, p.shard_offset());
-      fill(p.add_optimizer_state(kAdamSecondMoment), 2, info.name, p.shard_offset());
+      fill(adam.state().get(p, kAdamFirstMoment), 1, info.name, p.shard_offset());
+      fill(adam.state().get(p, kAdamSecondMoment), 2, info.name, p.shard_offset());
     }
   }
   adam.set_step_count(3);
 }
 
-// Number of elements of this rank's pieces that differ in any bit from value(tag, ...).
+// Number of elements of this rank's pieces, and of adam's moments unless it is null, that differ
+// in any bit from value(tag, ...).
 template <class T>
-int wrong_elements(ShardedModel<T>& model, bool with_state) {
+int wrong_elements(ShardedModel<T>& model, const Optimizer<T>* adam) {
   int wrong = 0;
   for (const ParameterInfo& info : model.plan().parameters()) {
     ShardedParameter<T>& p = model.parameter(info.name);
     std::vector<DeviceView<T>> views = {p.shard()};
-    if (with_state && p.shard_size() > 0) {
-      if (p.optimizer_state().size() != 2) {
+    if (adam != nullptr && p.shard_size() > 0) {
+      const DeviceView<T>* first = adam->state().find(info.name, kAdamFirstMoment);
+      const DeviceView<T>* second = adam->state().find(info.name, kAdamSecondMoment);
+      if (first == nullptr || second == nullptr || adam->state().names(info.name).size() != 2) {
         ++wrong;
         continue;
       }
-      views.push_back(p.optimizer_state()[0].view());
-      views.push_back(p.optimizer_state()[1].view());
+      views.push_back(*first);
+      views.push_back(*second);
     }
     for (std::size_t tag = 0; tag < views.size(); ++tag) {
       const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), views[tag]);
@@ -340,7 +343,7 @@ BOOST_AUTO_TEST_CASE(any_world_size_and_strategy_loads_what_any_other_saved) {
           auto model = make_model<double>(world(), loaded_with);
           Optimizer<double> adam("adam", settings());
           const CheckpointHeader header = load_checkpoint(path, model, &adam);
-          BOOST_TEST(wrong_elements(model, true) == 0);
+          BOOST_TEST(wrong_elements(model, &adam) == 0);
           BOOST_TEST(adam.step_count() == 3);
           BOOST_TEST(header.state.step == 17);
           BOOST_TEST(header.state.epoch == 2);
@@ -352,7 +355,7 @@ BOOST_AUTO_TEST_CASE(any_world_size_and_strategy_loads_what_any_other_saved) {
           // Parameters only, into a model without optimizer state.
           auto bare = make_model<double>(world(), loaded_with);
           load_checkpoint<double>(path, bare, nullptr);
-          BOOST_TEST(wrong_elements(bare, false) == 0);
+          BOOST_TEST(wrong_elements<double>(bare, nullptr) == 0);
         }
       }
     }
@@ -371,7 +374,7 @@ BOOST_AUTO_TEST_CASE(fp32_round_trip_and_sampler_state) {
   auto loaded = make_model<float>(world(), "layerwise");
   Optimizer<float> other("adamw", settings());
   const CheckpointHeader header = load_checkpoint(path, loaded, &other);
-  BOOST_TEST(wrong_elements(loaded, true) == 0);
+  BOOST_TEST(wrong_elements(loaded, &other) == 0);
   BOOST_TEST(header.state.sampler.has_value());
   BOOST_TEST((header.state.sampler == state.sampler));
   if (world().rank() == 0) {
@@ -391,9 +394,7 @@ BOOST_AUTO_TEST_CASE(resumed_training_equals_uninterrupted_training) {
     auto straight = make_model<double>(world(), "full");
     Optimizer<double> straight_optimizer(name, s);
     fill_model(straight, straight_optimizer);
-    for (const ParameterInfo& info : straight.plan().parameters()) {
-      straight.parameter(info.name).optimizer_state().clear();
-    }
+    straight_optimizer.state().clear();
     straight_optimizer.set_step_count(0);
     train(straight, straight_optimizer, 0, 3);
     save_checkpoint(path, straight, &straight_optimizer, CheckpointState{});
@@ -455,12 +456,12 @@ BOOST_AUTO_TEST_CASE(frozen_parameters_are_saved_without_optimizer_state) {
   Optimizer<double> resumed_adam("adamw", settings());
   load_checkpoint(path, resumed, &resumed_adam);
   for (const std::string& name : frozen) {
-    BOOST_TEST(resumed.parameter(name).optimizer_state().empty());
+    BOOST_TEST(resumed_adam.state().names(name).empty());
   }
   train_trainable(resumed, resumed_adam, 3, 5);
   expect_equal_parameters(straight, resumed, "frozen");
-  BOOST_TEST(wrong_elements(resumed, false) > 0);  // the trainable ones moved
-  for (const std::string& name : frozen) {         // the frozen ones did not
+  BOOST_TEST(wrong_elements<double>(resumed, nullptr) > 0);  // the trainable ones moved
+  for (const std::string& name : frozen) {                   // the frozen ones did not
     ShardedParameter<double>& p = resumed.parameter(name);
     const auto piece = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.shard());
     for (std::size_t k = 0; k < piece.size(); ++k) {
@@ -499,9 +500,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_from_before_the_first_step_clears_the_optimize
     auto fresh = make_model<double>(world(), "full");
     Optimizer<double> fresh_optimizer(name, s);
     fill_model(fresh, fresh_optimizer);
-    for (const ParameterInfo& info : fresh.plan().parameters()) {
-      fresh.parameter(info.name).optimizer_state().clear();
-    }
+    fresh_optimizer.state().clear();
     fresh_optimizer.set_step_count(0);
     save_checkpoint(path, fresh, &fresh_optimizer, CheckpointState{});
 
@@ -510,9 +509,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_from_before_the_first_step_clears_the_optimize
     train(stepped, stepped_optimizer, 0, 2);
     load_checkpoint(path, stepped, &stepped_optimizer);
     BOOST_TEST(stepped_optimizer.step_count() == 0);
-    for (const ParameterInfo& info : stepped.plan().parameters()) {
-      BOOST_TEST(stepped.parameter(info.name).optimizer_state().empty());
-    }
+    BOOST_TEST(stepped_optimizer.state().empty());
     train(fresh, fresh_optimizer, 0, 2);
     train(stepped, stepped_optimizer, 0, 2);
     expect_equal_parameters(fresh, stepped, name);
@@ -542,14 +539,14 @@ BOOST_AUTO_TEST_CASE(a_hybrid_sharded_model_saves_once_and_loads_anywhere) {
   auto plain = make_model<double>(world(), "full");
   Optimizer<double> plain_adam("adam", settings());
   BOOST_TEST(load_checkpoint(path, plain, &plain_adam).state.step == 9);
-  BOOST_TEST(wrong_elements(plain, true) == 0);
+  BOOST_TEST(wrong_elements(plain, &plain_adam) == 0);
   BOOST_TEST(plain_adam.step_count() == 3);
 
   ShardedModel<double> again(
       groups.shard, agree_on_plan(*strategy("layerwise"), parameters(), groups.shard), options);
   Optimizer<double> again_adam("adam", settings());
   load_checkpoint(path, again, &again_adam);
-  BOOST_TEST(wrong_elements(again, true) == 0);
+  BOOST_TEST(wrong_elements(again, &again_adam) == 0);
 
   // A failure on the writing shard group reaches the replicas that did not write.
   BOOST_CHECK_EXCEPTION(save_checkpoint("/nonexistent-directory/hybrid.h5", hybrid, &adam, state),
@@ -601,11 +598,11 @@ BOOST_AUTO_TEST_CASE(a_background_save_writes_the_model_as_it_was_when_the_save_
       for (const ParameterInfo& info : model.plan().parameters()) {
         ShardedParameter<double>& p = model.parameter(info.name);
         fill(p.shard(), 7, info.name, p.shard_offset());
-        for (auto& s : p.optimizer_state()) {
-          fill(s.view(), 8, info.name, p.shard_offset());
+        for (const std::string& state : adam.state().names(info.name)) {
+          fill(*adam.state().find(info.name, state), 8, info.name, p.shard_offset());
         }
       }
-      BOOST_TEST(wrong_elements(model, true) > 0);
+      BOOST_TEST(wrong_elements(model, &adam) > 0);
       // Not published before the save is finished: path is not there yet.
       world().barrier();
       BOOST_TEST(!std::filesystem::exists(path));
@@ -624,7 +621,7 @@ BOOST_AUTO_TEST_CASE(a_background_save_writes_the_model_as_it_was_when_the_save_
       const CheckpointHeader header = load_checkpoint(path, loaded, &loaded_adam);
       BOOST_TEST(header.state.step == 17);
       BOOST_TEST(header.state.metadata.at("kind") == "background");
-      BOOST_TEST(wrong_elements(loaded, true) == 0);
+      BOOST_TEST(wrong_elements(loaded, &loaded_adam) == 0);
       BOOST_TEST(loaded_adam.step_count() == 3);
     }
   }
@@ -672,7 +669,7 @@ BOOST_AUTO_TEST_CASE(try_finish_agrees_and_the_next_save_finishes_the_previous_o
     auto loaded = make_model<double>(world(), "layerwise");
     Optimizer<double> loaded_adam("adam", settings());
     load_checkpoint(dir.file(name), loaded, &loaded_adam);
-    BOOST_TEST(wrong_elements(loaded, true) == 0, name);
+    BOOST_TEST(wrong_elements(loaded, &loaded_adam) == 0, name);
   }
   { BackgroundSave gone = std::move(save); }  // and leaves it with the object that held it
   BOOST_TEST(snapshot_in_report() == 0);
@@ -744,7 +741,7 @@ BOOST_AUTO_TEST_CASE(a_load_reads_into_new_pieces_and_frees_the_old) {
   BOOST_TEST(loaded.parameter("l0.w").shard().data() == before.data());
   BOOST_TEST(shard_bytes() == bytes);
   load_checkpoint<double>(path, loaded, nullptr);
-  BOOST_TEST(wrong_elements(loaded, false) == 0);
+  BOOST_TEST(wrong_elements<double>(loaded, nullptr) == 0);
   BOOST_TEST(shard_bytes() == bytes);
   if (before.size() > 0) {
     BOOST_TEST(loaded.parameter("l0.w").shard().data() != before.data());
@@ -823,7 +820,7 @@ BOOST_AUTO_TEST_CASE(objects_are_saved_with_the_model_and_restored_all_or_nothin
   Schedule restored;
   const CheckpointHeader header =
       load_checkpoint(path, loaded, &loaded_adam, {{"schedule", &restored}});
-  BOOST_TEST(wrong_elements(loaded, true) == 0);
+  BOOST_TEST(wrong_elements(loaded, &loaded_adam) == 0);
   BOOST_TEST(restored.step == 41);
   BOOST_TEST(restored.lr == 1.0 / 3.0);
   BOOST_TEST(header.objects.at("schedule") == R"({"step": 41, "lr": 0.33333333333333331})");
@@ -932,7 +929,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_file_is_refused_on_every_rank_and_nothing_loads) 
                         error_of(ErrorKind::io,
                                  "is damaged: the checksum of model/l1.w does not "
                                  "match its data; nothing was loaded"));
-  BOOST_TEST(wrong_elements(model, true) == 0);  // still what fill_model put there
+  BOOST_TEST(wrong_elements(model, &adam) == 0);  // still what fill_model put there
   if (world().rank() == 0) {
     BOOST_CHECK_EXCEPTION(verify_checkpoint(path), Error, message_has("model/l1.w"));
     // Truncated: HDF5 notices the end of the file is missing.
@@ -945,7 +942,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_file_is_refused_on_every_rank_and_nothing_loads) 
   world().barrier();
   BOOST_CHECK_EXCEPTION(load_checkpoint(dir.file("truncated.h5"), model, &adam), Error,
                         error_of(ErrorKind::io, "truncated.h5"));
-  BOOST_TEST(wrong_elements(model, true) == 0);
+  BOOST_TEST(wrong_elements(model, &adam) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(files_that_are_not_checkpoints_say_so) {
@@ -1063,7 +1060,7 @@ BOOST_AUTO_TEST_CASE(no_string_is_variable_length_and_long_ones_fit) {
   auto loaded = make_model<double>(world(), "full");
   Optimizer<double> other("adamw", settings());
   const CheckpointHeader header = load_checkpoint(path, loaded, &other);
-  BOOST_TEST(wrong_elements(loaded, true) == 0);
+  BOOST_TEST(wrong_elements(loaded, &other) == 0);
   BOOST_TEST(header.format_version == kCheckpointFormatVersion);
   BOOST_TEST((header.state.metadata == state.metadata));
   BOOST_TEST(header.strategy == "hybrid");
@@ -1160,7 +1157,7 @@ BOOST_AUTO_TEST_CASE(a_format_1_checkpoint_is_refused_and_upgraded) {
   // The upgraded file loads, at this world size with another strategy, as the original does.
   const CheckpointHeader original = read_checkpoint_header(current);
   const CheckpointHeader header = load_checkpoint(upgraded, model, &adam);
-  BOOST_TEST(wrong_elements(model, true) == 0);
+  BOOST_TEST(wrong_elements(model, &adam) == 0);
   BOOST_TEST(adam.step_count() == 3);
   BOOST_TEST(header.format_version == kCheckpointFormatVersion);
   BOOST_TEST(header.state.step == 17);
@@ -1274,10 +1271,10 @@ BOOST_AUTO_TEST_CASE(no_temporary_is_left_and_exported_parameters_start_another_
   for (const std::string& name : kStrategies) {
     auto model = make_model<double>(world(), name);
     load_parameters(dir.file("plain.h5"), model);
-    BOOST_TEST(wrong_elements(model, false) == 0);
+    BOOST_TEST(wrong_elements<double>(model, nullptr) == 0);
     auto from_checkpoint = make_model<double>(world(), name);
     load_parameters(path, from_checkpoint);
-    BOOST_TEST(wrong_elements(from_checkpoint, false) == 0);
+    BOOST_TEST(wrong_elements<double>(from_checkpoint, nullptr) == 0);
   }
 }
 
@@ -1320,7 +1317,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_directory_keeps_the_last_k_and_points_at_the_n
   auto other = make_model<double>(world(), "layerwise");
   Optimizer<double> other_adam("adam", settings());
   BOOST_TEST(load_checkpoint(checkpoints.latest(), other, &other_adam).state.step == 30);
-  BOOST_TEST(wrong_elements(other, true) == 0);
+  BOOST_TEST(wrong_elements(other, &other_adam) == 0);
 
   // "latest" naming a file that is gone: every rank hears it, with what to do.
   world().barrier();
@@ -1379,7 +1376,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_directory_points_at_a_background_save_once_it_
   auto loaded = make_model<double>(world(), "layerwise");
   Optimizer<double> loaded_adam("adam", settings());
   BOOST_TEST(load_checkpoint(checkpoints.file_for_step(40), loaded, &loaded_adam).state.step == 40);
-  BOOST_TEST(wrong_elements(loaded, true) == 0);
+  BOOST_TEST(wrong_elements(loaded, &loaded_adam) == 0);
 }
 
 // The files a run must not take as input once it saves into the directory: those its saves

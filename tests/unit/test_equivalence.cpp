@@ -77,7 +77,8 @@ void check_equivalence(const OptimizerSetup& setup, int steps, double tolerance)
                       initial[static_cast<std::size_t>(model.parameter(name).shard_offset()) + i],
                   name << " changed");
             }
-            BOOST_TEST(model.parameter(name).optimizer_state().empty());
+            BOOST_TEST(sgd.state().names(name).empty());
+            BOOST_TEST(adam.state().names(name).empty());
             BOOST_TEST(model.parameter(name).grad_shard().size() == 0u);
           }
           const std::string arrangement =
@@ -157,4 +158,64 @@ BOOST_AUTO_TEST_CASE(adam_fp32_matches_within_fp32_rounding) {
   setup.kind = "adam";
   setup.adam.lr = 0.05;
   check_equivalence<float>(setup, 5, 1e-5);
+}
+
+// Each rule keeps its own state: a fresh Adam on a model that SGD with momentum trains steps as
+// Adam on a model that reached the same pieces without ever being stepped (no momentum is read
+// as a moment), and the state goes with the optimizer that made it.
+BOOST_AUTO_TEST_CASE(each_optimizer_keeps_its_own_state) {
+  ProcessGroup world(MPI_COMM_WORLD);
+  OptimizerSetup setup;
+  setup.kind = "sgd";
+  setup.sgd.lr = 0.2;
+  setup.sgd.momentum = 0.9;
+  setup.adam.lr = 0.05;
+  const auto plan =
+      agree_on_plan(*make_strategy("full"), tiny_mlp_parameters<double>(setup), world);
+  ShardedModel<double> trained(world, plan);
+  ShardedModel<double> copied(world, plan);
+  init_parameters(trained);
+  const auto optimizer_bytes = [&] {
+    return trained.memory().current_of(MemoryCategory::optimizer_state);
+  };
+  {
+    Sgd<double> sgd(setup.sgd);
+    for (int s = 0; s < 2; ++s) {
+      sharded_train_step<double>(trained, world, setup, [&] { sgd.step(trained); });
+    }
+    std::int64_t expected_bytes = 0;
+    for (const ParameterInfo& info : plan.parameters()) {
+      const std::int64_t size = trained.parameter(info.name).shard_size();
+      BOOST_TEST(
+          sgd.state().names(info.name) == (size > 0 ? std::vector<std::string>{kSgdMomentumBuffer}
+                                                    : std::vector<std::string>{}),
+          boost::test_tools::per_element());
+      expected_bytes += size * static_cast<std::int64_t>(sizeof(double));
+    }
+    BOOST_TEST(optimizer_bytes() == expected_bytes);
+  }
+  BOOST_TEST(optimizer_bytes() == 0);  // freed with the optimizer that made it
+  Sgd<double> sgd(setup.sgd);
+  sharded_train_step<double>(trained, world, setup, [&] { sgd.step(trained); });
+  for (const ParameterInfo& info : plan.parameters()) {
+    Kokkos::deep_copy(copied.parameter(info.name).shard(), trained.parameter(info.name).shard());
+  }
+  setup.kind = "adam";
+  Adam<double> trained_adam(setup.adam);
+  Adam<double> copied_adam(setup.adam);
+  for (int s = 0; s < 3; ++s) {
+    sharded_train_step<double>(trained, world, setup, [&] { trained_adam.step(trained); });
+    sharded_train_step<double>(copied, world, setup, [&] { copied_adam.step(copied); });
+  }
+  for (const ParameterInfo& info : plan.parameters()) {
+    const auto a = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
+                                                       trained.parameter(info.name).shard());
+    const auto b = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
+                                                       copied.parameter(info.name).shard());
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      BOOST_TEST(a(k) == b(k), info.name << "[" << k << "]");
+    }
+    BOOST_TEST(sgd.state().names(info.name).size() ==
+               (trained.parameter(info.name).shard_size() > 0 ? 1u : 0u));
+  }
 }

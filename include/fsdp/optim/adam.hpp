@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "fsdp/optim/optimizer_state.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 #include "fsdp/unit/unit_update.hpp"
 
@@ -68,11 +69,15 @@ class Adam : public UnitUpdate<T> {
   // collectively, that every rank has the same settings (so every rank must call these alike).
   void set_lr(double lr);
   void set_weight_decay(double weight_decay);
+  // The state the rule keeps per piece (made at its first step of each piece).
+  OptimizerState<T>& state() { return state_; }
+  const OptimizerState<T>& state() const { return state_; }
 
  private:
   AdamOptions options_;
   std::int64_t steps_ = 0;
   bool agreed_ = false;
+  OptimizerState<T> state_;
   detail::AdamCoefficients<T> coefficients_{};  // of the step begin_step began
 };
 

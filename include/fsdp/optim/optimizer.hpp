@@ -54,11 +54,13 @@ class Optimizer : public UnitUpdate<T> {
   // Steps taken; set_step_count resumes from a checkpoint (>= 0).
   std::int64_t step_count() const;
   void set_step_count(std::int64_t steps);
-  // The labels of the state the rule keeps per parameter piece once it has stepped, in the
-  // order of ShardedParameter::optimizer_state(): {"exp_avg", "exp_avg_sq"} for adam and
-  // adamw, {"momentum"} for sgd with momentum, none for plain sgd. Before the first step no
-  // piece has state.
+  // The names of the state the rule keeps per parameter piece once it has stepped (state()):
+  // {"exp_avg", "exp_avg_sq"} for adam and adamw, {"momentum"} for sgd with momentum, none for
+  // plain sgd. Before the first step no piece has state.
   std::vector<std::string> state_names() const;
+  // The rule's state (Sgd::state, Adam::state).
+  OptimizerState<T>& state();
+  const OptimizerState<T>& state() const;
   // For memory estimates: sgd with momentum keeps a buffer per element, sgd without none.
   OptimizerKind kind() const;
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "fsdp/comm/configuration_agreement.hpp"
+#include "fsdp/optim/optimizer_state.hpp"
 #include "fsdp/unit/sharded_model.hpp"
 #include "fsdp/unit/unit_update.hpp"
 
@@ -59,11 +60,15 @@ class Sgd : public UnitUpdate<T> {
   // collectively, that every rank has the same settings (so every rank must call these alike).
   void set_lr(double lr);
   void set_weight_decay(double weight_decay);
+  // The state the rule keeps per piece (made at its first step of each piece).
+  OptimizerState<T>& state() { return state_; }
+  const OptimizerState<T>& state() const { return state_; }
 
  private:
   SgdOptions options_;
   std::int64_t steps_ = 0;
   bool agreed_ = false;
+  OptimizerState<T> state_;
   detail::SgdCoefficients<T> coefficients_{};  // of the step begin_step began
 };
 

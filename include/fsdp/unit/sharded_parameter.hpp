@@ -25,7 +25,7 @@ class ShardedParameter {
   // In fsdp::MemorySpace: device memory in a CUDA build of Kokkos, host memory otherwise.
   using View = DeviceView<T>;
 
-  // Move-only, and declared so: with the copy merely ill-formed (its optimizer state is
+  // Move-only, and declared so: with the copy merely ill-formed (its widened copy is
   // move-only) std::vector would pick it over a move that Kokkos does not mark noexcept (CUDA).
   ShardedParameter(const ShardedParameter&) = delete;
   ShardedParameter& operator=(const ShardedParameter&) = delete;
@@ -69,14 +69,9 @@ class ShardedParameter {
   template <class GradientView>
   void accumulate_grad(const GradientView& gradient);
 
-  // Optimizer state of the piece (momentum, moments), shard_size() elements each, counted as
-  // optimizer state. Created once by the optimizer.
-  std::vector<TrackedView<T>>& optimizer_state() { return optimizer_state_; }
-  // Appends a zeroed state named label to optimizer_state() and returns its View.
-  View add_optimizer_state(const std::string& label);
-  // A state named label for this piece that is not in optimizer_state() yet, counted as
-  // optimizer state from now on; zero: filled with zeros, else uninitialized (a checkpoint's
-  // load reads into it and appends it once every check passed).
+  // A buffer of the piece's size (shard_size() elements) for an optimizer's state called label
+  // (OptimizerState, which owns it), counted as optimizer state while it lives; zero: filled with
+  // zeros, else uninitialized (a checkpoint's load reads into it).
   TrackedView<T> make_optimizer_state(const std::string& label, bool zero) const;
 
  private:
@@ -93,7 +88,6 @@ class ShardedParameter {
   View full_;
   DeviceView<std::uint16_t> half_;  // 16-bit gathers: the gathered parameter
   TrackedView<T> widened_;          // ... and full_'s storage once full() widened it
-  std::vector<TrackedView<T>> optimizer_state_;
 };
 
 template <class T>
