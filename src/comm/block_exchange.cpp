@@ -36,14 +36,16 @@ int first_tag(std::int64_t sequence) {
 }  // namespace
 
 bool goes_by_exchange(const CollectiveCall& call, int ranks, bool host_memory) {
-  const bool small = call.count >= 0 && static_cast<std::uint64_t>(call.count) <=
-                                            kExchangeMaxBytes / size_of(call.dtype);
+  const auto at_most = [&](std::size_t bytes) {
+    return call.count >= 0 && static_cast<std::uint64_t>(call.count) <= bytes / size_of(call.dtype);
+  };
   if (call.collective == Collective::all_gather) {
-    return small && ranks >= 2 && ranks <= kExchangeMaxRanks;
+    return at_most(kExchangeMaxGatherBytes) && ranks >= 2 && ranks <= kExchangeMaxRanks;
   }
   const bool sum = call.reduce == static_cast<std::int64_t>(ReduceOp::sum) ||
                    call.reduce == static_cast<std::int64_t>(ReduceOp::avg);
-  return call.collective == Collective::reduce_scatter && small && sum && ranks == 2 && host_memory;
+  return call.collective == Collective::reduce_scatter && at_most(kExchangeMaxReduceBytes) && sum &&
+         ranks == 2 && host_memory;
 }
 
 std::vector<bool> exchange_senders(const SignatureCheck& check, int ranks, bool host_memory) {

@@ -44,11 +44,14 @@
 
 namespace fsdp::detail {
 
-// The groups and sizes that go by exchange: an all_gather on 2 to kExchangeMaxRanks ranks (every
-// rank sends its block to each other one: as many bytes as a ring moves, in one step), and a
-// reduce_scatter (sum or avg) on 2 ranks in host memory, each of at most kExchangeMaxBytes per
-// rank (beyond it the check's own time is under 1 % of the collective's, and MPI's algorithms
-// keep the large ones).
+// The groups and sizes that go by exchange: an all_gather of at most kExchangeMaxGatherBytes per
+// rank on 2 to kExchangeMaxRanks ranks (every rank sends its block to each other one: as many
+// bytes as a ring moves, in one step), and a reduce_scatter (sum or avg) of at most
+// kExchangeMaxReduceBytes per rank on 2 ranks in host memory. The exchange was faster than a
+// checked MPI_Iallgather up to 4 MiB (docs/performance.md): a unit's gather of 12.6 and 50 MB on
+// 2 ranks, whose large parameters' pieces are 0.5 to 8 MB, came at 0.70-0.98 of one raw
+// MPI_Allgather with the limit at 1 MiB and at 0.97-1.45 with it at 4 MiB. Beyond that MPI's
+// algorithms keep the large ones.
 //
 // Reduce_scatters were once limited to 64 KiB, because every MPI_Reduce_scatter_block of the
 // process that came after reduce_scatters by exchange of 96 KiB or more took 3 to 30 times as
@@ -60,7 +63,8 @@ namespace fsdp::detail {
 // process as without, and the slow rank's minor page faults fell from 21,817 to 2,383
 // (docs/performance.md, "The collective signature check").
 inline constexpr int kExchangeMaxRanks = 4;
-inline constexpr std::size_t kExchangeMaxBytes = std::size_t{1} << 20;
+inline constexpr std::size_t kExchangeMaxGatherBytes = std::size_t{4} << 20;
+inline constexpr std::size_t kExchangeMaxReduceBytes = std::size_t{1} << 20;
 
 // Whether `call`, issued with valid arguments on a group of `ranks`, goes by BlockExchange;
 // host_memory: the backend's buffers are host memory (MpiGroupState::packs_on_host, the same on

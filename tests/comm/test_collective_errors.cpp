@@ -111,7 +111,7 @@ BOOST_AUTO_TEST_CASE(mismatches_with_an_all_gather_by_exchange_leave_the_group_u
   }
   const int rank = group.rank();
   const std::size_t ranks = static_cast<std::size_t>(group.size());
-  const std::size_t large = (std::size_t{1} << 20) / sizeof(float) + 1;  // one float too many
+  const std::size_t large = (std::size_t{4} << 20) / sizeof(float) + 1;  // one float too many
   std::vector<float> send(large, 1.0f), recv(large * ranks);
   auto gathers_right = [&] {
     std::vector<int> mine(3, rank), all(3 * ranks, -1);
