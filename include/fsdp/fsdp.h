@@ -266,7 +266,10 @@ int fsdp_optimizer_create_adam(fsdp_model_t model, double lr, double beta1, doub
 /* AdamW: decoupled weight decay (p *= 1 - lr * weight_decay first). */
 int fsdp_optimizer_create_adamw(fsdp_model_t model, double lr, double beta1, double beta2,
                                 double eps, double weight_decay, fsdp_optimizer_t* optimizer);
-/* Updates every piece of the optimizer's model from its reduce-scattered gradient. */
+/* Updates every piece of the optimizer's model from its reduce-scattered gradient. The optimizer
+ * keeps its state (momentum, Adam's moments), made at its first step: another optimizer on the
+ * same model starts without it, and fsdp_optimizer_destroy frees it (unless a runtime still steps
+ * the optimizer in backward). */
 int fsdp_optimizer_step(fsdp_optimizer_t optimizer);
 void fsdp_optimizer_destroy(fsdp_optimizer_t optimizer);
 /* The learning rate and weight decay of the steps that follow. Every rank must make the same calls
