@@ -1745,7 +1745,11 @@ static void test_memory_report(void) {
     CHECK_CODE(fsdp_memory_bytes(unsharded, FSDP_MEMORY_TOTAL, &total, NULL), FSDP_ERROR_STATE);
     fsdp_model_destroy(unsharded);
   }
+  /* The state is the optimizer's: it goes with it, and the model lives on without it. */
   fsdp_optimizer_destroy(adam);
+  CHECK(memory_current(model, FSDP_MEMORY_OPTIMIZER_STATE) == 0,
+        "optimizer state after its optimizer was destroyed: %lld bytes",
+        (long long)memory_current(model, FSDP_MEMORY_OPTIMIZER_STATE));
   fsdp_runtime_destroy(runtime);
   fsdp_model_destroy(model);
   if (world_rank == 0) {
