@@ -1610,14 +1610,14 @@ CheckpointHeader load_checkpoint(const std::string& path, ShardedModel<T>& model
   read_pieces<T>(
       group, path, "/", pieces, header.tensors, [](const std::string& name) { return name; }, true);
   adopt_new_pieces(model, new_pieces);
-  // Every check passed: the new state goes to the optimizer.
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (new_state[i].allocated()) {
-      optimizer->state().adopt(tensors[i].parameter->name, state_names[tensors[i].state - 1],
-                               std::move(new_state[i]));
-    }
-  }
   if (optimizer != nullptr) {
+    // Every check passed: the new state goes to the optimizer.
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (new_state[i].allocated()) {
+        optimizer->state().adopt(tensors[i].parameter->name, state_names[tensors[i].state - 1],
+                                 std::move(new_state[i]));
+      }
+    }
     // A file saved before the first step holds no state: moments from this optimizer's own
     // earlier steps must not survive beside a step count of 0.
     if (state_names.empty()) {

@@ -1,16 +1,12 @@
 #include "fsdp/optim/optimizer_state.hpp"
 
-#include <algorithm>
-
 namespace fsdp {
 
 template <class T>
 DeviceView<T> OptimizerState<T>::get(ShardedParameter<T>& p, const std::string& name) {
   std::vector<Named>& states = by_parameter_[p.name()];
-  for (const Named& state : states) {
-    if (state.name == name) {
-      return state.values.view();
-    }
+  if (const Named* state = named(states, name)) {
+    return state->values.view();
   }
   states.push_back(Named{name, p.make_optimizer_state(name, true)});
   return states.back().values.view();
@@ -23,21 +19,15 @@ const DeviceView<T>* OptimizerState<T>::find(const std::string& parameter,
   if (found == by_parameter_.end()) {
     return nullptr;
   }
-  for (const Named& state : found->second) {
-    if (state.name == name) {
-      return &state.values.view();
-    }
-  }
-  return nullptr;
+  const Named* state = named(found->second, name);
+  return state != nullptr ? &state->values.view() : nullptr;
 }
 
 template <class T>
 void OptimizerState<T>::adopt(const std::string& parameter, const std::string& name,
                               TrackedView<T> state) {
   std::vector<Named>& states = by_parameter_[parameter];
-  const auto same = std::find_if(states.begin(), states.end(),
-                                 [&](const Named& named) { return named.name == name; });
-  if (same != states.end()) {
+  if (Named* same = named(states, name)) {
     same->values = std::move(state);
   } else {
     states.push_back(Named{name, std::move(state)});

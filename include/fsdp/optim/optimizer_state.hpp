@@ -2,6 +2,7 @@
 // by parameter and by name.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,6 +39,13 @@ class OptimizerState {
     std::string name;
     TrackedView<T> values;
   };
+  // The state called name among a parameter's states; nullptr when there is none.
+  template <class States>
+  static auto* named(States& states, const std::string& name) {
+    const auto found = std::find_if(states.begin(), states.end(),
+                                    [&](const Named& state) { return state.name == name; });
+    return found == states.end() ? nullptr : &*found;
+  }
   std::map<std::string, std::vector<Named>, std::less<>> by_parameter_;
 };
 
