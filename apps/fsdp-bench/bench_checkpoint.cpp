@@ -114,7 +114,7 @@ std::int64_t wrong_elements(ShardedModel<float>& model, const Optimizer<float>* 
             here);
         wrong += here;
       });
-  model.group().all_reduce(&wrong, 1);
+  model.group().all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(&wrong, 1));
   return wrong;
 }
 
@@ -210,7 +210,8 @@ double timed(ProcessGroup& group, const std::function<void()>& work) {
   const double start = MPI_Wtime();
   work();
   double seconds = MPI_Wtime() - start;
-  group.all_reduce(&seconds, 1, ReduceOp::max);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(&seconds, 1),
+                   ReduceOp::max);
   return seconds;
 }
 

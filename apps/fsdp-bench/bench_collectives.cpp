@@ -126,6 +126,7 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
     Kokkos::deep_copy(chunk, 1.0f);
     Kokkos::deep_copy(full, 1.0f);
     const int icount = static_cast<int>(count);
+    const Kokkos::DefaultHostExecutionSpace host;
     measure(
         "all_gather", bytes, repeats, group, common,
         [&] {
@@ -133,7 +134,8 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
                               group.mpi_comm()),
                 "MPI_Allgather");
         },
-        [&] { group.all_gather(chunk, full); }, [&] { unchecked.all_gather(chunk, full); });
+        [&] { group.all_gather(host, chunk, full); },
+        [&] { unchecked.all_gather(host, chunk, full); });
     measure(
         "reduce_scatter", bytes, repeats, group, common,
         [&] {
@@ -141,8 +143,8 @@ void run(const CollectivesOptions& options, const CommonOptions& common) {
                                          group.mpi_comm()),
                 "MPI_Reduce_scatter_block");
         },
-        [&] { group.reduce_scatter(full, chunk, ReduceOp::sum); },
-        [&] { unchecked.reduce_scatter(full, chunk, ReduceOp::sum); });
+        [&] { group.reduce_scatter(host, full, chunk, ReduceOp::sum); },
+        [&] { unchecked.reduce_scatter(host, full, chunk, ReduceOp::sum); });
   }
 }
 

@@ -75,7 +75,8 @@ Measurement measure(int repeats, ProcessGroup& group, bool& reset_ok, Work&& wor
   Measurement result;
   result.seconds = median(slowest_rank(seconds, group.mpi_comm()));
   std::int64_t peak_all = peak;
-  group.all_reduce(&peak_all, 1, ReduceOp::max);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(&peak_all, 1),
+                   ReduceOp::max);
   result.peak_added_kb = static_cast<long>(peak_all);
   result.checksum = checksum;
   return result;
@@ -123,7 +124,8 @@ void run(const SamplerBenchOptions& options, const CommonOptions& common) {
     });
     // Check: the ranks' indices together are the dataset plus the padding (the order's start).
     std::int64_t sum_all = static_cast<std::int64_t>(sampler.checksum);
-    group.all_reduce(&sum_all, 1, ReduceOp::sum);
+    group.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(&sum_all, 1),
+                     ReduceOp::sum);
     std::uint64_t expected = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n - 1) / 2;
     if (sampler_options.partition == Partition::strided) {
       DistributedSampler whole(n, 1, 0, sampler_options);

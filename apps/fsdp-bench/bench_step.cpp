@@ -533,7 +533,8 @@ void run(const StepOptions& options, const CommonOptions& common) {
     resident_ok[k] = window.reset_ok() ? 1 : 0;
     trainers[k]->settle();
   }
-  group.all_reduce(refused.data(), refused.size(), ReduceOp::max);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(),
+                   fsdp::host_view(refused.data(), refused.size()), ReduceOp::max);
   std::size_t kept = 0;
   for (std::size_t k = 0; k < rows.size(); ++k) {
     if (refused[k]) {
@@ -610,11 +611,14 @@ void run(const StepOptions& options, const CommonOptions& common) {
   std::vector<double> exposed(count);
   for (std::size_t k = 0; k < count; ++k) {
     medians[k] = median(slowest_rank(seconds[k], group.mpi_comm()));
-    group.all_reduce(waited[k].data(), waited[k].size(), ReduceOp::min);
+    group.all_reduce(Kokkos::DefaultHostExecutionSpace(),
+                     fsdp::host_view(waited[k].data(), waited[k].size()), ReduceOp::min);
     exposed[k] = median(waited[k]);
   }
-  group.all_reduce(resident_kb.data(), count, ReduceOp::max);
-  group.all_reduce(resident_ok.data(), count, ReduceOp::min);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(resident_kb.data(), count),
+                   ReduceOp::max);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(resident_ok.data(), count),
+                   ReduceOp::min);
 
   // Per way, the largest over ranks of: memory (tracker and kernel), the runtime's statistics,
   // the bytes sent and the formula's; and on every rank whether they agree.
@@ -662,8 +666,10 @@ void run(const StepOptions& options, const CommonOptions& common) {
       agree[2 * k + 1] &= s == sent ? 1 : 0;
     }
   }
-  group.all_reduce(figures.data(), figures.size(), ReduceOp::max);
-  group.all_reduce(agree.data(), agree.size(), ReduceOp::min);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(),
+                   fsdp::host_view(figures.data(), figures.size()), ReduceOp::max);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(agree.data(), agree.size()),
+                   ReduceOp::min);
 
   const double* base = &figures[kFigures * baseline];
   const double one_rank_s = medians[count - 1];

@@ -236,7 +236,8 @@ void run_memory(const MemoryOptions& options, const CommonOptions& common) {
                                 {&MemoryRow::resident_peak, &most.resident_peak},
                                 {&MemoryRow::resident_added, &most.resident_added}}) {
         *out = mine.*field;
-        group.all_reduce(out, 1, ReduceOp::max);
+        group.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(out, 1),
+                         ReduceOp::max);
       }
       EstimateOptions estimate_options{
           OptimizerKind::adam, precision == DType::f32 ? Precision::fp32 : Precision::mixed, mode};

@@ -287,7 +287,7 @@ class StopClock {
     // Room for two more steps (the next one and an epoch's evaluation) and a save; the first save
     // is assumed to take at least a second.
     int stop = now - start_ + 2 * slowest_step_ + std::max(slowest_save_, 1.0) > budget_;
-    group_.broadcast(&stop, 1, 0);
+    group_.broadcast(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(&stop, 1), 0);
     return stop != 0;
   }
 
@@ -426,7 +426,7 @@ class Run {
     fsdp_apps::barrier_without_spinning(group_);
     const double gemm_seconds = MPI_Wtime() - gemm_start;
     double flops = rate.flops;
-    group_.all_reduce(&flops, 1);
+    group_.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(&flops, 1));
     peak_flops_ = ranks_ == 1 ? rate.flops_per_s : flops / gemm_seconds;
     print_header(plan, schedule.steps(), batch->activation_bytes());
 
@@ -497,7 +497,7 @@ class Run {
         // (fp16 loss scaling skips steps whose 16-bit gradients overflow; the loss itself is
         // computed in fp32, so a non-finite loss is divergence that no skipped step repairs.)
         double global[2] = {step_sums.loss, static_cast<double>(rows * positions_)};
-        group_.all_reduce(global, 2);
+        group_.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(global, 2));
         if (!std::isfinite(global[0])) {
           progress.clear();
           char lr[32];
@@ -535,7 +535,7 @@ class Run {
         }
       }
       double totals[3] = {sums.loss, sums.correct, samples};
-      group_.all_reduce(totals, 3);
+      group_.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(totals, 3));
       const double seconds = MPI_Wtime() - epoch_start;
       train_seconds += seconds;
       trained_samples += totals[2];
@@ -598,7 +598,8 @@ class Run {
     // Communication that compute waited for: the scopes' waits for their unit's gather, over
     // training and evaluation, on the rank that waited longest (docs/train.md).
     double waited_s[2] = {runtime.stats().wait_s, runtime.stats().reduce_s};
-    group_.all_reduce(waited_s, 2, fsdp::ReduceOp::max);
+    group_.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(waited_s, 2),
+                      fsdp::ReduceOp::max);
     summary["gather_wait_seconds_max"] = waited_s[0];
     summary["reduce_seconds_max"] = waited_s[1];
     summary["scopes"] = runtime.stats().scopes;
@@ -644,7 +645,8 @@ class Run {
  private:
   double max_over_ranks(std::int64_t bytes) {
     double value = static_cast<double>(bytes);
-    group_.all_reduce(&value, 1, fsdp::ReduceOp::max);
+    group_.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(&value, 1),
+                      fsdp::ReduceOp::max);
     return value;
   }
 
@@ -656,7 +658,8 @@ class Run {
     const long rss_kb = fsdp_apps::status_kb("VmRSS:");
     double largest[2] = {static_cast<double>(model.memory().model_state()),
                          rss_kb >= 0 ? static_cast<double>(rss_kb) * 1024 : -1.0};
-    group_.all_reduce(largest, 2, fsdp::ReduceOp::max);
+    group_.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(largest, 2),
+                      fsdp::ReduceOp::max);
     const double state = largest[0];
     line["model_state_bytes_per_rank_max"] = state;
     line["unsharded_model_state_bytes"] = unsharded_bytes_;
@@ -774,7 +777,7 @@ class Run {
       sums.correct += part.correct;
     }
     double totals[2] = {sums.correct, sums.loss};
-    group_.all_reduce(totals, 2);
+    group_.all_reduce(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(totals, 2));
     const double positions = static_cast<double>(data_.eval.samples * positions_);
     return Evaluation{totals[0] / positions, totals[1] / positions};
   }
@@ -865,7 +868,7 @@ class Run {
     }
     // The other ranks wait without spinning on the cores rank 0 computes on.
     fsdp_apps::barrier_without_spinning(group_);
-    group_.broadcast(result, 4, 0);
+    group_.broadcast(Kokkos::DefaultHostExecutionSpace(), fsdp::host_view(result, 4), 0);
     // Judged by the last epoch's loss: 16-bit runs and fp32 transformers (above).
     const bool half = !o_.mixed_precision.empty();
     const bool by_loss = half || (positions_ > 1 && o_.dtype == "fp32");

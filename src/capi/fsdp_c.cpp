@@ -716,7 +716,9 @@ int fsdp_model_copy_parameter(fsdp_model_t model, const char* name, void* out) {
       if (piece.size() > 0) {
         std::copy(piece.data(), piece.data() + piece.size(), whole + p.shard_offset());
       }
-      sharded.group().all_reduce(whole, static_cast<std::size_t>(numel), fsdp::ReduceOp::sum);
+      sharded.group().all_reduce(Kokkos::DefaultHostExecutionSpace(),
+                                 fsdp::host_view(whole, static_cast<std::size_t>(numel)),
+                                 fsdp::ReduceOp::sum);
     });
   });
 }

@@ -11,7 +11,7 @@ HybridGroups make_hybrid_groups(ProcessGroup group, int shard_group_size) {
   // Every rank passed the same size, or the splits below would not pair up: the guard's argument
   // check cannot see this, so compare first.
   int sizes[2] = {shard_group_size, -shard_group_size};
-  group.all_reduce(sizes, 2, ReduceOp::max);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(sizes, 2), ReduceOp::max);
   require(sizes[0] == -sizes[1], "the ranks were given different shard group sizes (from " +
                                      std::to_string(-sizes[1]) + " to " + std::to_string(sizes[0]) +
                                      "); give every rank the same");
@@ -29,7 +29,7 @@ HybridGroups make_hybrid_groups(ProcessGroup group, int shard_group_size) {
   }
   ProcessGroup shard = group.node_local();
   int counts[2] = {shard.size(), -shard.size()};
-  group.all_reduce(counts, 2, ReduceOp::max);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(counts, 2), ReduceOp::max);
   require(counts[0] == -counts[1],
           "the nodes hold different numbers of ranks (from " + std::to_string(-counts[1]) + " to " +
               std::to_string(counts[0]) +

@@ -1470,9 +1470,10 @@ bool BackgroundSave::try_finish() {
   }
   Job& job = *job_;
   int ended = !job.writes() || job.ended.load(std::memory_order_acquire) ? 1 : 0;
-  job.group->all_reduce(&ended, 1, ReduceOp::min);
+  job.group->all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&ended, 1), ReduceOp::min);
   if (job.replicas) {
-    job.replicas->all_reduce(&ended, 1, ReduceOp::min);
+    job.replicas->all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&ended, 1),
+                             ReduceOp::min);
   }
   if (ended == 0) {
     return false;

@@ -43,7 +43,8 @@ double grad_norm(ShardedModel<T>& model) {
       local += p.grad_piece().visit([&](const auto& grad) { return sum_of_squares(space, grad); });
     }
   }
-  model.group().all_reduce(&local, 1, ReduceOp::sum);
+  model.group().all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&local, 1),
+                           ReduceOp::sum);
   return std::sqrt(local);
 }
 

@@ -58,7 +58,8 @@ bool LossScaler::unscale_and_check(ShardedModel<T>& model) {
       found = found > bad ? found : bad;
     }
   }
-  model.group().all_reduce(&found, 1, ReduceOp::max);
+  model.group().all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&found, 1),
+                           ReduceOp::max);
   return found != 0;
 }
 

@@ -117,7 +117,7 @@ void ShardedModel<T>::init_from_root(const std::string& name, const T* full_on_r
       if (group_.rank() == 0) {
         Kokkos::deep_copy(p.shard(), unmanaged(full_on_root, numel));
       }
-      group_.broadcast(p.shard(), 0);
+      group_.broadcast(ExecutionSpace(), p.shard(), 0);
       return;
     case Placement::sharded:
     case Placement::whole: {
@@ -127,10 +127,8 @@ void ShardedModel<T>::init_from_root(const std::string& name, const T* full_on_r
       for (const ShardAssignment& a : plan_.assignments(name)) {
         counts[static_cast<std::size_t>(a.owner_rank)] = static_cast<std::size_t>(a.size);
       }
-      group_
-          .scatter_v_async(unmanaged(full_on_root, group_.rank() == 0 ? numel : 0), counts,
-                           p.shard(), 0)
-          .wait();
+      group_.scatter_v(ExecutionSpace(), unmanaged(full_on_root, group_.rank() == 0 ? numel : 0),
+                       counts, p.shard(), 0);
       return;
     }
   }

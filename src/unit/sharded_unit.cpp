@@ -548,7 +548,7 @@ void ShardedUnit<T>::start_gather() {
     packed_gather_ = pool_->acquire(MemoryCategory::communication, name_ + ".packed_gather",
                                     layout_.packed_numel * n, false);
     in_flight_.push_back(gather_group_.all_gather_async(
-        slice(flat_shard_.view(), 0, layout_.packed_numel), packed_gather_.view(), space_));
+        space_, slice(flat_shard_.view(), 0, layout_.packed_numel), packed_gather_.view()));
   }
   for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
     const ShardedParameter<T>& p = parameters_[layout_.direct[k]];
@@ -556,18 +556,18 @@ void ShardedUnit<T>::start_gather() {
     direct_full_[k] =
         pool_->acquire(MemoryCategory::gathered_parameters, p.name(), piece.padded * n, false);
     in_flight_.push_back(gather_group_.all_gather_async(
-        slice(flat_shard_.view(), p.layout_.flat_offset, piece.padded), direct_full_[k].view(),
-        space_));
+        space_, slice(flat_shard_.view(), p.layout_.flat_offset, piece.padded),
+        direct_full_[k].view()));
   }
   for (std::size_t k = 0; k < owners_.size(); ++k) {
     const OwnerGroupLayout& g = layout_.owners[k];
     OwnerBuffers& buffers = owners_[k];
     if (g.owner == group_.rank()) {
-      in_flight_.push_back(gather_group_.broadcast_async(buffers.storage.view(), g.owner, space_));
+      in_flight_.push_back(gather_group_.broadcast_async(space_, buffers.storage.view(), g.owner));
     } else {
       buffers.gathered =
           pool_->acquire(MemoryCategory::gathered_parameters, name_ + ".whole", g.numel, false);
-      in_flight_.push_back(gather_group_.broadcast_async(buffers.gathered.view(), g.owner, space_));
+      in_flight_.push_back(gather_group_.broadcast_async(space_, buffers.gathered.view(), g.owner));
     }
   }
 }
@@ -612,7 +612,7 @@ void ShardedUnit<T>::start_half_gather() {
     narrow_into<H>(space_, slice(flat_shard_.view(), 0, layout_.packed_numel), send);
     const auto recv = half_buffer("packed_gather16", layout_.packed_numel * n);
     in_flight_.push_back(
-        gather_group_.all_gather_async(as_half<H>(send), as_half<H>(recv), space_));
+        gather_group_.all_gather_async(space_, as_half<H>(send), as_half<H>(recv)));
   }
   for (std::size_t i : layout_.direct) {
     const ShardedParameter<T>& p = parameters_[i];
@@ -621,7 +621,7 @@ void ShardedUnit<T>::start_half_gather() {
     narrow_into<H>(space_, slice(flat_shard_.view(), p.layout_.flat_offset, padded), send);
     const auto recv = half_buffer(p.name() + ".gather16", padded * n);
     in_flight_.push_back(
-        gather_group_.all_gather_async(as_half<H>(send), as_half<H>(recv), space_));
+        gather_group_.all_gather_async(space_, as_half<H>(send), as_half<H>(recv)));
   }
   for (std::size_t k = 0; k < owners_.size(); ++k) {
     const OwnerGroupLayout& g = layout_.owners[k];
@@ -629,7 +629,7 @@ void ShardedUnit<T>::start_half_gather() {
     if (g.owner == group_.rank()) {
       narrow_into<H>(space_, owners_[k].storage.view(), whole);
     }
-    in_flight_.push_back(gather_group_.broadcast_async(as_half<H>(whole), g.owner, space_));
+    in_flight_.push_back(gather_group_.broadcast_async(space_, as_half<H>(whole), g.owner));
   }
 }
 
@@ -721,7 +721,7 @@ void ShardedUnit<T>::start_resident_gather() {
     }
     packed_gather_ = pool_->acquire(MemoryCategory::communication, name_ + ".packed_gather",
                                     layout_.packed_numel * n, false);
-    in_flight_.push_back(gather_group_.all_gather_async(send, packed_gather_.view(), space_));
+    in_flight_.push_back(gather_group_.all_gather_async(space_, send, packed_gather_.view()));
   }
   for (std::size_t k = 0; k < layout_.direct.size(); ++k) {
     const ShardedParameter<T>& p = parameters_[layout_.direct[k]];
@@ -729,14 +729,14 @@ void ShardedUnit<T>::start_resident_gather() {
                                            p.layout_.piece.padded, false));
     const View send = gather_sends_.back().view();
     Kokkos::deep_copy(space_, slice(send, 0, p.shard_size()), p.shard_);
-    in_flight_.push_back(gather_group_.all_gather_async(send, direct_full_[k].view(), space_));
+    in_flight_.push_back(gather_group_.all_gather_async(space_, send, direct_full_[k].view()));
   }
   for (std::size_t k = 0; k < owners_.size(); ++k) {
     const OwnerGroupLayout& g = layout_.owners[k];
     OwnerBuffers& buffers = owners_[k];
     in_flight_.push_back(gather_group_.broadcast_async(
-        g.owner == group_.rank() ? buffers.storage.view() : buffers.gathered.view(), g.owner,
-        space_));
+        space_, g.owner == group_.rank() ? buffers.storage.view() : buffers.gathered.view(),
+        g.owner));
   }
 }
 
@@ -991,28 +991,29 @@ void ShardedUnit<T>::reduce_scatter_grads_async() {
         copy_segments(space_, grad_layout_.pack, grads, r.packed_send.view());
         staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
                                          grad_layout_.packed_numel, false));
-        works.push_back(group_.reduce_scatter_async(r.packed_send.view(), staging.back().view(),
-                                                    ReduceOp::avg, space_));
+        works.push_back(group_.reduce_scatter_async(space_, r.packed_send.view(),
+                                                    staging.back().view(), ReduceOp::avg));
       }
       for (std::size_t i : grad_layout_.direct) {
         // The padded full gradient is laid out as N pieces already: reduce-scatter it in place.
         const ShardedParameter<T>& p = grad_parameter(i);
         const std::int64_t padded = p.grad_layout_.piece.padded;
         staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
-        works.push_back(
-            group_.reduce_scatter_async(slice(grads, p.grad_layout_.grad_offset, n * padded),
-                                        staging.back().view(), ReduceOp::avg, space_));
+        works.push_back(group_.reduce_scatter_async(
+            space_, slice(grads, p.grad_layout_.grad_offset, n * padded), staging.back().view(),
+            ReduceOp::avg));
       }
       for (const OwnerGroupLayout& g : grad_layout_.owners) {
         const View group_grads = slice(grads, g.grad_offset, g.numel);
         works.push_back(
-            group_.reduce_async(group_grads, group_grads, ReduceOp::avg, g.owner, space_));
+            group_.reduce_async(space_, group_grads, group_grads, ReduceOp::avg, g.owner));
       }
       if (!grad_layout_.replicated.empty()) {
         works.push_back(group_.all_reduce_async(
+            space_,
             slice(grads, grad_layout_.replicated_grad_offset,
                   grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset),
-            ReduceOp::avg, space_));
+            ReduceOp::avg));
       }
     }
   } catch (...) {
@@ -1204,7 +1205,7 @@ void ShardedUnit<T>::reduce_in_half() {
     staging.push_back(pool_->acquire(MemoryCategory::communication, name_ + ".rs_recv",
                                      grad_layout_.packed_numel, false));
     works.push_back(
-        group_.reduce_scatter_async(as_half<H>(send), as_half<H>(recv), ReduceOp::avg, space_));
+        group_.reduce_scatter_async(space_, as_half<H>(send), as_half<H>(recv), ReduceOp::avg));
     results.emplace_back(recv, staging.back().view());
   }
   for (std::size_t i : grad_layout_.direct) {
@@ -1215,15 +1216,15 @@ void ShardedUnit<T>::reduce_in_half() {
     const auto recv = reduction_half_buffer(p.name() + ".rs_recv16", padded);
     staging.push_back(pool_->acquire(MemoryCategory::communication, p.name(), padded, false));
     works.push_back(
-        group_.reduce_scatter_async(as_half<H>(send), as_half<H>(recv), ReduceOp::avg, space_));
+        group_.reduce_scatter_async(space_, as_half<H>(send), as_half<H>(recv), ReduceOp::avg));
     results.emplace_back(recv, staging.back().view());
   }
   for (const OwnerGroupLayout& g : grad_layout_.owners) {
     const View group_grads = slice(grads, g.grad_offset, g.numel);
     const auto buffer = reduction_half_buffer("reduce16", g.numel);
     narrow_into<H>(space_, group_grads, buffer);
-    works.push_back(group_.reduce_async(as_half<H>(buffer), as_half<H>(buffer), ReduceOp::avg,
-                                        g.owner, space_));
+    works.push_back(group_.reduce_async(space_, as_half<H>(buffer), as_half<H>(buffer),
+                                        ReduceOp::avg, g.owner));
     if (g.owner == group_.rank()) {
       results.emplace_back(buffer, group_grads);
     }
@@ -1235,7 +1236,7 @@ void ShardedUnit<T>::reduce_in_half() {
     const auto buffer =
         reduction_half_buffer("all_reduce16", static_cast<std::int64_t>(replicated.size()));
     narrow_into<H>(space_, replicated, buffer);
-    works.push_back(group_.all_reduce_async(as_half<H>(buffer), ReduceOp::avg, space_));
+    works.push_back(group_.all_reduce_async(space_, as_half<H>(buffer), ReduceOp::avg));
     results.emplace_back(buffer, replicated);
   }
 }
@@ -1247,19 +1248,20 @@ template <class T>
 void ShardedUnit<T>::average_over_replicas(const std::vector<TrackedView<T>>& staging,
                                            const View& grads, std::vector<Work>& works) {
   for (const TrackedView<T>& chunk : staging) {
-    works.push_back(replica_reductions_->all_reduce_async(chunk.view(), ReduceOp::avg, space_));
+    works.push_back(replica_reductions_->all_reduce_async(space_, chunk.view(), ReduceOp::avg));
   }
   for (const OwnerGroupLayout& g : grad_layout_.owners) {
     if (g.owner == group_.rank()) {
-      works.push_back(replica_reductions_->all_reduce_async(slice(grads, g.grad_offset, g.numel),
-                                                            ReduceOp::avg, space_));
+      works.push_back(replica_reductions_->all_reduce_async(
+          space_, slice(grads, g.grad_offset, g.numel), ReduceOp::avg));
     }
   }
   if (!grad_layout_.replicated.empty()) {
     works.push_back(replica_reductions_->all_reduce_async(
+        space_,
         slice(grads, grad_layout_.replicated_grad_offset,
               grad_layout_.full_grad_numel - grad_layout_.replicated_grad_offset),
-        ReduceOp::avg, space_));
+        ReduceOp::avg));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "error_message.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "pointer_collectives.hpp"
 #include "token_within.hpp"
 
 using namespace fsdp;
@@ -33,7 +34,7 @@ BOOST_AUTO_TEST_CASE(a_group_that_checks_checks_ahead) {
   // Nothing to check: an announcement is ignored, and so is a collective that differs from it.
   group.expect_all_gather(4, DType::f32);
   int value = 1;
-  group.all_reduce(&value, 1);
+  detail::PointerCollectives(group).all_reduce(&value, 1);
   BOOST_TEST(value == group.size());
 }
 
@@ -56,13 +57,14 @@ BOOST_AUTO_TEST_CASE(an_announced_collective_starts_when_it_is_issued) {
   const int kTokenTag = 4712;
   int token = 0;
   if (rank == 0) {
-    Work gather = group.all_gather_async(send.data(), recv.data(), send.size(), DType::i32);
+    Work gather = detail::PointerCollectives(group).all_gather_async(send.data(), recv.data(),
+                                                                     send.size(), DType::i32);
     BOOST_REQUIRE_MESSAGE(
         token_within(token, 1, kTokenTag, group.mpi_comm(), std::chrono::seconds(30)),
         "rank 1's all_gather did not complete while rank 0 waited");
     gather.wait();
   } else {
-    group.all_gather(send.data(), recv.data(), send.size(), DType::i32);
+    detail::PointerCollectives(group).all_gather(send.data(), recv.data(), send.size(), DType::i32);
     token = 1;
     BOOST_REQUIRE(MPI_Send(&token, 1, MPI_INT, 0, kTokenTag, group.mpi_comm()) == MPI_SUCCESS);
   }
@@ -76,11 +78,13 @@ BOOST_AUTO_TEST_CASE(announced_collectives_move_the_right_bytes) {
   std::vector<double> data(7, group.rank() == n - 1 ? 2.5 : 0.0);
   group.expect_all_gather(send.size(), DType::f32);
   group.expect_broadcast(data.size(), DType::f64, n - 1);
-  Work gather = group.all_gather_async(send.data(), recv.data(), send.size(), DType::f32);
-  Work broadcast = group.broadcast_async(data.data(), data.size(), DType::f64, n - 1);
+  Work gather = detail::PointerCollectives(group).all_gather_async(send.data(), recv.data(),
+                                                                   send.size(), DType::f32);
+  Work broadcast = detail::PointerCollectives(group).broadcast_async(data.data(), data.size(),
+                                                                     DType::f64, n - 1);
   // Not announced: checked as it is issued, after the announced ones.
   int value = 1;
-  group.all_reduce(&value, 1);
+  detail::PointerCollectives(group).all_reduce(&value, 1);
   gather.wait();
   broadcast.wait();
   BOOST_TEST(value == n);
@@ -105,7 +109,7 @@ BOOST_AUTO_TEST_CASE(an_all_gather_announced_on_one_rank_only) {
     if (rank == announcing) {
       group.expect_all_gather(send.size(), DType::i32);
     }
-    group.all_gather(send.data(), recv.data(), send.size(), DType::i32);
+    detail::PointerCollectives(group).all_gather(send.data(), recv.data(), send.size(), DType::i32);
     BOOST_TEST(recv[0] == 10 * announcing);
     BOOST_TEST(recv[3] == 1 + 10 * announcing);
   }
@@ -118,28 +122,30 @@ BOOST_AUTO_TEST_CASE(a_collective_issued_otherwise_than_announced_fails_on_its_r
   ProcessGroup group = world.split(0, world.rank());
   std::vector<float> send(4, 1.0f), recv(4 * static_cast<std::size_t>(group.size()));
   group.expect_all_gather(4, DType::f32);
-  BOOST_CHECK_EXCEPTION(group.broadcast(send.data(), 4, 0), Error,
+  BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).broadcast(send.data(), 4, 0), Error,
                         message_has("broadcast(count=4, dtype=fp32, root=0) issued where "
                                     "all_gather(count=4, dtype=fp32) was announced"));
-  BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), 4), Error,
-                        message_has("unusable"));
+  BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).all_gather(send.data(), recv.data(), 4),
+                        Error, message_has("unusable"));
   BOOST_CHECK_EXCEPTION(group.expect_all_gather(4, DType::f32), Error, message_has("unusable"));
   // The same count with another dtype is another collective too.
   ProcessGroup other = world.split(0, world.rank());
   other.expect_all_gather(4, DType::f64);
-  BOOST_CHECK_EXCEPTION(other.all_gather(send.data(), recv.data(), 4), Error,
+  BOOST_CHECK_EXCEPTION(detail::PointerCollectives(other).all_gather(send.data(), recv.data(), 4),
+                        Error,
                         message_has("all_gather(count=4, dtype=fp32) issued where "
                                     "all_gather(count=4, dtype=fp64) was announced"));
   // So is another count, or a broadcast from another root.
   ProcessGroup shorter = world.split(0, world.rank());
   shorter.expect_all_gather(4, DType::f32);
-  BOOST_CHECK_EXCEPTION(shorter.all_gather(send.data(), recv.data(), 3), Error,
+  BOOST_CHECK_EXCEPTION(detail::PointerCollectives(shorter).all_gather(send.data(), recv.data(), 3),
+                        Error,
                         message_has("all_gather(count=3, dtype=fp32) issued where "
                                     "all_gather(count=4, dtype=fp32) was announced"));
   if (world.size() > 1) {
     ProcessGroup rooted = world.split(0, world.rank());
     rooted.expect_broadcast(4, DType::f32, 0);
-    BOOST_CHECK_EXCEPTION(rooted.broadcast(send.data(), 4, 1), Error,
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(rooted).broadcast(send.data(), 4, 1), Error,
                           message_has("broadcast(count=4, dtype=fp32, root=1) issued where "
                                       "broadcast(count=4, dtype=fp32, root=0) was announced"));
   }
@@ -155,10 +161,11 @@ BOOST_AUTO_TEST_CASE(ranks_that_announce_different_collectives_fail_together) {
   const std::size_t count = group.rank() == 1 ? 5 : 4;
   std::vector<float> send(count, 1.0f), recv(count * group.size());
   group.expect_all_gather(count, DType::f32);
-  BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), count), Error,
-                        message_has("rank 1 called all_gather(count=5, dtype=fp32)"));
+  BOOST_CHECK_EXCEPTION(
+      detail::PointerCollectives(group).all_gather(send.data(), recv.data(), count), Error,
+      message_has("rank 1 called all_gather(count=5, dtype=fp32)"));
   // Nobody entered the all_gather, so the group is still in step.
   int value = 1;
-  group.all_reduce(&value, 1);
+  detail::PointerCollectives(group).all_reduce(&value, 1);
   BOOST_TEST(value == group.size());
 }

@@ -13,6 +13,7 @@
 
 #include "error_message.hpp"
 #include "fsdp/comm/process_group.hpp"
+#include "pointer_collectives.hpp"
 #include "token_within.hpp"
 
 using namespace fsdp;
@@ -37,11 +38,12 @@ BOOST_AUTO_TEST_CASE(count_mismatch_fails_on_every_rank) {
   }
   const std::size_t count = group.rank() == 1 ? 5 : 4;
   std::vector<float> send(count, 1.0f), recv(count * group.size());
-  BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), count), Error,
-                        message_has("rank 1 called all_gather(count=5, dtype=fp32)"));
+  BOOST_CHECK_EXCEPTION(
+      detail::PointerCollectives(group).all_gather(send.data(), recv.data(), count), Error,
+      message_has("rank 1 called all_gather(count=5, dtype=fp32)"));
   // Nobody entered the all_gather, so the group is still in step.
   int value = 1;
-  group.all_reduce(&value, 1);
+  detail::PointerCollectives(group).all_reduce(&value, 1);
   BOOST_TEST(value == group.size());
 }
 
@@ -59,7 +61,8 @@ BOOST_AUTO_TEST_CASE(the_caller_does_not_wait_for_the_other_ranks_check) {
   const int kTokenTag = 4711;
   int token = 0;
   if (rank == 0) {
-    Work gather = group.all_gather_async(send.data(), recv.data(), send.size(), DType::i32);
+    Work gather = detail::PointerCollectives(group).all_gather_async(send.data(), recv.data(),
+                                                                     send.size(), DType::i32);
     token = 1;
     BOOST_REQUIRE(MPI_Send(&token, 1, MPI_INT, 1, kTokenTag, MPI_COMM_WORLD) == MPI_SUCCESS);
     gather.wait();
@@ -70,7 +73,7 @@ BOOST_AUTO_TEST_CASE(the_caller_does_not_wait_for_the_other_ranks_check) {
           "rank 0 was still in all_gather_async after 30 s");
       BOOST_TEST(token == 1);
     }
-    group.all_gather(send.data(), recv.data(), send.size(), DType::i32);
+    detail::PointerCollectives(group).all_gather(send.data(), recv.data(), send.size(), DType::i32);
   }
   for (int r = 0; r < group.size(); ++r) {
     BOOST_TEST(recv[3 * static_cast<std::size_t>(r)] == r);
@@ -88,7 +91,8 @@ BOOST_AUTO_TEST_CASE(a_small_all_gather_needs_no_poll_from_the_other_ranks) {
   ProcessGroup group(MPI_COMM_WORLD, options);
   const int rank = group.rank();
   std::vector<int> send(16, rank), recv(16 * static_cast<std::size_t>(group.size()), -1);
-  Work gather = group.all_gather_async(send.data(), recv.data(), send.size(), DType::i32);
+  Work gather = detail::PointerCollectives(group).all_gather_async(send.data(), recv.data(),
+                                                                   send.size(), DType::i32);
   if (rank == 0) {
     BOOST_REQUIRE(MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS);
     gather.wait();
@@ -115,26 +119,28 @@ BOOST_AUTO_TEST_CASE(mismatches_with_an_all_gather_by_exchange_leave_the_group_u
   std::vector<float> send(large, 1.0f), recv(large * ranks);
   auto gathers_right = [&] {
     std::vector<int> mine(3, rank), all(3 * ranks, -1);
-    group.all_gather(mine.data(), all.data(), mine.size(), DType::i32);
+    detail::PointerCollectives(group).all_gather(mine.data(), all.data(), mine.size(), DType::i32);
     for (std::size_t r = 0; r < ranks; ++r) {
       BOOST_TEST(all[3 * r] == static_cast<int>(r));
     }
   };
   if (rank == 1) {
-    BOOST_CHECK_EXCEPTION(group.broadcast(send.data(), 4, 0), Error,
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).broadcast(send.data(), 4, 0), Error,
                           message_has("rank 1 called broadcast(count=4"));
   } else {
-    BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), 4), Error,
-                          message_has("rank 1 called broadcast(count=4"));
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).all_gather(send.data(), recv.data(), 4),
+                          Error, message_has("rank 1 called broadcast(count=4"));
   }
   gathers_right();
   const std::size_t count = rank == 0 ? large : 4;
-  BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), count), Error,
-                        message_has("rank 0 called all_gather(count=" + std::to_string(large)));
+  BOOST_CHECK_EXCEPTION(
+      detail::PointerCollectives(group).all_gather(send.data(), recv.data(), count), Error,
+      message_has("rank 0 called all_gather(count=" + std::to_string(large)));
   gathers_right();
   const DType dtype = rank == 0 ? DType::i32 : DType::f32;
-  BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), 4, dtype), Error,
-                        message_has("rank 0 called all_gather(count=4, dtype=int32)"));
+  BOOST_CHECK_EXCEPTION(
+      detail::PointerCollectives(group).all_gather(send.data(), recv.data(), 4, dtype), Error,
+      message_has("rank 0 called all_gather(count=4, dtype=int32)"));
   gathers_right();
 }
 
@@ -150,20 +156,22 @@ BOOST_AUTO_TEST_CASE(mismatches_with_a_reduce_scatter_by_exchange_leave_the_grou
   std::vector<float> send(4 * ranks, 1.0f), recv(4 * ranks);
   auto reduces_right = [&] {
     std::vector<double> mine(3 * ranks, rank + 1.0), sum(3, -1);
-    group.reduce_scatter(mine.data(), sum.data(), 3, DType::f64, ReduceOp::sum);
+    detail::PointerCollectives(group).reduce_scatter(mine.data(), sum.data(), 3, DType::f64,
+                                                     ReduceOp::sum);
     BOOST_TEST(sum[2] == static_cast<double>(ranks * (ranks + 1) / 2));
   };
   const ReduceOp op = rank == 1 ? ReduceOp::avg : ReduceOp::sum;
-  BOOST_CHECK_EXCEPTION(group.reduce_scatter(send.data(), recv.data(), 4, DType::f32, op), Error,
-                        message_has("rank 1 called reduce_scatter(count=4, dtype=fp32, op=avg"));
+  BOOST_CHECK_EXCEPTION(
+      detail::PointerCollectives(group).reduce_scatter(send.data(), recv.data(), 4, DType::f32, op),
+      Error, message_has("rank 1 called reduce_scatter(count=4, dtype=fp32, op=avg"));
   reduces_right();
   if (rank == 1) {
-    BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), 4), Error,
-                          message_has("rank 1 called all_gather(count=4"));
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).all_gather(send.data(), recv.data(), 4),
+                          Error, message_has("rank 1 called all_gather(count=4"));
   } else {
-    BOOST_CHECK_EXCEPTION(
-        group.reduce_scatter(send.data(), recv.data(), 4, DType::f32, ReduceOp::sum), Error,
-        message_has("rank 1 called all_gather(count=4"));
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).reduce_scatter(
+                              send.data(), recv.data(), 4, DType::f32, ReduceOp::sum),
+                          Error, message_has("rank 1 called all_gather(count=4"));
   }
   reduces_right();
 }
@@ -187,10 +195,11 @@ BOOST_AUTO_TEST_CASE(without_the_check_a_block_of_the_wrong_size_is_an_error_not
                   "all_gather block of 20 bytes of fp32"
                 : "rank 1 sent an all_gather block of 20 bytes of fp32 where this rank's is an "
                   "all_gather block of 16 bytes of fp32";
-  BOOST_CHECK_EXCEPTION(group.all_gather(send.data(), recv.data(), count), Error,
-                        message_has(expected));
+  BOOST_CHECK_EXCEPTION(
+      detail::PointerCollectives(group).all_gather(send.data(), recv.data(), count), Error,
+      message_has(expected));
   std::vector<int> mine(2, rank), all(2 * static_cast<std::size_t>(group.size()), -1);
-  group.all_gather(mine.data(), all.data(), mine.size(), DType::i32);
+  detail::PointerCollectives(group).all_gather(mine.data(), all.data(), mine.size(), DType::i32);
   BOOST_TEST(all.back() == group.size() - 1);
 }
 
@@ -201,17 +210,17 @@ BOOST_AUTO_TEST_CASE(dtype_and_operation_mismatch) {
   }
   std::vector<double> buffer(8, 1.0);
   if (group.rank() == 0) {
-    BOOST_CHECK_EXCEPTION(
-        group.all_reduce(buffer.data(), buffer.data(), 8, DType::f32, ReduceOp::sum), Error,
-        message_has("ranks disagree on collective"));
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).all_reduce(
+                              buffer.data(), buffer.data(), 8, DType::f32, ReduceOp::sum),
+                          Error, message_has("ranks disagree on collective"));
   } else {
-    BOOST_CHECK_EXCEPTION(
-        group.all_reduce(buffer.data(), buffer.data(), 8, DType::f64, ReduceOp::sum), Error,
-        message_has("rank 0 called all_reduce(count=8, dtype=fp32"));
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).all_reduce(
+                              buffer.data(), buffer.data(), 8, DType::f64, ReduceOp::sum),
+                          Error, message_has("rank 0 called all_reduce(count=8, dtype=fp32"));
   }
   // A different collective altogether.
   if (group.rank() == 0) {
-    BOOST_CHECK_EXCEPTION(group.broadcast(buffer.data(), 8, 0), Error,
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).broadcast(buffer.data(), 8, 0), Error,
                           message_has("called broadcast"));
   } else {
     BOOST_CHECK_EXCEPTION(group.barrier(), Error, message_has("rank 0 called broadcast"));
@@ -224,32 +233,35 @@ BOOST_AUTO_TEST_CASE(a_bad_argument_on_one_rank_fails_everywhere) {
   std::vector<float> data(4, 0.0f);
   const int root = group.rank() == group.size() - 1 ? group.size() : 0;  // last rank: out of range
   if (group.rank() == group.size() - 1) {
-    BOOST_CHECK_EXCEPTION(group.broadcast(data.data(), 4, root), Error,
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).broadcast(data.data(), 4, root), Error,
                           message_has("is not a rank of this group"));
   } else {
-    BOOST_CHECK_EXCEPTION(group.broadcast(data.data(), 4, root), Error,
+    BOOST_CHECK_EXCEPTION(detail::PointerCollectives(group).broadcast(data.data(), 4, root), Error,
                           message_has("passed invalid arguments"));
   }
   // all_gather_v whose counts do not match the send count on one rank.
   std::vector<std::size_t> counts(group.size(), 2);
   const std::size_t send_count = group.rank() == 0 ? 3 : 2;
   std::vector<float> send(send_count), recv(2 * group.size() + 1);
-  BOOST_CHECK_THROW(group.all_gather_v(send.data(), send_count, recv.data(), counts), Error);
+  BOOST_CHECK_THROW(
+      detail::PointerCollectives(group).all_gather_v(send.data(), send_count, recv.data(), counts),
+      Error);
   BOOST_CHECK_NO_THROW(group.barrier());
 }
 
 BOOST_AUTO_TEST_CASE(avg_of_integers_is_rejected) {
   ProcessGroup group = checked_world();
   std::vector<std::int32_t> data(4, 1);
-  BOOST_CHECK_EXCEPTION(group.all_reduce(data.data(), data.size(), ReduceOp::avg), Error,
-                        message_has("ReduceOp::avg needs a floating dtype, got int32"));
+  BOOST_CHECK_EXCEPTION(
+      detail::PointerCollectives(group).all_reduce(data.data(), data.size(), ReduceOp::avg), Error,
+      message_has("ReduceOp::avg needs a floating dtype, got int32"));
 }
 
 BOOST_AUTO_TEST_CASE(view_sizes_are_checked) {
   ProcessGroup group = checked_world();
   Kokkos::View<float*, Kokkos::HostSpace> send("params", 4);
   Kokkos::View<float*, Kokkos::HostSpace> recv("gathered", 4 * group.size() + 1);
-  BOOST_CHECK_EXCEPTION(group.all_gather(send, recv), Error,
+  BOOST_CHECK_EXCEPTION(group.all_gather(Kokkos::DefaultHostExecutionSpace(), send, recv), Error,
                         message_has("recv View 'gathered' has"));
 }
 
@@ -374,32 +386,51 @@ BOOST_AUTO_TEST_CASE(every_backend_is_given_the_same_argument_checks) {
   std::vector<float> data(4);
   std::vector<std::int32_t> ints(4);
   const std::vector<std::pair<std::function<void(ProcessGroup&)>, std::string>> bad_calls = {
-      {[&](ProcessGroup& g) { g.broadcast(data.data(), 4, n); }, "root " + std::to_string(n)},
-      {[&](ProcessGroup& g) { g.reduce(data.data(), data.data(), 4, ReduceOp::sum, -1); },
-       "root -1"},
-      {[&](ProcessGroup& g) { g.all_reduce(ints.data(), 4, ReduceOp::avg); }, "ReduceOp::avg"},
+      {[&](ProcessGroup& g) { detail::PointerCollectives(g).broadcast(data.data(), 4, n); },
+       "root " + std::to_string(n)},
       {[&](ProcessGroup& g) {
-         g.all_reduce(data.data(), data.data(), 4, DType::f32, static_cast<ReduceOp>(9));
+         detail::PointerCollectives(g).reduce(data.data(), data.data(), 4, ReduceOp::sum, -1);
+       },
+       "root -1"},
+      {[&](ProcessGroup& g) {
+         detail::PointerCollectives(g).all_reduce(ints.data(), 4, ReduceOp::avg);
+       },
+       "ReduceOp::avg"},
+      {[&](ProcessGroup& g) {
+         detail::PointerCollectives(g).all_reduce(data.data(), data.data(), 4, DType::f32,
+                                                  static_cast<ReduceOp>(9));
        },
        "invalid ReduceOp value 9"},
-      {[&](ProcessGroup& g) { g.all_gather(data.data(), data.data(), 1, static_cast<DType>(17)); },
+      {[&](ProcessGroup& g) {
+         detail::PointerCollectives(g).all_gather(data.data(), data.data(), 1,
+                                                  static_cast<DType>(17));
+       },
        "invalid DType value 17"},
       {[&](ProcessGroup& g) {
-         g.all_gather_v(data.data(), 2, data.data(), std::vector<std::size_t>(n + 1, 2));
+         detail::PointerCollectives(g).all_gather_v(data.data(), 2, data.data(),
+                                                    std::vector<std::size_t>(n + 1, 2));
        },
        "counts has " + std::to_string(n + 1) + " entries"},
-      {[&](ProcessGroup& g) { g.all_gather_v(data.data(), 3, data.data(), counts); },
+      {[&](ProcessGroup& g) {
+         detail::PointerCollectives(g).all_gather_v(data.data(), 3, data.data(), counts);
+       },
        "this rank's count 3 differs"},
-      {[&](ProcessGroup& g) { g.scatter_v(data.data(), counts, data.data(), 1, 0); },
+      {[&](ProcessGroup& g) {
+         detail::PointerCollectives(g).scatter_v(data.data(), counts, data.data(), 1, 0);
+       },
        "this rank's count 1 differs"},
       {[&](ProcessGroup& g) {
-         g.scatter_v(data.data(), huge_counts, data.data(), huge_counts[me], 0);
+         detail::PointerCollectives(g).scatter_v(data.data(), huge_counts, data.data(),
+                                                 huge_counts[me], 0);
        },
        "int count limit"},
-      {[&](ProcessGroup& g) { g.all_gather(data.data(), data.data(), too_many); },
+      {[&](ProcessGroup& g) {
+         detail::PointerCollectives(g).all_gather(data.data(), data.data(), too_many);
+       },
        "int count limit"},
       {[&](ProcessGroup& g) {
-         g.reduce_scatter(data.data(), data.data(), too_many, ReduceOp::sum);
+         detail::PointerCollectives(g).reduce_scatter(data.data(), data.data(), too_many,
+                                                      ReduceOp::sum);
        },
        "int count limit"},
   };
@@ -415,8 +446,8 @@ BOOST_AUTO_TEST_CASE(every_backend_is_given_the_same_argument_checks) {
   }
   // Valid calls reach the backend with no problem.
   recording->problems.clear();
-  fake.all_gather_v(data.data(), 2, data.data(), counts);
-  fake.broadcast(data.data(), 4, n - 1);
+  detail::PointerCollectives(fake).all_gather_v(data.data(), 2, data.data(), counts);
+  detail::PointerCollectives(fake).broadcast(data.data(), 4, n - 1);
   BOOST_TEST(recording->problems == std::vector<std::string>(2, ""),
              boost::test_tools::per_element());
 }

@@ -20,6 +20,7 @@
 #include "fsdp/comm/on_root.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/core/memory_space.hpp"
+#include "pointer_collectives.hpp"
 #include "test_values.hpp"
 
 using namespace fsdp;
@@ -58,7 +59,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_gather_views, T, AllTypes) {
     for (std::size_t i = 0; i < count; ++i) {
       send(i) = make<T>(value_of(group.rank(), i));
     }
-    group.all_gather(send, recv);
+    group.all_gather(ExecutionSpace(), send, recv);
     for (int r = 0; r < n; ++r) {
       for (std::size_t i = 0; i < count; ++i) {
         BOOST_TEST(as_double(recv(r * count + i)) == value_of(r, i));
@@ -80,7 +81,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_gather_v_uneven_with_empty_ranks, T, AllTypes)
     send[i] = make<T>(value_of(group.rank(), i));
   }
   std::vector<T> recv(total);
-  group.all_gather_v(send.data(), send.size(), recv.data(), counts);
+  group.all_gather_v(Kokkos::DefaultHostExecutionSpace(), host_view(send.data(), send.size()),
+                     host_view(recv.data(), recv.size()), counts);
   std::size_t offset = 0;
   for (int r = 0; r < n; ++r) {
     for (std::size_t i = 0; i < counts[r]; ++i) {
@@ -99,7 +101,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_sum, T, AllTypes) {
     for (std::size_t i = 0; i < count * n; ++i) {
       send(i) = make<T>(value_of(group.rank(), i));
     }
-    group.reduce_scatter(send, recv, ReduceOp::sum);
+    group.reduce_scatter(ExecutionSpace(), send, recv, ReduceOp::sum);
     for (std::size_t i = 0; i < count; ++i) {
       double expected = 0;
       for (int r = 0; r < n; ++r) {
@@ -118,7 +120,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_avg, T, FloatTypes) {
   for (std::size_t i = 0; i < send.size(); ++i) {
     send[i] = make<T>(value_of(group.rank(), i));
   }
-  group.reduce_scatter(send.data(), recv.data(), count, ReduceOp::avg);
+  group.reduce_scatter(Kokkos::DefaultHostExecutionSpace(), host_view(send.data(), send.size()),
+                       host_view(recv.data(), recv.size()), ReduceOp::avg);
   for (std::size_t i = 0; i < count; ++i) {
     double sum = 0;
     for (int r = 0; r < n; ++r) {
@@ -153,20 +156,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reductions_in_pieces_between_other_collectives, T,
   const int mine = group.rank();
   std::vector<int> ranks(n);
   std::vector<Work> works;
-  works.push_back(group.reduce_scatter_async(sends[0].data(), recvs[0].data(), counts[0],
-                                             dtype_of<T>(), ReduceOp::sum));
-  works.push_back(group.all_gather_async(&mine, ranks.data(), 1, DType::i32));
+  works.push_back(detail::PointerCollectives(group).reduce_scatter_async(
+      sends[0].data(), recvs[0].data(), counts[0], dtype_of<T>(), ReduceOp::sum));
+  works.push_back(
+      detail::PointerCollectives(group).all_gather_async(&mine, ranks.data(), 1, DType::i32));
   std::vector<T> reduced((std::size_t{5} << 20) / sizeof(T) + 7);
   for (std::size_t i = 0; i < reduced.size(); ++i) {
     reduced[i] = static_cast<T>(value(group.rank(), i));
   }
-  works.push_back(group.all_reduce_async(reduced.data(), reduced.data(), reduced.size(),
-                                         dtype_of<T>(), ReduceOp::sum));
+  works.push_back(detail::PointerCollectives(group).all_reduce_async(
+      reduced.data(), reduced.data(), reduced.size(), dtype_of<T>(), ReduceOp::sum));
   // avg divides on completion (floats); max for the integers.
   const bool floating = std::is_floating_point_v<T>;
-  works.push_back(group.reduce_scatter_async(sends[1].data(), recvs[1].data(), counts[1],
-                                             dtype_of<T>(),
-                                             floating ? ReduceOp::avg : ReduceOp::max));
+  works.push_back(detail::PointerCollectives(group).reduce_scatter_async(
+      sends[1].data(), recvs[1].data(), counts[1], dtype_of<T>(),
+      floating ? ReduceOp::avg : ReduceOp::max));
   for (auto work = works.rbegin(); work != works.rend(); ++work) {
     work->wait();
   }
@@ -208,7 +212,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_reduce_in_place, T, AllTypes) {
     for (std::size_t i = 0; i < count; ++i) {
       data(i) = make<T>(value_of(group.rank(), i));
     }
-    group.all_reduce(data, op);
+    group.all_reduce(ExecutionSpace(), data, op);
     for (std::size_t i = 0; i < count; ++i) {
       double expected = op == ReduceOp::sum ? 0 : value_of(0, i);
       for (int r = 0; r < n; ++r) {
@@ -226,7 +230,8 @@ BOOST_AUTO_TEST_CASE(all_reduce_avg_and_out_of_place) {
   ProcessGroup group = world();
   const int n = group.size();
   std::vector<double> send(10, group.rank() + 1.0), recv(10, -1.0);
-  group.all_reduce(send.data(), recv.data(), send.size(), DType::f64, ReduceOp::avg);
+  detail::PointerCollectives(group).all_reduce(send.data(), recv.data(), send.size(), DType::f64,
+                                               ReduceOp::avg);
   for (double v : recv) {
     BOOST_TEST(v == (n + 1) / 2.0);
   }
@@ -242,7 +247,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(broadcast_from_every_root, T, AllTypes) {
     for (std::size_t i = 0; i < data.size(); ++i) {
       data(i) = make<T>(value_of(group.rank(), i));
     }
-    group.broadcast(data, root);
+    group.broadcast(ExecutionSpace(), data, root);
     for (std::size_t i = 0; i < data.size(); ++i) {
       BOOST_TEST(as_double(data(i)) == value_of(root, i));
     }
@@ -258,7 +263,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_to_every_root, T, AllTypes) {
     for (std::size_t i = 0; i < count; ++i) {
       send[i] = make<T>(value_of(group.rank(), i));
     }
-    group.reduce(send.data(), recv.data(), count, ReduceOp::sum, root);
+    group.reduce(Kokkos::DefaultHostExecutionSpace(), host_view(send.data(), count),
+                 host_view(recv.data(), count), ReduceOp::sum, root);
     for (std::size_t i = 0; i < count; ++i) {
       double expected = 0;
       for (int r = 0; r < n; ++r) {
@@ -273,7 +279,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_to_every_root, T, AllTypes) {
 BOOST_AUTO_TEST_CASE(reduce_avg_in_place_at_root) {
   ProcessGroup group = world();
   std::vector<double> data(5, group.rank() + 1.0);
-  group.reduce(data.data(), data.data(), data.size(), DType::f64, ReduceOp::avg, 0);
+  group.reduce(Kokkos::DefaultHostExecutionSpace(), host_view(data.data(), data.size()),
+               host_view(data.data(), data.size()), ReduceOp::avg, 0);
   if (group.rank() == 0) {
     BOOST_TEST(data[4] == (group.size() + 1) / 2.0);
   }
@@ -296,7 +303,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(scatter_v_uneven_with_empty_ranks, T, AllTypes) {
     }
   }
   std::vector<T> recv(counts[group.rank()]);
-  group.scatter_v(send.data(), counts, recv.data(), recv.size(), root);
+  group.scatter_v(Kokkos::DefaultHostExecutionSpace(), host_view(send.data(), send.size()), counts,
+                  host_view(recv.data(), recv.size()), root);
   for (std::size_t i = 0; i < recv.size(); ++i) {
     BOOST_TEST(as_double(recv[i]) == value_of(group.rank(), i));
   }
@@ -310,7 +318,7 @@ BOOST_AUTO_TEST_CASE(two_dimensional_views_are_flattened) {
       "fill",
       Kokkos::MDRangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Rank<2>>({0, 0}, {3, 4}),
       KOKKOS_LAMBDA(int i, int j) { send(i, j) = 100 * group.rank() + 10 * i + j; });
-  group.all_gather(send, recv);
+  group.all_gather(ExecutionSpace(), send, recv);
   for (int r = 0; r < group.size(); ++r) {
     for (int i = 0; i < 3; ++i) {
       for (int j = 0; j < 4; ++j) {
@@ -325,9 +333,10 @@ BOOST_AUTO_TEST_CASE(non_contiguous_views_are_rejected) {
   Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace> matrix("matrix", 4, 4);
   auto column = Kokkos::subview(matrix, Kokkos::ALL(), 1);
   Kokkos::View<double*, Kokkos::HostSpace> recv("recv", 4 * group.size());
-  BOOST_CHECK_EXCEPTION(group.all_gather(column, recv), Error, [](const Error& e) {
-    return std::string(e.what()).find("must be contiguous") != std::string::npos;
-  });
+  BOOST_CHECK_EXCEPTION(
+      group.all_gather(ExecutionSpace(), column, recv), Error, [](const Error& e) {
+        return std::string(e.what()).find("must be contiguous") != std::string::npos;
+      });
 }
 
 BOOST_AUTO_TEST_CASE(async_operations_overlap_and_keep_views_alive) {
@@ -345,9 +354,10 @@ BOOST_AUTO_TEST_CASE(async_operations_overlap_and_keep_views_alive) {
 
   const int before = gathered.use_count();
   std::vector<Work> works;
-  works.push_back(group.all_gather_async(send, gathered));
-  works.push_back(group.all_reduce_async(reduced, ReduceOp::sum));
-  works.push_back(group.reduce_scatter_async(scattered_in, scattered, ReduceOp::avg));
+  works.push_back(group.all_gather_async(ExecutionSpace(), send, gathered));
+  works.push_back(group.all_reduce_async(ExecutionSpace(), reduced, ReduceOp::sum));
+  works.push_back(
+      group.reduce_scatter_async(ExecutionSpace(), scattered_in, scattered, ReduceOp::avg));
   // While in flight, each Work holds its own reference to the Views it was given.
   if (!works[0].completed()) {
     BOOST_TEST(gathered.use_count() == before + 1);
@@ -423,7 +433,7 @@ BOOST_AUTO_TEST_CASE(split_by_parity_and_node_local) {
   BOOST_TEST(half.size() == members);
   BOOST_TEST(half.rank() == members - 1 - group.rank() / 2);
   std::int64_t sum = group.rank();
-  half.all_reduce(&sum, 1);
+  detail::PointerCollectives(half).all_reduce(&sum, 1);
   std::int64_t expected = 0;
   for (int r = group.rank() % 2; r < n; r += 2) {
     expected += r;
@@ -626,9 +636,10 @@ BOOST_AUTO_TEST_CASE(a_device_backend_refuses_host_buffers_when_asked_not_when_m
   BOOST_CHECK_EXCEPTION(group.transport(), Error, says_what_to_do);
   BOOST_CHECK_EXCEPTION(group.transport_name(), Error, says_what_to_do);
   BOOST_CHECK_EXCEPTION(group.require_transport_for_buffers(), Error, says_what_to_do);
-  // Its pointer collectives still work: only fsdp's own buffers are refused.
+  // Its collectives on host values still work (through device memory on a real device group):
+  // only fsdp's own buffers are refused.
   std::int64_t value = 1;
-  group.all_reduce(&value, 1);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&value, 1));
   BOOST_TEST(value == group.size());
 }
 
@@ -672,8 +683,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(staged_view_collectives_match_direct_ones, T, AllT
     auto send = filled<T>("send", count, rank);
     auto want = stale<T>("want", count * n);
     auto got = stale<T>("got", count * n);
-    direct.all_gather(send, want);
-    staged.all_gather(send, got);
+    direct.all_gather(ExecutionSpace(), send, want);
+    staged.all_gather(ExecutionSpace(), send, got);
     check_same(got, want, "all_gather");
     expected_bytes += (count + count * n) * sizeof(T);
   }
@@ -686,8 +697,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(staged_view_collectives_match_direct_ones, T, AllT
     auto send = filled<T>("send", counts[rank], rank);
     auto want = stale<T>("want", total);
     auto got = stale<T>("got", total);
-    direct.all_gather_v(send, want, counts);
-    staged.all_gather_v(send, got, counts);
+    direct.all_gather_v(ExecutionSpace(), send, want, counts);
+    staged.all_gather_v(ExecutionSpace(), send, got, counts);
     check_same(got, want, "all_gather_v");
     expected_bytes += (counts[rank] + total) * sizeof(T);
   }
@@ -695,24 +706,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(staged_view_collectives_match_direct_ones, T, AllT
     auto send = filled<T>("send", count * n, rank);
     auto want = stale<T>("want", count);
     auto got = stale<T>("got", count);
-    direct.reduce_scatter(send, want, ReduceOp::sum);
-    staged.reduce_scatter(send, got, ReduceOp::sum);
+    direct.reduce_scatter(ExecutionSpace(), send, want, ReduceOp::sum);
+    staged.reduce_scatter(ExecutionSpace(), send, got, ReduceOp::sum);
     check_same(got, want, "reduce_scatter");
     expected_bytes += (count * n + count) * sizeof(T);
   }
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
     auto want = filled<T>("want", count, rank);
     auto got = filled<T>("got", count, rank);
-    direct.all_reduce(want, op);
-    staged.all_reduce(got, op);
+    direct.all_reduce(ExecutionSpace(), want, op);
+    staged.all_reduce(ExecutionSpace(), got, op);
     check_same(got, want, "all_reduce");
     expected_bytes += 2 * count * sizeof(T);
   }
   for (int root = 0; root < n; ++root) {
     auto want = filled<T>("want", count, rank);
     auto got = filled<T>("got", count, rank);
-    direct.broadcast(want, root);
-    staged.broadcast(got, root);
+    direct.broadcast(ExecutionSpace(), want, root);
+    staged.broadcast(ExecutionSpace(), got, root);
     check_same(got, want, "broadcast");
     expected_bytes += count * sizeof(T);  // out of the root, or back into the others
   }
@@ -735,11 +746,11 @@ BOOST_AUTO_TEST_CASE(staged_async_results_are_in_place_when_test_or_wait_reports
     auto broadcast = filled<float>("broadcast", count, rank);
     auto wide = filled<float>("wide", count * n, rank);
     std::vector<Work> works;
-    works.push_back(group.all_gather_async(send, gathered));
-    works.push_back(group.all_gather_v_async(send, gathered_v, counts));
-    works.push_back(group.reduce_scatter_async(wide, scattered, ReduceOp::sum));
-    works.push_back(group.all_reduce_async(reduced, ReduceOp::sum));
-    works.push_back(group.broadcast_async(broadcast, n - 1));
+    works.push_back(group.all_gather_async(ExecutionSpace(), send, gathered));
+    works.push_back(group.all_gather_v_async(ExecutionSpace(), send, gathered_v, counts));
+    works.push_back(group.reduce_scatter_async(ExecutionSpace(), wide, scattered, ReduceOp::sum));
+    works.push_back(group.all_reduce_async(ExecutionSpace(), reduced, ReduceOp::sum));
+    works.push_back(group.broadcast_async(ExecutionSpace(), broadcast, n - 1));
     if (by_test) {
       // Results are read as soon as test() says so, without any wait().
       for (bool all = false; !all;) {
@@ -781,17 +792,17 @@ BOOST_AUTO_TEST_CASE(view_collectives_take_the_instance_that_wrote_the_views) {
                          Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(instance, 0, 8),
                          [=](int i) { send(i) = rank + i; });
     HostView<double> recv("recv", 8 * n);
-    group.all_gather(send, recv, instance);
+    group.all_gather(instance, send, recv);
     BOOST_TEST(recv(8 * (n - 1) + 3) == n - 1 + 3);
-    group.all_gather_v(send, recv, std::vector<std::size_t>(n, 8), instance);
+    group.all_gather_v(instance, send, recv, std::vector<std::size_t>(n, 8));
     BOOST_TEST(recv(8 * (n - 1) + 3) == n - 1 + 3);
-    group.reduce_scatter(recv, send, ReduceOp::max, instance);  // every rank's recv is the same
+    group.reduce_scatter(instance, recv, send, ReduceOp::max);  // every rank's recv is the same
     BOOST_TEST(send(3) == group.rank() + 3);
-    group.all_reduce(send, ReduceOp::sum, instance);
+    group.all_reduce(instance, send, ReduceOp::sum);
     const double sum = n * (n - 1) / 2 + 3 * n;
     BOOST_TEST(send(3) == sum);
-    group.broadcast_async(send, 0, instance).wait();
-    group.all_reduce_async(send, ReduceOp::min, instance).wait();
+    group.broadcast_async(instance, send, 0).wait();
+    group.all_reduce_async(instance, send, ReduceOp::min).wait();
     BOOST_TEST(send(3) == sum);
   }
 }
@@ -804,8 +815,8 @@ BOOST_AUTO_TEST_CASE(a_batch_runs_its_collectives_and_reports_failures) {
   auto sum = filled<float>("sum", 16, group.rank());
   std::vector<Work> works;
   group.batch([&] {
-    works.push_back(group.all_gather_async(send, recv));
-    works.push_back(group.all_reduce_async(sum, ReduceOp::sum));
+    works.push_back(group.all_gather_async(ExecutionSpace(), send, recv));
+    works.push_back(group.all_reduce_async(ExecutionSpace(), sum, ReduceOp::sum));
   });
   wait_all(works);
   double expected = 0;
@@ -837,7 +848,8 @@ BOOST_AUTO_TEST_CASE(more_collectives_in_flight_than_checks) {
   std::vector<Work> works;
   for (std::size_t i = 0; i < kOperations; ++i) {
     values[i] = group.rank() + static_cast<std::int64_t>(i);
-    works.push_back(group.all_reduce_async(&values[i], &values[i], 1, DType::i64, ReduceOp::sum));
+    works.push_back(detail::PointerCollectives(group).all_reduce_async(&values[i], &values[i], 1,
+                                                                       DType::i64, ReduceOp::sum));
   }
   wait_all(works);
   for (std::size_t i = 0; i < kOperations; ++i) {
@@ -885,11 +897,16 @@ BOOST_AUTO_TEST_CASE(reduce_scatters_on_two_ranks_add_as_mpi_does) {
       b16[i] = to_bfloat16(static_cast<float>(x));
       h16[i] = to_float16(static_cast<float>(x) / 8);
     }
-    group.reduce_scatter(f32.data(), f32_group.data(), count, DType::f32, ReduceOp::sum);
-    group.reduce_scatter(f64.data(), f64_group.data(), count, DType::f64, ReduceOp::avg);
-    group.reduce_scatter(i32.data(), i32_group.data(), count, DType::i32, ReduceOp::sum);
-    group.reduce_scatter(b16.data(), b16_group.data(), count, DType::bf16, ReduceOp::sum);
-    group.reduce_scatter(h16.data(), h16_group.data(), count, DType::f16, ReduceOp::sum);
+    detail::PointerCollectives(group).reduce_scatter(f32.data(), f32_group.data(), count,
+                                                     DType::f32, ReduceOp::sum);
+    detail::PointerCollectives(group).reduce_scatter(f64.data(), f64_group.data(), count,
+                                                     DType::f64, ReduceOp::avg);
+    detail::PointerCollectives(group).reduce_scatter(i32.data(), i32_group.data(), count,
+                                                     DType::i32, ReduceOp::sum);
+    detail::PointerCollectives(group).reduce_scatter(b16.data(), b16_group.data(), count,
+                                                     DType::bf16, ReduceOp::sum);
+    detail::PointerCollectives(group).reduce_scatter(h16.data(), h16_group.data(), count,
+                                                     DType::f16, ReduceOp::sum);
     BOOST_REQUIRE(MPI_Reduce_scatter_block(f32.data(), f32_mpi.data(), static_cast<int>(count),
                                            MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
     BOOST_REQUIRE(MPI_Reduce_scatter_block(f64.data(), f64_mpi.data(), static_cast<int>(count),

@@ -12,6 +12,7 @@
 #include "error_message.hpp"
 #include "fsdp/comm/process_group.hpp"
 #include "fsdp/comm/ring_traffic.hpp"
+#include "pointer_collectives.hpp"
 
 using namespace fsdp;
 
@@ -60,8 +61,10 @@ BOOST_AUTO_TEST_CASE(a_dialled_group_delivers_no_earlier_than_its_link) {
   const double big_s = options.network.seconds(4.0 * ring::all_gather(big, n), n);
   const double small_s = options.network.seconds(4.0 * ring::all_gather(small, n), n);
   const auto start = std::chrono::steady_clock::now();
-  Work first = group.all_gather_async(send_big.data(), recv_big.data(), big, DType::f32);
-  Work second = split.all_gather_async(send_small.data(), recv_small.data(), small, DType::f32);
+  Work first = detail::PointerCollectives(group).all_gather_async(send_big.data(), recv_big.data(),
+                                                                  big, DType::f32);
+  Work second = detail::PointerCollectives(split).all_gather_async(
+      send_small.data(), recv_small.data(), small, DType::f32);
   second.wait();
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "fsdp/comm/process_group.hpp"
+#include "pointer_collectives.hpp"
 
 #ifdef FSDP_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -200,7 +201,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_gather, T, NcclTypes) {
   const std::size_t count = 1000;
   DeviceArray<T> send(values_of<T>(group.rank(), count));
   DeviceArray<T> recv(std::vector<T>(count * n, make<T>(-1)));
-  group.all_gather(send.data(), recv.data(), count);
+  detail::PointerCollectives(group).all_gather(send.data(), recv.data(), count);
   const std::vector<T> result = recv.to_host();
   for (int r = 0; r < n; ++r) {
     for (std::size_t i = 0; i < count; ++i) {
@@ -218,7 +219,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_gather_v_uneven, T, NcclTypes) {
   const std::size_t mine = counts[static_cast<std::size_t>(group.rank())];
   DeviceArray<T> send(values_of<T>(group.rank(), mine));
   DeviceArray<T> recv(std::vector<T>(total, make<T>(-1)));
-  group.all_gather_v(send.data(), mine, recv.data(), counts);
+  detail::PointerCollectives(group).all_gather_v(send.data(), mine, recv.data(), counts);
   const std::vector<T> result = recv.to_host();
   std::size_t offset = 0;
   for (int r = 0; r < n; ++r) {
@@ -237,7 +238,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_sum_and_avg, T, NcclTypes) {
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
     DeviceArray<T> send(values_of<T>(group.rank(), count * n));
     DeviceArray<T> recv(std::vector<T>(count, make<T>(-1)));
-    group.reduce_scatter(send.data(), recv.data(), count, op);
+    detail::PointerCollectives(group).reduce_scatter(send.data(), recv.data(), count, op);
     const std::vector<T> result = recv.to_host();
     for (std::size_t i = 0; i < count; ++i) {
       // This rank's block of the reduced array starts at rank() * count.
@@ -261,7 +262,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_reduce_every_op, T, NcclTypes) {
     // Out of place: the input must come back untouched.
     DeviceArray<T> send(values_of<T>(group.rank(), count));
     DeviceArray<T> recv(std::vector<T>(count, make<T>(-1)));
-    group.all_reduce(send.data(), recv.data(), count, dtype_of<T>(), op);
+    detail::PointerCollectives(group).all_reduce(send.data(), recv.data(), count, dtype_of<T>(),
+                                                 op);
     const std::vector<T> result = recv.to_host();
     const std::vector<T> input = send.to_host();
     for (std::size_t i = 0; i < count; ++i) {
@@ -288,7 +290,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(all_reduce_every_op, T, NcclTypes) {
   }
   // In place, through the typed form.
   DeviceArray<T> data(values_of<T>(group.rank(), count));
-  group.all_reduce(data.data(), count, ReduceOp::sum);
+  detail::PointerCollectives(group).all_reduce(data.data(), count, ReduceOp::sum);
   const std::vector<T> result = data.to_host();
   for (std::size_t i = 0; i < count; ++i) {
     BOOST_TEST_CONTEXT("in place element " << i) {
@@ -301,7 +303,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(broadcast_from_every_root, T, NcclTypes) {
   const std::size_t count = 33;
   for (int root = 0; root < group.size(); ++root) {
     DeviceArray<T> data(values_of<T>(group.rank(), count));
-    group.broadcast(data.data(), count, root);
+    detail::PointerCollectives(group).broadcast(data.data(), count, root);
     const std::vector<T> result = data.to_host();
     for (std::size_t i = 0; i < count; ++i) {
       BOOST_TEST_CONTEXT("root " << root << " element " << i) {
@@ -317,7 +319,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_to_every_root, T, NcclTypes) {
   for (int root = 0; root < n; ++root) {
     DeviceArray<T> send(values_of<T>(group.rank(), count));
     DeviceArray<T> recv(std::vector<T>(count, make<T>(-1)));
-    group.reduce(send.data(), recv.data(), count, ReduceOp::sum, root);
+    detail::PointerCollectives(group).reduce(send.data(), recv.data(), count, ReduceOp::sum, root);
     const std::vector<T> result = recv.to_host();
     for (std::size_t i = 0; i < count; ++i) {
       // Only the root receives; elsewhere recv is untouched.
@@ -345,7 +347,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(scatter_v_uneven_from_every_root, T, NcclTypes) {
     }
     DeviceArray<T> send(blocks);
     DeviceArray<T> recv(std::vector<T>(mine, make<T>(-1)));
-    group.scatter_v(send.data(), counts, recv.data(), mine, root);
+    detail::PointerCollectives(group).scatter_v(send.data(), counts, recv.data(), mine, root);
     const std::vector<T> result = recv.to_host();
     for (std::size_t i = 0; i < mine; ++i) {
       BOOST_TEST_CONTEXT("root " << root << " element " << i) {

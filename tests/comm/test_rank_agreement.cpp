@@ -16,6 +16,7 @@
 #include "fsdp/optim/optimizer.hpp"
 #include "fsdp/runtime/runtime.hpp"
 #include "fsdp/shard/sharding_strategy.hpp"
+#include "pointer_collectives.hpp"
 
 using namespace fsdp;
 using fsdp::test::error_of;
@@ -31,7 +32,7 @@ bool same_on_every_rank(ProcessGroup& group, const std::string& text) {
   std::string first = text;
   broadcast_string(group, first, 0);
   int same = first == text ? 1 : 0;
-  group.all_reduce(&same, 1, ReduceOp::min);
+  detail::PointerCollectives(group).all_reduce(&same, 1, ReduceOp::min);
   return same == 1;
 }
 
@@ -49,7 +50,7 @@ void fails_on_every_rank(ProcessGroup& group, Call&& call, const std::string& ex
   }
   BOOST_TEST(same_on_every_rank(group, message), "rank " << group.rank() << ": " << message);
   int in_step = 1;
-  group.all_reduce(&in_step, 1, ReduceOp::sum);
+  detail::PointerCollectives(group).all_reduce(&in_step, 1, ReduceOp::sum);
   BOOST_TEST(in_step == group.size());
 }
 
@@ -127,7 +128,7 @@ BOOST_AUTO_TEST_CASE(collective_signatures_are_checked_by_default) {
   const std::size_t count = group.rank() == last_rank(group) ? 6 : 4;
   std::vector<float> send(count, 1.0f), recv(count * static_cast<std::size_t>(group.size()));
   fails_on_every_rank(
-      group, [&] { group.all_gather(send.data(), recv.data(), count); },
+      group, [&] { detail::PointerCollectives(group).all_gather(send.data(), recv.data(), count); },
       "rank " + last_text(group) + " called all_gather(count=6, dtype=fp32)");
   // A collective that only some ranks start (prefetch on one rank, not on the other) meets
   // another one on the rest: the same.
@@ -136,9 +137,9 @@ BOOST_AUTO_TEST_CASE(collective_signatures_are_checked_by_default) {
       group,
       [&] {
         if (group.rank() == last_rank(group)) {
-          group.broadcast(data.data(), data.size(), 0);
+          detail::PointerCollectives(group).broadcast(data.data(), data.size(), 0);
         } else {
-          group.all_reduce(data.data(), data.size(), ReduceOp::sum);
+          detail::PointerCollectives(group).all_reduce(data.data(), data.size(), ReduceOp::sum);
         }
       },
       "called broadcast(count=8, dtype=fp64, root=0)");

@@ -694,11 +694,13 @@ BOOST_AUTO_TEST_CASE(ranks_agree_through_the_group) {
     // Equal lengths (lock step), and together the ranks cover the dataset.
     const std::int64_t length = sampler.length();
     std::vector<std::int64_t> lengths(n_ranks);
-    group.all_gather(&length, lengths.data(), 1);
+    group.all_gather(Kokkos::DefaultHostExecutionSpace(), host_view(&length, 1),
+                     host_view(lengths.data(), lengths.size()));
     BOOST_TEST(std::all_of(lengths.begin(), lengths.end(), [&](auto l) { return l == length; }));
     const Indices mine = indices_of(sampler);
     Indices everyone(static_cast<std::size_t>(length * n_ranks));
-    group.all_gather(mine.data(), everyone.data(), mine.size());
+    group.all_gather(Kokkos::DefaultHostExecutionSpace(), host_view(mine.data(), mine.size()),
+                     host_view(everyone.data(), everyone.size()));
     const auto counts = counts_of({everyone}, 1001);
     std::int64_t duplicates = 0;
     for (auto count : counts) {
@@ -725,7 +727,8 @@ BOOST_AUTO_TEST_CASE(ranks_agree_through_the_group) {
   const std::int64_t facts[3] = {sampler.steps(), sampler.step(sampler.steps() - 1).samples,
                                  sampler.state_after_steps(3).samples_consumed};
   std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n_ranks));
-  group.all_gather(facts, all.data(), 3);
+  group.all_gather(Kokkos::DefaultHostExecutionSpace(), host_view(facts, 3),
+                   host_view(all.data(), all.size()));
   for (int r = 0; r < n_ranks; ++r) {
     BOOST_TEST(all[3 * r] == 84);
     BOOST_TEST(all[3 * r + 1] == 5);
@@ -734,10 +737,12 @@ BOOST_AUTO_TEST_CASE(ranks_agree_through_the_group) {
   const Indices mine = indices_of(sampler);
   const std::int64_t length = sampler.length();
   std::vector<std::int64_t> lengths(n_ranks);
-  group.all_gather(&length, lengths.data(), 1);
+  group.all_gather(Kokkos::DefaultHostExecutionSpace(), host_view(&length, 1),
+                   host_view(lengths.data(), lengths.size()));
   BOOST_TEST(std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0}) == 1001);
   Indices everyone(1001);
-  group.all_gather_v(mine.data(), mine.size(), everyone.data(),
+  group.all_gather_v(Kokkos::DefaultHostExecutionSpace(), host_view(mine.data(), mine.size()),
+                     host_view(everyone.data(), everyone.size()),
                      std::vector<std::size_t>(lengths.begin(), lengths.end()));
   const auto counts = counts_of({everyone}, 1001);
   BOOST_TEST(std::all_of(counts.begin(), counts.end(), [](auto c) { return c == 1; }));

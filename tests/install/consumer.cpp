@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
     fsdp::ProcessGroup group(MPI_COMM_WORLD);
     Kokkos::View<double*, Kokkos::HostSpace> data("data", 4);
     Kokkos::deep_copy(data, 1.0);
-    group.all_reduce(data, fsdp::ReduceOp::sum);
+    group.all_reduce(Kokkos::DefaultHostExecutionSpace(), data, fsdp::ReduceOp::sum);
     failures = data(3) == group.size() ? 0 : 1;
     if (group.rank() == 0) {
       std::printf("fsdp %s consumer: all_reduce over %d ranks %s\n", FSDP_VERSION_STRING,

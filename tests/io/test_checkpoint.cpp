@@ -662,7 +662,7 @@ BOOST_AUTO_TEST_CASE(try_finish_agrees_and_the_next_save_finishes_the_previous_o
     ++polls;  // every rank polls the same number of times, or the all-reduces would not match
   }
   int most = polls;
-  world().all_reduce(&most, 1, ReduceOp::max);
+  world().all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&most, 1), ReduceOp::max);
   BOOST_TEST(most == polls);
   BOOST_TEST(!save.pending());
   for (const char* name : {"one.h5", "two.h5"}) {

@@ -32,16 +32,16 @@ std::vector<std::unique_ptr<ShardingStrategy>> all_strategies() {
 // The same message on every rank: rank 0's broadcast text compared locally, then a min-reduce.
 bool same_on_every_rank(const std::string& text, ProcessGroup& group) {
   std::int64_t length = static_cast<std::int64_t>(text.size());
-  group.broadcast(&length, 1, 0);
+  group.broadcast(Kokkos::DefaultHostExecutionSpace(), host_view(&length, 1), 0);
   std::vector<std::int64_t> words((static_cast<std::size_t>(length) + 7) / 8, 0);
   if (group.rank() == 0) {
     std::memcpy(words.data(), text.data(), text.size());
   }
-  group.broadcast(words.data(), words.size(), 0);
+  group.broadcast(Kokkos::DefaultHostExecutionSpace(), host_view(words.data(), words.size()), 0);
   const std::string root(reinterpret_cast<const char*>(words.data()),
                          static_cast<std::size_t>(length));
   std::int32_t same = root == text ? 1 : 0;
-  group.all_reduce(&same, 1, ReduceOp::min);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&same, 1), ReduceOp::min);
   return same == 1;
 }
 
@@ -143,7 +143,7 @@ BOOST_AUTO_TEST_CASE(plan_files_collectively) {
   }
   std::vector<std::int64_t> words(64, 0);
   std::memcpy(words.data(), directory.data(), directory.size());
-  group.broadcast(words.data(), words.size(), 0);
+  group.broadcast(Kokkos::DefaultHostExecutionSpace(), host_view(words.data(), words.size()), 0);
   directory = reinterpret_cast<const char*>(words.data());
 
   const ShardingPlan plan = agree_on_plan(LayerWiseSharding(), small_model(), group);

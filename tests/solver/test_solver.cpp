@@ -391,7 +391,8 @@ BOOST_AUTO_TEST_CASE(all_ranks_read_the_same_solution) {
   const std::int64_t mine[2] = {static_cast<std::int64_t>(text.size()),
                                 static_cast<std::int64_t>(hash >> 1)};
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(group.size()));
-  group.all_gather(mine, all.data(), 2);
+  group.all_gather(Kokkos::DefaultHostExecutionSpace(), host_view(mine, 2),
+                   host_view(all.data(), all.size()));
   for (int r = 0; r < group.size(); ++r) {
     BOOST_TEST(all[2 * r] == mine[0]);
     BOOST_TEST(all[2 * r + 1] == mine[1]);

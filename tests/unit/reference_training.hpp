@@ -143,8 +143,10 @@ double largest_relative_difference(ShardedModel<T>& model, const Reference<T>& r
         }
         std::vector<T> pieces(expected.size());
         const auto shard = on_host(p.shard());
-        model.group().all_gather_v(shard.data(), static_cast<std::size_t>(p.shard_size()),
-                                   pieces.data(), counts);
+        model.group().all_gather_v(
+            Kokkos::DefaultHostExecutionSpace(),
+            host_view(shard.data(), static_cast<std::size_t>(p.shard_size())),
+            host_view(pieces.data(), pieces.size()), counts);
         for (std::size_t i = 0; i < pieces.size(); ++i) {
           BOOST_TEST(pieces[i] == full(i), p.name() << "[" << i << "] gathered inexactly");
         }

@@ -48,7 +48,8 @@ bool masters_are_fp32(ShardedModel<float>& model, DType dtype) {
       finer += rounded(piece(i), dtype) == piece(i) ? 0 : 1;
     }
   }
-  model.group().all_reduce(&finer, 1, ReduceOp::sum);
+  model.group().all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&finer, 1),
+                           ReduceOp::sum);
   return finer > 0;
 }
 

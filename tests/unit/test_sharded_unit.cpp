@@ -82,7 +82,7 @@ BOOST_AUTO_TEST_CASE(parameter_memory_is_one_nth_plus_padding) {
   }
   std::int64_t mine = model.memory().current_of(MemoryCategory::parameter_shards);
   std::int64_t all = mine;
-  group.all_reduce(&all, 1);
+  group.all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&all, 1));
   const std::int64_t padding_bound = 7 * (group.size() - 1) * 8;  // < N per sharded parameter
   BOOST_TEST(all >= sharded_bytes + group.size() * replicated_bytes);
   BOOST_TEST(all <= sharded_bytes + group.size() * replicated_bytes + padding_bound);

@@ -1,8 +1,8 @@
 // Small control messages (flags, lengths, hashes, text) between the ranks of a ProcessGroup, on
-// any backend: host memory where the backend moves host memory (MPI; no Kokkos needed), a View in
-// fsdp::MemorySpace where it moves device memory only (NCCL). Agreement checks, on_root and
-// raise_on_every_rank run on the same groups as the model, so they must travel where it does.
-// Each goes through the group's collectives, so the signature check and the timeout cover it.
+// any backend: host words go as host Views, which an NCCL group moves through device memory.
+// Agreement checks, on_root and raise_on_every_rank run on the same groups as the model, so they
+// must travel where it does. Each goes through the group's collectives, so the signature check
+// and the timeout cover it.
 #pragma once
 
 #include <cstddef>

@@ -25,13 +25,16 @@
 
 namespace fsdp {
 
+namespace detail {
+class PointerCollectives;
+}
+
 // A cheap-to-copy handle on a communicator. Copies share the backend. Every collective must be
 // called by all ranks of the group in the same order with matching arguments (the same count,
 // dtype and root); CollectiveOptions turns a mismatch or a missing rank into fsdp::Error.
 //
-// Each collective comes in three forms: pointer + count + DType, typed pointer + count, and
-// Kokkos Views (contiguous; the execution space instance that wrote them is fenced before the
-// bytes move). The *_async forms return a Work that keeps the Views alive until it completes.
+// Each collective takes the execution space instance that wrote its data, then contiguous Kokkos
+// Views (as kokkos-comm's do), and comes blocking and as *_async, which returns a Work.
 //
 // The group decides once, when it is made, what carries the bytes of fsdp's buffers
 // (transport()): NCCL, CUDA-aware MPI, MPI through host staging buffers, or MPI on host memory.
@@ -84,13 +87,14 @@ class ProcessGroup {
   const char* transport_name() const {
     return name_of(transport());
   }
-  // What carries the bytes of Views in memory space Space through this group's View
-  // collectives: NCCL on an NCCL group; on an MPI group, MPI on the memory itself when host code
-  // can read it (staged when forced) or MPI is CUDA-aware, else staging through host buffers.
+  // What carries the bytes of Views in memory space Space through this group's collectives:
+  // NCCL on an NCCL group (host Views through device staging buffers); on an MPI group, MPI on the
+  // memory itself when host code can read it (staged when forced) or MPI is CUDA-aware, else
+  // staging through host buffers.
   template <class Space>
   Transport transport_for() const {
     if (memory_kind() != MemoryKind::host) {
-      return Transport::nccl;  // host memory here is NCCL's to refuse
+      return Transport::nccl;  // host Views go through device memory (stages())
     }
     const Transport chosen = choose_transport(
         MemoryKind::host, Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space>::accessible,
@@ -102,8 +106,8 @@ class ProcessGroup {
   void require_transport_for_buffers() const {
     static_cast<void>(transport());
   }
-  // Bytes the View collectives copied through host staging buffers, both ways, over the life of
-  // this group (its copies included). 0 when nothing was staged.
+  // Bytes the collectives copied through staging buffers, both ways, over the life of this group
+  // (its copies included). 0 when nothing was staged.
   std::uint64_t staged_bytes() const {
     return transport_->staged_bytes.load();
   }
@@ -148,7 +152,137 @@ class ProcessGroup {
   // The ranks that share a node with this one (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED).
   ProcessGroup node_local() const;
 
-  // ---- untyped: counts in elements of dtype ----
+  // ---- the collectives: contiguous Kokkos Views of any rank, the execution space first ----
+  // space is the execution space instance whose kernels wrote the Views (the stream they ran
+  // on): only it is fenced before the bytes move, so work on other instances keeps running, and
+  // copies through staging buffers run on it. Host values go as host Views
+  // (host_view(&x, 1), with Kokkos::DefaultHostExecutionSpace()). Views the group cannot move
+  // where they are are copied through staging buffers (transport_for): device Views on an MPI
+  // library without CUDA support through pinned host memory, host Views on an NCCL group through
+  // device memory. The *_async forms return a Work that keeps the Views alive until it completes.
+
+  // recv.size() == size() * send.size()
+  template <class Space, class SendView, class RecvView>
+  Work all_gather_async(const Space& space, const SendView& send, const RecvView& recv) {
+    check_views(send, recv, "all_gather");
+    require(recv.size() == send.size() * static_cast<std::size_t>(size()), [&] {
+      return "all_gather: recv View " + label_of(recv) + " has " + std::to_string(recv.size()) +
+             " elements; it must hold size() * send.size() = " +
+             std::to_string(send.size() * static_cast<std::size_t>(size()));
+    });
+    return transfer(space, send, recv, Copies{true, true}, [&](const void* from, void* to) {
+      return all_gather_async(from, to, send.size(), element_dtype(send));
+    });
+  }
+  // recv.size() == sum of counts; send.size() == counts[rank()]
+  template <class Space, class SendView, class RecvView>
+  Work all_gather_v_async(const Space& space, const SendView& send, const RecvView& recv,
+                          const std::vector<std::size_t>& counts) {
+    check_views(send, recv, "all_gather_v");
+    return transfer(space, send, recv, Copies{true, true}, [&](const void* from, void* to) {
+      return all_gather_v_async(from, send.size(), to, counts, element_dtype(send));
+    });
+  }
+  // send.size() == size() * recv.size()
+  template <class Space, class SendView, class RecvView>
+  Work reduce_scatter_async(const Space& space, const SendView& send, const RecvView& recv,
+                            ReduceOp op) {
+    check_views(send, recv, "reduce_scatter");
+    require(send.size() == recv.size() * static_cast<std::size_t>(size()), [&] {
+      return "reduce_scatter: send View " + label_of(send) + " has " + std::to_string(send.size()) +
+             " elements; it must hold size() * recv.size() = " +
+             std::to_string(recv.size() * static_cast<std::size_t>(size()));
+    });
+    return transfer(space, send, recv, Copies{true, true}, [&](const void* from, void* to) {
+      return reduce_scatter_async(from, to, recv.size(), element_dtype(send), op);
+    });
+  }
+  // In place.
+  template <class Space, class View>
+  Work all_reduce_async(const Space& space, const View& data, ReduceOp op) {
+    check_views(data, data, "all_reduce");
+    return transfer(space, data, data, Copies{true, true}, [&](const void* from, void* to) {
+      return all_reduce_async(from, to, data.size(), element_dtype(data), op);
+    });
+  }
+  // root's data replaces the others'.
+  template <class Space, class View>
+  Work broadcast_async(const Space& space, const View& data, int root) {
+    check_views(data, data, "broadcast");
+    // Only the root's bytes go out, and only the others' change.
+    return transfer(space, data, data, Copies{rank() == root, rank() != root},
+                    [&](const void*, void* to) {
+                      return broadcast_async(to, data.size(), element_dtype(data), root);
+                    });
+  }
+  // The reduction lands in root's recv (recv is not written elsewhere); send may be recv.
+  template <class Space, class SendView, class RecvView>
+  Work reduce_async(const Space& space, const SendView& send, const RecvView& recv, ReduceOp op,
+                    int root) {
+    check_views(send, recv, "reduce");
+    return transfer(space, send, recv, Copies{true, rank() == root},
+                    [&](const void* from, void* to) {
+                      return reduce_async(from, to, send.size(), element_dtype(send), op, root);
+                    });
+  }
+  // root's send holds the sum of counts (ignored elsewhere); recv.size() == counts[rank()].
+  template <class Space, class SendView, class RecvView>
+  Work scatter_v_async(const Space& space, const SendView& send,
+                       const std::vector<std::size_t>& counts, const RecvView& recv, int root) {
+    check_views(send, recv, "scatter_v");
+    return transfer(
+        space, send, recv, Copies{rank() == root, true}, [&](const void* from, void* to) {
+          return scatter_v_async(from, counts, to, recv.size(), element_dtype(send), root);
+        });
+  }
+  Work barrier_async();
+
+  // The same, blocking until complete.
+  template <class Space, class SendView, class RecvView>
+  void all_gather(const Space& space, const SendView& send, const RecvView& recv) {
+    all_gather_async(space, send, recv).wait();
+  }
+  template <class Space, class SendView, class RecvView>
+  void all_gather_v(const Space& space, const SendView& send, const RecvView& recv,
+                    const std::vector<std::size_t>& counts) {
+    all_gather_v_async(space, send, recv, counts).wait();
+  }
+  template <class Space, class SendView, class RecvView>
+  void reduce_scatter(const Space& space, const SendView& send, const RecvView& recv,
+                      ReduceOp op = ReduceOp::sum) {
+    reduce_scatter_async(space, send, recv, op).wait();
+  }
+  template <class Space, class View>
+  void all_reduce(const Space& space, const View& data, ReduceOp op = ReduceOp::sum) {
+    all_reduce_async(space, data, op).wait();
+  }
+  template <class Space, class View>
+  void broadcast(const Space& space, const View& data, int root) {
+    broadcast_async(space, data, root).wait();
+  }
+  template <class Space, class SendView, class RecvView>
+  void reduce(const Space& space, const SendView& send, const RecvView& recv, ReduceOp op,
+              int root) {
+    reduce_async(space, send, recv, op, root).wait();
+  }
+  template <class Space, class SendView, class RecvView>
+  void scatter_v(const Space& space, const SendView& send, const std::vector<std::size_t>& counts,
+                 const RecvView& recv, int root) {
+    scatter_v_async(space, send, counts, recv, root).wait();
+  }
+  void barrier() {
+    barrier_async().wait();
+  }
+
+ private:
+  friend class detail::PointerCollectives;
+
+  ProcessGroup(std::shared_ptr<Backend> backend, bool stage_host_buffers);
+
+  // The collectives on raw bytes, counts in elements of dtype: what the View forms start once
+  // their bytes are where the backend reads them. Every backend gets its arguments checked here,
+  // and only here (see Backend). The tests of the checks reach them through
+  // detail::PointerCollectives (src/comm/pointer_collectives.hpp).
   Work all_gather_async(const void* send, void* recv, std::size_t count, DType dtype);
   Work all_gather_v_async(const void* send, std::size_t send_count, void* recv,
                           const std::vector<std::size_t>& counts, DType dtype);
@@ -160,200 +294,6 @@ class ProcessGroup {
                     int root);
   Work scatter_v_async(const void* send, const std::vector<std::size_t>& counts, void* recv,
                        std::size_t recv_count, DType dtype, int root);
-  Work barrier_async();
-
-  void all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
-    all_gather_async(send, recv, count, dtype).wait();
-  }
-  void all_gather_v(const void* send, std::size_t send_count, void* recv,
-                    const std::vector<std::size_t>& counts, DType dtype) {
-    all_gather_v_async(send, send_count, recv, counts, dtype).wait();
-  }
-  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op) {
-    reduce_scatter_async(send, recv, count, dtype, op).wait();
-  }
-  void all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op) {
-    all_reduce_async(send, recv, count, dtype, op).wait();
-  }
-  void broadcast(void* data, std::size_t count, DType dtype, int root) {
-    broadcast_async(data, count, dtype, root).wait();
-  }
-  void reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op, int root) {
-    reduce_async(send, recv, count, dtype, op, root).wait();
-  }
-  void scatter_v(const void* send, const std::vector<std::size_t>& counts, void* recv,
-                 std::size_t recv_count, DType dtype, int root) {
-    scatter_v_async(send, counts, recv, recv_count, dtype, root).wait();
-  }
-  void barrier() {
-    barrier_async().wait();
-  }
-
-  // ---- typed pointers ----
-  template <class T>
-  void all_gather(const T* send, T* recv, std::size_t count) {
-    all_gather(send, recv, count, dtype_of<T>());
-  }
-  template <class T>
-  void all_gather_v(const T* send, std::size_t send_count, T* recv,
-                    const std::vector<std::size_t>& counts) {
-    all_gather_v(send, send_count, recv, counts, dtype_of<T>());
-  }
-  template <class T>
-  void reduce_scatter(const T* send, T* recv, std::size_t count, ReduceOp op = ReduceOp::sum) {
-    reduce_scatter(send, recv, count, dtype_of<T>(), op);
-  }
-  template <class T>
-  void all_reduce(T* data, std::size_t count, ReduceOp op = ReduceOp::sum) {
-    all_reduce(data, data, count, dtype_of<T>(), op);
-  }
-  template <class T>
-  void broadcast(T* data, std::size_t count, int root) {
-    broadcast(data, count, dtype_of<T>(), root);
-  }
-  template <class T>
-  void reduce(const T* send, T* recv, std::size_t count, ReduceOp op, int root) {
-    reduce(send, recv, count, dtype_of<T>(), op, root);
-  }
-  template <class T>
-  void scatter_v(const T* send, const std::vector<std::size_t>& counts, T* recv,
-                 std::size_t recv_count, int root) {
-    scatter_v(send, counts, recv, recv_count, dtype_of<T>(), root);
-  }
-
-  // ---- Kokkos Views (any rank, contiguous) ----
-  // Each takes, as its optional last argument, the execution space instance whose kernels wrote
-  // the Views (the stream they ran on): only that instance is fenced before the bytes move, so
-  // work on other instances keeps running. Without it, the Views' default execution space
-  // instances are fenced. Views that MPI cannot read (device memory, MPI not CUDA-aware) are
-  // copied through host staging buffers on that instance; see transport().
-
-  // recv.size() == size() * send.size()
-  template <class SendView, class RecvView, class... Space,
-            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  Work all_gather_async(const SendView& send, const RecvView& recv, const Space&... space) {
-    check_views(send, recv, "all_gather");
-    require(recv.size() == send.size() * static_cast<std::size_t>(size()), [&] {
-      return "all_gather: recv View " + label_of(recv) + " has " + std::to_string(recv.size()) +
-             " elements; it must hold size() * send.size() = " +
-             std::to_string(send.size() * static_cast<std::size_t>(size()));
-    });
-    return transfer(
-        send, recv, Copies{true, true},
-        [&](const void* from, void* to) {
-          return all_gather_async(from, to, send.size(), element_dtype(send));
-        },
-        space...);
-  }
-  // recv.size() == sum of counts; send.size() == counts[rank()]
-  template <class SendView, class RecvView, class... Space,
-            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  Work all_gather_v_async(const SendView& send, const RecvView& recv,
-                          const std::vector<std::size_t>& counts, const Space&... space) {
-    check_views(send, recv, "all_gather_v");
-    return transfer(
-        send, recv, Copies{true, true},
-        [&](const void* from, void* to) {
-          return all_gather_v_async(from, send.size(), to, counts, element_dtype(send));
-        },
-        space...);
-  }
-  // send.size() == size() * recv.size()
-  template <class SendView, class RecvView, class... Space,
-            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  Work reduce_scatter_async(const SendView& send, const RecvView& recv, ReduceOp op,
-                            const Space&... space) {
-    check_views(send, recv, "reduce_scatter");
-    require(send.size() == recv.size() * static_cast<std::size_t>(size()), [&] {
-      return "reduce_scatter: send View " + label_of(send) + " has " + std::to_string(send.size()) +
-             " elements; it must hold size() * recv.size() = " +
-             std::to_string(recv.size() * static_cast<std::size_t>(size()));
-    });
-    return transfer(
-        send, recv, Copies{true, true},
-        [&](const void* from, void* to) {
-          return reduce_scatter_async(from, to, recv.size(), element_dtype(send), op);
-        },
-        space...);
-  }
-  // In place.
-  template <class View, class... Space, class = std::enable_if_t<Kokkos::is_view<View>::value>>
-  Work all_reduce_async(const View& data, ReduceOp op, const Space&... space) {
-    check_views(data, data, "all_reduce");
-    return transfer(
-        data, data, Copies{true, true},
-        [&](const void* from, void* to) {
-          return all_reduce_async(from, to, data.size(), element_dtype(data), op);
-        },
-        space...);
-  }
-  template <class View, class... Space, class = std::enable_if_t<Kokkos::is_view<View>::value>>
-  Work broadcast_async(const View& data, int root, const Space&... space) {
-    check_views(data, data, "broadcast");
-    // Only the root's bytes go out, and only the others' change.
-    return transfer(
-        data, data, Copies{rank() == root, rank() != root},
-        [&](const void*, void* to) {
-          return broadcast_async(to, data.size(), element_dtype(data), root);
-        },
-        space...);
-  }
-
-  // The reduction lands in root's recv (recv is not written elsewhere); send may be recv.
-  template <class SendView, class RecvView, class... Space,
-            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  Work reduce_async(const SendView& send, const RecvView& recv, ReduceOp op, int root,
-                    const Space&... space) {
-    check_views(send, recv, "reduce");
-    return transfer(
-        send, recv, Copies{true, rank() == root},
-        [&](const void* from, void* to) {
-          return reduce_async(from, to, send.size(), element_dtype(send), op, root);
-        },
-        space...);
-  }
-  // root's send holds the sum of counts (ignored elsewhere); recv.size() == counts[rank()].
-  template <class SendView, class RecvView, class... Space,
-            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  Work scatter_v_async(const SendView& send, const std::vector<std::size_t>& counts,
-                       const RecvView& recv, int root, const Space&... space) {
-    check_views(send, recv, "scatter_v");
-    return transfer(
-        send, recv, Copies{rank() == root, true},
-        [&](const void* from, void* to) {
-          return scatter_v_async(from, counts, to, recv.size(), element_dtype(send), root);
-        },
-        space...);
-  }
-
-  template <class SendView, class RecvView, class... Space,
-            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  void all_gather(const SendView& send, const RecvView& recv, const Space&... space) {
-    all_gather_async(send, recv, space...).wait();
-  }
-  template <class SendView, class RecvView, class... Space,
-            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  void all_gather_v(const SendView& send, const RecvView& recv,
-                    const std::vector<std::size_t>& counts, const Space&... space) {
-    all_gather_v_async(send, recv, counts, space...).wait();
-  }
-  template <class SendView, class RecvView, class... Space,
-            class = std::enable_if_t<Kokkos::is_view<SendView>::value>>
-  void reduce_scatter(const SendView& send, const RecvView& recv, ReduceOp op = ReduceOp::sum,
-                      const Space&... space) {
-    reduce_scatter_async(send, recv, op, space...).wait();
-  }
-  template <class View, class... Space, class = std::enable_if_t<Kokkos::is_view<View>::value>>
-  void all_reduce(const View& data, ReduceOp op = ReduceOp::sum, const Space&... space) {
-    all_reduce_async(data, op, space...).wait();
-  }
-  template <class View, class... Space, class = std::enable_if_t<Kokkos::is_view<View>::value>>
-  void broadcast(const View& data, int root, const Space&... space) {
-    broadcast_async(data, root, space...).wait();
-  }
-
- private:
-  ProcessGroup(std::shared_ptr<Backend> backend, bool stage_host_buffers);
 
   // Decided once, when the group is made; shared by copies.
   struct TransportChoice {
@@ -363,8 +303,8 @@ class ProcessGroup {
     std::atomic<std::uint64_t> staged_bytes{0};
   };
 
-  // Which of a collective's copies through staging buffers carry bytes: in (send to host) and
-  // back (host to recv).
+  // Which of a collective's copies through staging buffers carry bytes: in (send to the
+  // staging buffer) and back (staging buffer to recv).
   struct Copies {
     bool in;
     bool back;
@@ -381,7 +321,8 @@ class ProcessGroup {
   template <class SendView, class RecvView>
   static void check_views(const SendView& send, const RecvView& recv, const char* operation) {
     static_assert(Kokkos::is_view<SendView>::value && Kokkos::is_view<RecvView>::value,
-                  "fsdp: the View overloads take Kokkos::View arguments");
+                  "fsdp: the collectives take Kokkos::View arguments after the execution space "
+                  "(host values: host_view(pointer, count))");
     static_assert(std::is_same_v<typename SendView::non_const_value_type,
                                  typename RecvView::non_const_value_type>,
                   "fsdp: send and recv Views must have the same element type");
@@ -394,33 +335,14 @@ class ProcessGroup {
     });
   }
 
-  // Kernels still writing the Views must finish before the backend touches the bytes. Returns
-  // the instance that was fenced (the caller's, else the send View's default one), on which
-  // staging copies run.
-  template <class SendView, class RecvView, class... Space>
-  static auto fence_producer(const Space&... space) {
-    static_assert(sizeof...(Space) <= 1,
-                  "fsdp: a View collective takes at most one execution space instance, last");
-    if constexpr (sizeof...(Space) == 1) {
-      static_assert((Kokkos::is_execution_space<Space>::value && ...),
-                    "fsdp: the last argument of a View collective must be a Kokkos execution "
-                    "space instance (the one whose kernels wrote the Views)");
-      (space.fence(), ...);
-      return (space, ...);
-    } else {
-      typename SendView::execution_space instance;
-      instance.fence();
-      if constexpr (!std::is_same_v<typename SendView::execution_space,
-                                    typename RecvView::execution_space>) {
-        typename RecvView::execution_space().fence();
-      }
-      return instance;
-    }
-  }
-
-  template <class View>
+  // Whether a View in memory space Space goes through staging buffers on this group: device
+  // memory that MPI cannot read, or memory an NCCL group's kernels cannot reach (host Views).
+  template <class Space>
   bool stages() const {
-    return transport_for<typename View::memory_space>() == Transport::mpi_staged;
+    if (memory_kind() == MemoryKind::host) {
+      return transport_for<Space>() == Transport::mpi_staged;
+    }
+    return !Kokkos::SpaceAccessibility<Kokkos::DefaultExecutionSpace, Space>::accessible;
   }
 
   // A View's elements as a flat unmanaged View in its own memory space, for deep_copy.
@@ -430,46 +352,62 @@ class ProcessGroup {
                         Kokkos::MemoryTraits<Kokkos::Unmanaged>>(view.data(), view.size());
   }
 
-  // Runs start(send bytes, recv bytes) on the Views themselves, or on host staging buffers when
+  // Runs start(send bytes, recv bytes) on the Views themselves, or on staging buffers when
   // either View stages (then send is copied in before and recv copied back on completion, as far
   // as `copies` says). send and recv are the same View for in-place collectives: one buffer.
-  template <class SendView, class RecvView, class Start, class... Space>
-  Work transfer(const SendView& send, const RecvView& recv, Copies copies, Start&& start,
-                const Space&... space) {
-    const auto instance = fence_producer<SendView, RecvView>(space...);
-    if (!stages<SendView>() && !stages<RecvView>()) {
+  // Kernels still writing the Views must finish before the backend touches the bytes: space is
+  // fenced first.
+  template <class Space, class SendView, class RecvView, class Start>
+  Work transfer(const Space& space, const SendView& send, const RecvView& recv, Copies copies,
+                Start&& start) {
+    static_assert(Kokkos::is_execution_space<Space>::value,
+                  "fsdp: the first argument of a collective is the Kokkos execution space "
+                  "instance whose kernels wrote the Views");
+    space.fence();
+    if (!stages<typename SendView::memory_space>() && !stages<typename RecvView::memory_space>()) {
       Work work = start(send.data(), recv.data());
       hold(work, send, recv);
       return work;
     }
+    // MPI reads pinned host memory; NCCL reads the device memory of fsdp's buffers.
+    if (memory_kind() == MemoryKind::host) {
+      return transfer_staged<StagingMemorySpace>(space, send, recv, copies, start);
+    }
+    return transfer_staged<Kokkos::DefaultExecutionSpace::memory_space>(space, send, recv, copies,
+                                                                        start);
+  }
+
+  template <class StagingSpace, class Space, class SendView, class RecvView, class Start>
+  Work transfer_staged(const Space& space, const SendView& send, const RecvView& recv,
+                       Copies copies, Start& start) {
     using Element = typename RecvView::non_const_value_type;
-    using Staging = Kokkos::View<Element*, StagingMemorySpace>;
+    using Staging = Kokkos::View<Element*, StagingSpace>;
     const bool in_place = static_cast<const void*>(send.data()) == recv.data();
-    Staging send_host(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::staged_send"),
-                      in_place ? 0 : send.size());
-    Staging recv_host(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::staged_recv"),
-                      recv.size());
+    Staging send_staged(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::staged_send"),
+                        in_place ? 0 : send.size());
+    Staging recv_staged(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::staged_recv"),
+                        recv.size());
     if (in_place) {
-      send_host = recv_host;
+      send_staged = recv_staged;
     }
     if (copies.in) {
-      Kokkos::deep_copy(instance, send_host, flat(send));
-      instance.fence();  // MPI reads send_host from the host
+      Kokkos::deep_copy(space, send_staged, flat(send));
+      space.fence();  // the backend reads send_staged as soon as it starts
       transport_->staged_bytes += send.size() * sizeof(Element);
     }
-    Work transferred = start(send_host.data(), recv_host.data());
+    Work transferred = start(send_staged.data(), recv_staged.data());
     std::function<void()> copy_back;
     if (copies.back) {
-      copy_back = [instance, to = flat(recv), recv_host, choice = transport_] {
-        Kokkos::deep_copy(instance, to, recv_host);
-        instance.fence();  // the results are in place when the operation reports completion
+      copy_back = [space, to = flat(recv), recv_staged, choice = transport_] {
+        Kokkos::deep_copy(space, to, recv_staged);
+        space.fence();  // the results are in place when the operation reports completion
         choice->staged_bytes += to.size() * sizeof(Element);
       };
     }
     Work work(std::make_unique<StagedOperation>(std::move(transferred), std::move(copy_back)));
     hold(work, send, recv);
-    work.keep_alive(std::make_shared<Staging>(send_host));
-    work.keep_alive(std::make_shared<Staging>(recv_host));
+    work.keep_alive(std::make_shared<Staging>(send_staged));
+    work.keep_alive(std::make_shared<Staging>(recv_staged));
     return work;
   }
 
@@ -484,5 +422,13 @@ class ProcessGroup {
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<TransportChoice> transport_;
 };
+
+// count elements of host memory at data as a View for the collectives:
+// group.all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&x, 1), ReduceOp::max).
+template <class T>
+Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host_view(
+    T* data, std::size_t count) {
+  return Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(data, count);
+}
 
 }  // namespace fsdp
