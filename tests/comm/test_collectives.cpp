@@ -727,6 +727,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(staged_view_collectives_match_direct_ones, T, AllT
     check_same(got, want, "broadcast");
     expected_bytes += count * sizeof(T);  // out of the root, or back into the others
   }
+  for (int root = 0; root < n; ++root) {
+    auto send = filled<T>("send", count, rank);
+    auto want = stale<T>("want", count);
+    auto got = stale<T>("got", count);
+    direct.reduce(ExecutionSpace(), send, want, ReduceOp::sum, root);
+    staged.reduce(ExecutionSpace(), send, got, ReduceOp::sum, root);
+    check_same(got, want, "reduce");  // and untouched off the root
+    expected_bytes += (count + (rank == root ? count : 0)) * sizeof(T);
+  }
+  {
+    std::vector<std::size_t> counts(n);
+    for (int r = 0; r < n; ++r) {
+      counts[r] = static_cast<std::size_t>((r * 3 + 1) % 4) * 5;  // 5, 0, 15, 10
+    }
+    const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    const int root = n - 1;
+    auto send = filled<T>("send", rank == root ? total : 0, rank);
+    auto want = stale<T>("want", counts[rank]);
+    auto got = stale<T>("got", counts[rank]);
+    direct.scatter_v(ExecutionSpace(), send, counts, want, root);
+    staged.scatter_v(ExecutionSpace(), send, counts, got, root);
+    check_same(got, want, "scatter_v");
+    expected_bytes += ((rank == root ? total : 0) + counts[rank]) * sizeof(T);
+  }
   BOOST_TEST(staged.staged_bytes() == expected_bytes);
   BOOST_TEST(direct.staged_bytes() == 0u);
 }
