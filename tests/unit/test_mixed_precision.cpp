@@ -18,8 +18,8 @@ using namespace fsdp::test;
 namespace {
 
 float rounded(float x, DType dtype) {
-  return dtype == DType::bf16 ? half::widen(half::narrow(x, bfloat16{}))
-                              : half::widen(half::narrow(x, float16{}));
+  return dtype == DType::bf16 ? fsdp::half::widen(fsdp::half::narrow(x, bfloat16{}))
+                              : fsdp::half::widen(fsdp::half::narrow(x, float16{}));
 }
 
 // Every whole parameter a gather produces is exactly a 16-bit value.
