@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "fsdp/comm/process_group.hpp"
+#include "fsdp/core/memory_space.hpp"
 #include "pointer_collectives.hpp"
 
 #ifdef FSDP_HAVE_NCCL
@@ -194,6 +195,25 @@ BOOST_AUTO_TEST_CASE(group_is_nccl_on_device_memory) {
   BOOST_TEST((group.memory_kind() == MemoryKind::cuda_device));
   BOOST_TEST(group.rank() == world_rank);
   BOOST_TEST(group.size() == world_size);
+}
+
+// Host values (a loss, an overflow flag, agreement words) go as host Views, which the group
+// copies through device staging buffers: in before NCCL runs, back once it completed.
+BOOST_AUTO_TEST_CASE(host_views_go_through_device_memory) {
+  if (kHostAccessible) {
+    return;  // a host build of Kokkos has no device memory to stage through
+  }
+  const int n = group.size();
+  const Kokkos::DefaultHostExecutionSpace host;
+  double value = group.rank() + 1.0;
+  group.all_reduce(host, host_view(&value, 1), ReduceOp::sum);
+  BOOST_TEST(value == n * (n + 1) / 2.0);
+  std::int64_t words[3] = {group.rank(), 7, -1};
+  group.broadcast(host, host_view(words, 3), n - 1);
+  BOOST_TEST(words[0] == n - 1);
+  BOOST_TEST(words[2] == -1);
+  // The all_reduce's 8 bytes in and back; the broadcast's 24 out of the root or into the others.
+  BOOST_TEST(group.staged_bytes() == 16u + 24u);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(all_gather, T, NcclTypes) {
