@@ -19,9 +19,7 @@ template <class T>
 DeviceView<T> to_device(const std::vector<T>& values) {
   DeviceView<T> out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdp::test::to_device"),
                     values.size());
-  const Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
-      values.data(), values.size());
-  Kokkos::deep_copy(out, host);
+  Kokkos::deep_copy(out, host_view(values.data(), values.size()));
   return out;
 }
 

@@ -49,6 +49,7 @@
 #include "fsdp/config.hpp"
 #include "fsdp/core/checked_size.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/memory_space.hpp"
 #include "fsdp/core/profiling_region.hpp"
 #include "fsdp/core/regular_file.hpp"
 #include "fsdp/core/text.hpp"
@@ -953,10 +954,9 @@ void read_pieces(ProcessGroup& group, const std::string& path, const std::string
   }
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     if (staged[i] && pieces[i].count > 0) {
-      const Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
-          values(reinterpret_cast<const T*>(ranges[i].data),
-                 static_cast<std::size_t>(pieces[i].count));
-      Kokkos::deep_copy(pieces[i].space, pieces[i].view, values);
+      Kokkos::deep_copy(pieces[i].space, pieces[i].view,
+                        host_view(reinterpret_cast<const T*>(ranges[i].data),
+                                  static_cast<std::size_t>(pieces[i].count)));
     }
   }
   for (const Piece<T>& piece : pieces) {
@@ -1425,9 +1425,9 @@ void start_writing(BackgroundSave::Job& job, ShardedModel<T>& model, const Optim
     run.at = at;
     run.count = piece.count;
     run.first = piece.first;
-    const Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> copy(
-        reinterpret_cast<T*>(job.snapshot.data() + at), static_cast<std::size_t>(piece.count));
-    Kokkos::deep_copy(copy, piece.view);
+    Kokkos::deep_copy(host_view(reinterpret_cast<T*>(job.snapshot.data() + at),
+                                static_cast<std::size_t>(piece.count)),
+                      piece.view);
     at += static_cast<std::size_t>(piece.count) * sizeof(T);
   }
   // The checksums are not known yet: the file is laid out with zeros, which finish replaces.

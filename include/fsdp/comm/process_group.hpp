@@ -22,6 +22,7 @@
 #include "fsdp/config.hpp"
 #include "fsdp/core/dtype.hpp"
 #include "fsdp/core/error.hpp"
+#include "fsdp/core/memory_space.hpp"
 
 namespace fsdp {
 
@@ -342,7 +343,7 @@ class ProcessGroup {
     if (memory_kind() == MemoryKind::host) {
       return transport_for<Space>() == Transport::mpi_staged;
     }
-    return !Kokkos::SpaceAccessibility<Kokkos::DefaultExecutionSpace, Space>::accessible;
+    return !Kokkos::SpaceAccessibility<ExecutionSpace, Space>::accessible;
   }
 
   // A View's elements as a flat unmanaged View in its own memory space, for deep_copy.
@@ -373,8 +374,7 @@ class ProcessGroup {
     if (memory_kind() == MemoryKind::host) {
       return transfer_staged<StagingMemorySpace>(space, send, recv, copies, start);
     }
-    return transfer_staged<Kokkos::DefaultExecutionSpace::memory_space>(space, send, recv, copies,
-                                                                        start);
+    return transfer_staged<MemorySpace>(space, send, recv, copies, start);
   }
 
   template <class StagingSpace, class Space, class SendView, class RecvView, class Start>
@@ -422,13 +422,5 @@ class ProcessGroup {
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<TransportChoice> transport_;
 };
-
-// count elements of host memory at data as a View for the collectives:
-// group.all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&x, 1), ReduceOp::max).
-template <class T>
-Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host_view(
-    T* data, std::size_t count) {
-  return Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(data, count);
-}
 
 }  // namespace fsdp

@@ -30,6 +30,14 @@ inline Kokkos::RangePolicy<ExecutionSpace> device_range(const ExecutionSpace& sp
                                              static_cast<std::size_t>(end));
 }
 
+// count elements of host memory at data as an unmanaged View, e.g. for a collective:
+// group.all_reduce(Kokkos::DefaultHostExecutionSpace(), host_view(&x, 1), ReduceOp::max).
+template <class T>
+Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host_view(
+    T* data, std::size_t count) {
+  return Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(data, count);
+}
+
 // True when host code may read and write MemorySpace directly (no mirror copy needed).
 inline constexpr bool kHostAccessible =
     Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
